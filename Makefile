@@ -1,0 +1,37 @@
+# Two commands matter: `make demo` and `make test`. Both install what they need first.
+VENV ?= .venv
+PYTHON ?= python3
+BIN := $(VENV)/bin
+
+.PHONY: install system-deps demo test lint histories clean
+
+$(BIN)/agent-worker: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $@
+
+# bubblewrap isolates the process sandbox tier; without it the tier is a plain subprocess.
+system-deps:
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    (apt-get install -y -q bubblewrap >/dev/null 2>&1 || (apt-get update -q >/dev/null && apt-get install -y -q bubblewrap >/dev/null)); \
+	  else echo "note: install bubblewrap (bwrap) to isolate the process sandbox tier"; fi; }
+
+install: $(BIN)/agent-worker system-deps
+
+demo: install
+	$(BIN)/agent-worker demo --approve
+
+test: install
+	$(BIN)/pytest -q
+
+lint: install
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+# Re-record tests/histories/ from real runs (only for intended workflow changes; review the diff).
+histories: install
+	AGENT_WORKER_RECORD_HISTORIES=tests/histories $(BIN)/pytest -q tests/test_example_flow.py
+
+clean:
+	rm -rf $(VENV) .agent-worker .pytest_cache

@@ -1,0 +1,18 @@
+"""The agent kernel: OpenAI Agents SDK turns as activities, effectful tools, registries, models."""
+
+from activities.agent.models import ConversationModel, first_user_text, tool_outputs
+from activities.agent.registry import AgentRegistration, AgentRegistry
+from activities.agent.tools import current_turn, sandbox_tool, write_tool
+from activities.agent.turn import AgentActivities
+
+__all__ = [
+    "AgentActivities",
+    "AgentRegistration",
+    "AgentRegistry",
+    "ConversationModel",
+    "current_turn",
+    "first_user_text",
+    "sandbox_tool",
+    "tool_outputs",
+    "write_tool",
+]

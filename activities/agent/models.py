@@ -1,0 +1,132 @@
+"""Model providers for agent turns, and the base of deterministic scripted models.
+
+Which model a turn uses is configuration: OpenAI (or any OpenAI-compatible server via
+``OPENAI_BASE_URL``) when a key is configured, otherwise the agent's own scripted model, so that the
+demo and the tests run with no key and no network.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from agents.items import ModelResponse, TResponseInputItem, TResponseOutputItem, TResponseStreamEvent
+from agents.models.interface import Model
+from agents.usage import Usage
+
+from activities.agent.registry import AgentRegistration
+from activities.errors import AgentError
+from schemas.config import WorkerConfig
+
+
+class ConversationModel(Model, abc.ABC):
+    """A deterministic model whose answer is a pure function of the conversation so far.
+
+    Unlike a queue of scripted steps, it holds no state between calls, so a retried turn, a new
+    worker process, or a resumed ``RunState`` all get the same answer for the same conversation.
+    """
+
+    @abc.abstractmethod
+    def respond(self, instructions: str | None, items: list[dict[str, Any]]) -> list[TResponseOutputItem]:
+        """The output items for a conversation given as plain input-item dicts."""
+
+    async def get_response(
+        self,
+        system_instructions: str | None,
+        input: str | list[TResponseInputItem],
+        model_settings: Any,
+        tools: Any,
+        output_schema: Any,
+        handoffs: Any,
+        tracing: Any,
+        *,
+        previous_response_id: str | None = None,
+        conversation_id: str | None = None,
+        prompt: Any = None,
+    ) -> ModelResponse:
+        items = [{"role": "user", "content": input}] if isinstance(input, str) else [_plain(i) for i in input]
+        output = self.respond(system_instructions, items)
+        words = sum(len(str(i.get("content", i.get("output", ""))).split()) for i in items)
+        usage = Usage(
+            requests=1,
+            input_tokens=words,
+            output_tokens=8 * len(output),
+            total_tokens=words + 8 * len(output),
+        )
+        return ModelResponse(output=output, usage=usage, response_id=None)
+
+    async def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[TResponseStreamEvent]:
+        raise NotImplementedError("scripted models do not stream")
+        yield  # pragma: no cover
+
+
+def _plain(item: Any) -> dict[str, Any]:
+    if isinstance(item, dict):
+        return item
+    return item.model_dump(mode="json", exclude_none=True)
+
+
+def tool_outputs(items: list[dict[str, Any]]) -> dict[str, str]:
+    """The outputs seen so far, by tool name (the latest call of each tool wins)."""
+    names = {i["call_id"]: i["name"] for i in items if i.get("type") == "function_call"}
+    outputs: dict[str, str] = {}
+    for item in items:
+        if item.get("type") == "function_call_output" and item.get("call_id") in names:
+            output = item.get("output")
+            outputs[names[item["call_id"]]] = output if isinstance(output, str) else str(output)
+    return outputs
+
+
+def first_user_text(items: list[dict[str, Any]]) -> str:
+    """The text of the first user message."""
+    for item in items:
+        if item.get("role") == "user":
+            content = item.get("content")
+            if isinstance(content, str):
+                return content
+            return " ".join(part.get("text", "") for part in content or [] if isinstance(part, dict))
+    return ""
+
+
+@dataclass
+class CountingModel(Model):
+    """Wraps a model and counts its calls and tokens for the turn's usage record."""
+
+    inner: Model
+    calls: int = 0
+    usage: Usage = field(default_factory=Usage)
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        response = await self.inner.get_response(*args, **kwargs)
+        self.calls += 1
+        self.usage.add(response.usage)
+        return response
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[TResponseStreamEvent]:
+        return self.inner.stream_response(*args, **kwargs)
+
+
+def model_for(registration: AgentRegistration, config: WorkerConfig) -> Model:
+    """The model a turn of ``registration`` uses under ``config``.
+
+    Raises:
+        AgentError: no real provider is configured and the agent has no scripted model.
+    """
+    if config.uses_openai:
+        from agents.models.openai_provider import OpenAIProvider
+        from openai import AsyncOpenAI
+
+        key = config.openai_api_key.get_secret_value() if config.openai_api_key else None
+        # Temporal owns retries: the client must not retry behind its back.
+        client = AsyncOpenAI(api_key=key, base_url=config.openai_base_url, max_retries=0)
+        return OpenAIProvider(openai_client=client).get_model(config.openai_model)
+    if registration.scripted_model is None:
+        raise AgentError(
+            f"agent {registration.name!r} has no scripted model and no provider is configured "
+            "(set OPENAI_API_KEY, or AGENT_WORKER_MODEL_PROVIDER=openai with OPENAI_BASE_URL)",
+            operation="agent.turn",
+            retryable="no",
+        )
+    return registration.scripted_model()

@@ -1,0 +1,196 @@
+"""The ``agent.turn`` and ``agent.plan`` activities.
+
+One turn runs the OpenAI Agents SDK ``Runner`` until the agent either answers or proposes calls to
+tools with effects. Those stop the run (``needs_approval``); the turn plans each into an operation
+and returns them as ``ProposedAction``s. The SDK ``RunState`` goes to the artifact store and only its
+digest returns to the workflow. The next turn loads it, approves or rejects each pending call by the
+workflow's results, and runs on: an approved call's tool returns the workflow's result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import structlog
+from agents import Agent, RunConfig, Runner
+from agents.items import ToolApprovalItem
+from agents.run_state import RunState
+from temporalio import activity
+
+from activities.agent.models import CountingModel, model_for
+from activities.agent.registry import AgentRegistry, find_tool
+from activities.agent.tools import (
+    TurnServices,
+    bind_turn,
+    effect_of,
+    parse_arguments,
+    plan_call,
+    unbind_turn,
+)
+from activities.artifacts import LocalArtifactStore
+from activities.errors import ToolPlanError, TurnError, translate_errors
+from activities.heartbeat import heartbeating
+from schemas.actions import ActionResult, ActionStatus, ProposedAction, action_version
+from schemas.config import WorkerConfig
+from schemas.turns import PlanInput, PlanResult, TurnInput, TurnResult, TurnUsage
+
+log = structlog.get_logger(__name__)
+
+# Results the model sees as its tool's output; everything else is a refusal of the call.
+_RAN = frozenset({ActionStatus.EXECUTED, ActionStatus.EDITED, ActionStatus.FAILED})
+
+
+class AgentActivities:
+    """Agent-kernel activities over a registry of agents and an artifact store."""
+
+    def __init__(self, registry: AgentRegistry, store: LocalArtifactStore, config: WorkerConfig) -> None:
+        self.registry = registry
+        self.store = store
+        self.config = config
+
+    @activity.defn(name="agent.turn")
+    @translate_errors
+    async def turn(self, input: TurnInput) -> TurnResult:
+        """Run the agent until it answers or proposes effectful calls."""
+        registration = self.registry.get(input.agent)
+        agent = registration.build()
+        model = CountingModel(model_for(registration, self.config))
+        run_config = RunConfig(
+            model=model,
+            tracing_disabled=not self.config.agents_tracing,
+            workflow_name=f"agent-worker:{input.agent}",
+        )
+        services = TurnServices(
+            store=self.store,
+            inputs={ref.name: ref for ref in input.inputs},
+            results={r.call_id: r for r in input.results},
+        )
+        context = {"task_id": input.task_id}
+        token = bind_turn(services)
+        try:
+            async with heartbeating():
+                if input.run_state_ref is None:
+                    start: Any = _first_message(input)
+                else:
+                    start = await self._resume(agent, input, context)
+                result = await Runner.run(
+                    agent,
+                    start,
+                    context=context,
+                    run_config=run_config,
+                    max_turns=registration.max_model_calls,
+                )
+        finally:
+            unbind_turn(token)
+        usage = TurnUsage(
+            model_calls=model.calls,
+            input_tokens=model.usage.input_tokens,
+            output_tokens=model.usage.output_tokens,
+        )
+        if not result.interruptions:
+            return TurnResult(
+                turn=input.turn,
+                status="final",
+                final_output=str(result.final_output),
+                artifacts=services.saved,
+                usage=usage,
+            )
+        state_ref = await asyncio.to_thread(self.store.put_json, result.to_state().to_json())
+        proposed, invalid = _propose(result.interruptions, input.turn)
+        log.info("turn proposed actions", task_id=input.task_id, turn=input.turn, proposed=len(proposed))
+        return TurnResult(
+            turn=input.turn,
+            status="proposed",
+            proposed=proposed,
+            invalid=invalid,
+            run_state_ref=state_ref,
+            artifacts=services.saved,
+            usage=usage,
+        )
+
+    async def _resume(self, agent: Agent, input: TurnInput, context: dict[str, Any]) -> RunState:
+        assert input.run_state_ref is not None
+        state_json = await asyncio.to_thread(self.store.get_json, input.run_state_ref)
+        state = await RunState.from_json(agent, state_json, context_override=context)
+        results = {r.call_id: r for r in input.results}
+        for item in state.get_interruptions():
+            call_id = _call_id(item)
+            result = results.get(call_id)
+            if result is None:
+                raise TurnError(
+                    f"no result for pending call {call_id} ({item.tool_name})", operation="agent.turn"
+                )
+            if result.status in _RAN:
+                state.approve(item)
+            else:
+                state.reject(item, rejection_message=result.output)
+        return state
+
+    @activity.defn(name="agent.plan")
+    @translate_errors
+    async def plan(self, input: PlanInput) -> PlanResult:
+        """Plan an effectful call with (edited) arguments; invalid arguments are an answer, not an error."""
+        agent = self.registry.get(input.agent).build()
+        try:
+            return PlanResult(operation=plan_call(find_tool(agent, input.tool), input.arguments))
+        except ToolPlanError as err:
+            return PlanResult(error=str(err))
+
+
+def _first_message(input: TurnInput) -> str:
+    if not input.inputs:
+        return input.prompt
+    listing = "\n".join(f"- {ref.name} ({ref.size} bytes, {ref.digest})" for ref in input.inputs)
+    return f"{input.prompt}\n\nInput files (in the sandbox work dir):\n{listing}"
+
+
+def _call_id(item: ToolApprovalItem) -> str:
+    raw = item.raw_item
+    call_id = raw.get("call_id") if isinstance(raw, dict) else getattr(raw, "call_id", None)
+    if not call_id:
+        raise TurnError(f"pending call to {item.tool_name} has no call id", operation="agent.turn")
+    return str(call_id)
+
+
+def _propose(items: list[ToolApprovalItem], turn: int) -> tuple[list[ProposedAction], list[ActionResult]]:
+    """Plan each interrupted call; calls that cannot be planned go back to the model as failures."""
+    proposed: list[ProposedAction] = []
+    invalid: list[ActionResult] = []
+    for item in items:
+        call_id = _call_id(item)
+        tool_name = item.tool_name or ""
+        raw = item.raw_item
+        raw_args = raw.get("arguments") if isinstance(raw, dict) else getattr(raw, "arguments", "")
+        try:
+            tool = find_tool(item.agent, tool_name)
+            declaration = effect_of(tool)
+            if declaration is None:
+                raise ToolPlanError(
+                    f"{tool_name} needs approval but declares no effect; use sandbox_tool or write_tool",
+                    operation="agent.turn",
+                )
+            arguments = parse_arguments(raw_args or "{}")
+            operation = plan_call(tool, arguments)
+        except ToolPlanError as err:
+            invalid.append(
+                ActionResult(
+                    call_id=call_id, tool=tool_name, status=ActionStatus.FAILED, output=f"error: {err}"
+                )
+            )
+            continue
+        proposed.append(
+            ProposedAction(
+                call_id=call_id,
+                tool=tool_name,
+                effect=declaration.effect,
+                arguments=arguments,
+                operation=operation,
+                version=action_version(tool_name, arguments, operation),
+                turn=turn,
+            )
+        )
+    return proposed, invalid
+
+
+__all__ = ["AgentActivities"]

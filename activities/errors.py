@@ -1,0 +1,155 @@
+"""The package's exceptions, and their translation at the activity boundary.
+
+::
+
+    AgentWorkerError                 root: every error this package raises on purpose
+    ├── ArtifactError                the artifact store cannot give back what was asked
+    │   ├── ArtifactNotFound         no content under that digest
+    │   └── ArtifactCorrupt          stored bytes no longer match their digest
+    ├── AgentError                   agents, tools and turns
+    │   ├── UnknownAgent             the task names an agent no registration provides
+    │   ├── ToolPlanError            a tool's arguments cannot be planned into an operation
+    │   └── TurnError                the turn cannot continue (e.g. a result is missing)
+    ├── SandboxError                 a sandbox operation failed
+    └── WriteError                   a business write or lookup failed
+        └── WriteConflict            the operation key is taken by a different payload
+
+Each carries a stable ``code``, the ``operation`` it concerns, and ``retryable``: ``"yes"``,
+``"no"`` or ``"unknown"``. ``translate_errors`` turns them into Temporal ``ApplicationError``s in one
+place: ``retryable="no"`` becomes non-retryable, everything else is retried by the activity's
+retry policy.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable
+from typing import Literal, ParamSpec, TypeVar
+
+import pydantic
+from temporalio.exceptions import ApplicationError
+
+Retryable = Literal["yes", "no", "unknown"]
+
+
+class AgentWorkerError(Exception):
+    """Root of the package's errors."""
+
+    code = "agent_worker_error"
+    retryable: Retryable = "unknown"
+
+    def __init__(self, message: str, *, operation: str = "", retryable: Retryable | None = None) -> None:
+        super().__init__(message)
+        self.operation = operation
+        if retryable is not None:
+            self.retryable = retryable
+
+
+class ArtifactError(AgentWorkerError):
+    """The artifact store cannot give back what was asked."""
+
+    code = "artifact_error"
+
+
+class ArtifactNotFound(ArtifactError):
+    """No content is stored under the digest."""
+
+    code = "artifact_not_found"
+    retryable: Retryable = "no"
+
+
+class ArtifactCorrupt(ArtifactError):
+    """The stored bytes no longer hash to their digest."""
+
+    code = "artifact_corrupt"
+    retryable: Retryable = "no"
+
+
+class AgentError(AgentWorkerError):
+    """Agents, tools and turns."""
+
+    code = "agent_error"
+
+
+class UnknownAgent(AgentError):
+    """The task names an agent that no loaded registration provides."""
+
+    code = "unknown_agent"
+    retryable: Retryable = "no"
+
+
+class ToolPlanError(AgentError):
+    """A tool's arguments cannot be planned into an operation (unknown tool, invalid arguments)."""
+
+    code = "tool_plan_error"
+    retryable: Retryable = "no"
+
+
+class TurnError(AgentError):
+    """The turn cannot continue, e.g. the workflow gave no result for a pending call."""
+
+    code = "turn_error"
+    retryable: Retryable = "no"
+
+
+class SandboxError(AgentWorkerError):
+    """A sandbox operation failed; ``code`` says how."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str = "sandbox_error",
+        operation: str = "",
+        retryable: Retryable = "unknown",
+    ) -> None:
+        super().__init__(message, operation=operation, retryable=retryable)
+        self.code = code
+
+
+class WriteError(AgentWorkerError):
+    """A business write or lookup failed; ``code`` says how."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str = "write_error",
+        operation: str = "",
+        retryable: Retryable = "unknown",
+    ) -> None:
+        super().__init__(message, operation=operation, retryable=retryable)
+        self.code = code
+
+
+class WriteConflict(WriteError):
+    """The operation key is already committed with a different payload: never an overwrite."""
+
+    def __init__(self, message: str, *, operation: str = "business.write") -> None:
+        super().__init__(message, code="write_conflict", operation=operation, retryable="no")
+
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def translate_errors(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
+    """Translate the package's errors (and invalid payloads) into ``ApplicationError``s."""
+
+    @functools.wraps(fn)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return await fn(*args, **kwargs)
+        except AgentWorkerError as err:
+            raise ApplicationError(
+                str(err),
+                {"code": err.code, "operation": err.operation, "retryable": err.retryable},
+                type=err.code,
+                non_retryable=err.retryable == "no",
+            ) from err
+        except pydantic.ValidationError as err:
+            raise ApplicationError(
+                f"invalid payload: {err}", type="invalid_payload", non_retryable=True
+            ) from err
+
+    return wrapper

@@ -1,0 +1,91 @@
+"""The ``sandbox.*`` activities: create, exec, destroy, whatever the backend."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+
+from temporalio import activity
+
+from activities.artifacts import LocalArtifactStore
+from activities.errors import SandboxError, translate_errors
+from activities.heartbeat import heartbeating
+from activities.sandbox.base import Sandbox
+from schemas.sandbox import (
+    CommandRecord,
+    CreateSandboxInput,
+    DestroySandboxInput,
+    DestroySandboxResult,
+    ExecInput,
+    SandboxBackend,
+    SandboxRef,
+)
+
+
+class SandboxActivities:
+    """Sandbox activities over the backends this worker can run."""
+
+    def __init__(self, backends: Mapping[SandboxBackend, Sandbox], store: LocalArtifactStore) -> None:
+        self.backends = dict(backends)
+        self.store = store
+
+    def _backend(self, backend: SandboxBackend, operation: str) -> Sandbox:
+        try:
+            return self.backends[backend]
+        except KeyError:
+            raise SandboxError(
+                f"this worker has no {backend.value!r} sandbox backend",
+                code="backend_unavailable",
+                operation=operation,
+                retryable="no",
+            ) from None
+
+    @activity.defn(name="sandbox.create")
+    @translate_errors
+    async def create(self, input: CreateSandboxInput) -> SandboxRef:
+        """Create the task's sandbox with its inputs copied in (digests verified), or find it."""
+        backend = self._backend(input.spec.backend, "sandbox.create")
+        files = {ref.name: await asyncio.to_thread(self.store.get, ref.digest) for ref in input.inputs}
+        return await backend.create(input, files)
+
+    @activity.defn(name="sandbox.exec")
+    @translate_errors
+    async def exec(self, input: ExecInput) -> CommandRecord:
+        """Run one command; full output becomes artifacts, the record keeps a capped copy."""
+        backend = self._backend(input.sandbox.backend, "sandbox.exec")
+        started = time.monotonic()
+        async with heartbeating():
+            exit_code, timed_out, out, err = await backend.exec(input)
+        duration_ms = int((time.monotonic() - started) * 1000)
+        limit = input.spec.output_limit_bytes
+        outputs, missing = [], []
+        for name in input.command.collect:
+            data = await backend.read_file(input.sandbox, name)
+            if data is None:
+                missing.append(name)
+            else:
+                outputs.append(self.store.ref(name, data))
+        return CommandRecord(
+            call_id=input.call_id,
+            sandbox_id=input.sandbox.sandbox_id,
+            argv=input.command.argv,
+            exit_code=exit_code,
+            timed_out=timed_out,
+            duration_ms=duration_ms,
+            stdout=out[:limit].decode("utf-8", "replace"),
+            stderr=err[:limit].decode("utf-8", "replace"),
+            stdout_artifact=self.store.ref(f"{input.call_id}.stdout", out, "text/plain"),
+            stderr_artifact=self.store.ref(f"{input.call_id}.stderr", err, "text/plain"),
+            truncated=len(out) > limit or len(err) > limit,
+            outputs=outputs,
+            missing_outputs=missing,
+        )
+
+    @activity.defn(name="sandbox.destroy")
+    @translate_errors
+    async def destroy(self, input: DestroySandboxInput) -> DestroySandboxResult:
+        """Remove the task's sandbox. Idempotent: destroying a gone sandbox is not an error."""
+        backend = self._backend(input.sandbox.backend, "sandbox.destroy")
+        existed = await backend.destroy(input.sandbox)
+        return DestroySandboxResult(sandbox_id=input.sandbox.sandbox_id, existed=existed)

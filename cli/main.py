@@ -1,0 +1,153 @@
+"""``agent-worker``: run the embedded server, workers, and tasks from a terminal.
+
+Commands: dev, worker, start, status, inbox, approve, edit, reject, cancel, demo.
+The Temporal connection comes from the SDK's environment configuration (``TEMPORAL_ADDRESS``, ...)
+unless ``--address`` / ``--namespace`` are given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from schemas.config import DEFAULT_TASK_QUEUE, ConfigError, WorkerConfig
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agent-worker", description="Durable AI agent tasks on Temporal.")
+    parser.add_argument(
+        "--address", help="Temporal frontend host:port (default: TEMPORAL_ADDRESS or localhost:7233)"
+    )
+    parser.add_argument("--namespace", help="Temporal namespace (default: TEMPORAL_NAMESPACE or 'default')")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    dev = sub.add_parser(
+        "dev", help="run the embedded Temporal dev server (SQLite + WAL, search attributes, UI)"
+    )
+    dev.add_argument("--port", type=int, default=7233)
+    dev.add_argument("--ui-port", type=int)
+    dev.add_argument("--db-filename", type=Path, default=Path(".agent-worker/temporal.db"))
+    dev.add_argument("--headless", action="store_true", help="no Web UI")
+
+    worker = sub.add_parser("worker", help="run a worker until SIGINT/SIGTERM")
+    worker.add_argument("--task-queue", help=f"default: AGENT_WORKER_TASK_QUEUE or {DEFAULT_TASK_QUEUE}")
+    worker.add_argument("--data-dir", type=Path, help="default: AGENT_WORKER_DATA_DIR or .agent-worker")
+
+    start = sub.add_parser("start", help="start a task from a TaskSpec JSON file or an example")
+    start.add_argument("file", nargs="?", help="TaskSpec (or TaskInput) JSON file")
+    start.add_argument("--example", help="start a bundled example instead, e.g. monthly-report")
+    start.add_argument("--id", help="task id (= workflow id); starting an existing id starts nothing")
+    start.add_argument("--task-queue", default=DEFAULT_TASK_QUEUE)
+    start.add_argument("--wait", action="store_true", help="show progress and wait for the outcome")
+
+    status = sub.add_parser("status", help="a task's phase, pending approvals, budgets, recent events")
+    status.add_argument("task_id")
+    status.add_argument("--json", action="store_true")
+
+    inbox = sub.add_parser("inbox", help="every task waiting for approval")
+    inbox.add_argument("--tenant")
+    inbox.add_argument("--json", action="store_true")
+
+    for kind, help_text in (
+        ("approve", "approve a request"),
+        ("edit", "approve with changed arguments"),
+        ("reject", "reject a request"),
+    ):
+        p = sub.add_parser(kind, help=help_text)
+        p.set_defaults(kind=kind)
+        p.add_argument("task_id")
+        p.add_argument("--request", required=True, help="request id, e.g. req-1")
+        p.add_argument(
+            "--version", required=True, help="the request's version (sha256:...) you are deciding on"
+        )
+        p.add_argument("--as", dest="principal", required=True, help="your principal, e.g. finance-lead")
+        p.add_argument("--reason", help="why (for a rejection, the message the model sees)")
+        p.add_argument(
+            "--signal",
+            action="store_true",
+            help="send as the submit_decision signal instead of the decide update",
+        )
+        if kind == "edit":
+            p.add_argument("--args", required=True, help="JSON object of the arguments to change")
+
+    cancel = sub.add_parser("cancel", help="cancel a task (its sandbox is destroyed)")
+    cancel.add_argument("task_id")
+
+    demo = sub.add_parser("demo", help="run the monthly-report example end to end")
+    demo.add_argument("--approve", action="store_true", help="approve as the example's approver")
+    demo.add_argument("--address", dest="demo_address", default="localhost:7233")
+    demo.add_argument("--data-dir", type=Path, default=Path(".agent-worker"))
+    demo.add_argument("--task-queue", default=DEFAULT_TASK_QUEUE)
+    demo.add_argument("--id", help="task id (default: demo-monthly-report-<time>)")
+    demo.add_argument("--headless", action="store_true", help="start the dev server without its UI")
+    return parser
+
+
+async def _client(args: Any, address: str | None = None) -> Any:
+    from worker import connect
+
+    return await connect(target_host=address or args.address, namespace=args.namespace)
+
+
+async def _run(args: Any) -> int:
+    from cli import tasks
+
+    if args.command == "demo":
+        from cli.demo import run_demo
+
+        args.address = args.demo_address
+        return await run_demo(args, lambda address: _client(args, address))
+    if args.command == "worker":
+        from worker import configure_logging, run_worker
+
+        config = WorkerConfig.from_env(os.environ, task_queue=args.task_queue, data_dir=args.data_dir)
+        configure_logging(config)
+        await run_worker(config, client_overrides={"target_host": args.address, "namespace": args.namespace})
+        return 0
+    client = await _client(args)
+    handler = {
+        "start": tasks.cmd_start,
+        "status": tasks.cmd_status,
+        "inbox": tasks.cmd_inbox,
+        "approve": tasks.cmd_decide,
+        "edit": tasks.cmd_decide,
+        "reject": tasks.cmd_decide,
+        "cancel": tasks.cmd_cancel,
+    }[args.command]
+    return await handler(client, args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``agent-worker`` console script."""
+    args = _parser().parse_args(argv)
+    if args.command == "dev":
+        from cli.devserver import dev_server_command
+
+        args.db_filename.parent.mkdir(parents=True, exist_ok=True)
+        argv_ = dev_server_command(
+            port=args.port, db_filename=args.db_filename, ui_port=args.ui_port, headless=args.headless
+        )
+        os.execv(argv_[0], argv_)
+    from cli.tasks import CliError
+
+    try:
+        return asyncio.run(_run(args))
+    except (CliError, ConfigError) as err:
+        print(f"agent-worker: {err}", file=sys.stderr)
+        return getattr(err, "code", 2)
+    except KeyboardInterrupt:
+        return 130
+    except RuntimeError as err:
+        if "Failed client connect" in str(err):
+            print(f"agent-worker: cannot connect to Temporal: {err}", file=sys.stderr)
+            return 1
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,260 @@
+"""Task commands: start, status, inbox, approve / edit / reject, cancel.
+
+Exit codes: 0 done, 1 the operation was refused or the task did not complete, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import uuid
+from pathlib import Path
+from typing import Any, TextIO
+
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from cli import render
+from examples import EXAMPLES
+from schemas import visibility
+from schemas.approvals import ApprovalDecision, DecisionKind, DecisionOutcome
+from schemas.tasks import TaskInput, TaskPhase, TaskResult, TaskStatus
+from schemas.validation import InvalidPayload, parse_decision, parse_task_input
+
+WORKFLOW_TYPE = "AgentTask"
+POLL_SECONDS = 0.5
+
+
+class CliError(Exception):
+    """A command cannot proceed; ``code`` is the exit code."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def load_task_input(path: str | None, example: str | None) -> TaskInput:
+    """Read and validate a TaskSpec (or TaskInput) JSON file, or a named example's.
+
+    Raises:
+        CliError: (exit 2) the file is missing, not JSON, or names invalid fields.
+    """
+    if example is not None:
+        if example not in EXAMPLES:
+            raise CliError(f"unknown example {example!r}; examples: {', '.join(EXAMPLES)}", 2)
+        file = EXAMPLES[example]
+    elif path is not None:
+        file = Path(path)
+    else:
+        raise CliError("give a TaskSpec JSON file or --example NAME", 2)
+    try:
+        raw = json.loads(file.read_text())
+    except OSError as err:
+        raise CliError(f"cannot read {file}: {err.strerror}", 2) from None
+    except json.JSONDecodeError as err:
+        raise CliError(
+            f"{file}: not valid JSON (line {err.lineno}, column {err.colno}: {err.msg})", 2
+        ) from None
+    try:
+        return parse_task_input(raw)
+    except InvalidPayload as err:
+        raise CliError(f"{file}: {err}", 2) from None
+
+
+async def start_task(
+    client: Client, task: TaskInput, task_id: str, task_queue: str
+) -> tuple[WorkflowHandle[Any, Any], bool]:
+    """Start the task unless a task with this id exists (running or closed): (handle, started)."""
+    try:
+        handle = await client.start_workflow(
+            WORKFLOW_TYPE,
+            task,
+            id=task_id,
+            task_queue=task_queue,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+            result_type=TaskResult,
+        )
+        return handle, True
+    except WorkflowAlreadyStartedError:
+        return client.get_workflow_handle(task_id, result_type=TaskResult), False
+
+
+async def query_status(handle: WorkflowHandle[Any, Any]) -> TaskStatus:
+    """The task's ``status`` query answer."""
+    try:
+        return await handle.query("status", result_type=TaskStatus)
+    except RPCError as err:
+        if err.status is RPCStatusCode.NOT_FOUND:
+            raise CliError(f"no task {handle.id!r}") from None
+        raise
+
+
+_SHOWN_EVENTS = frozenset(
+    {
+        "phase.changed", "turn.finished", "sandbox.exec", "sandbox.destroyed", "approval.requested",
+        "approval.decided", "approval.ignored", "write.confirmed", "write.reconciled", "task.finished",
+    }
+)  # fmt: skip
+
+
+class Follower:
+    """Prints a task's progress (phases, events, new approval requests) once each."""
+
+    def __init__(self, handle: WorkflowHandle[Any, Any], out: TextIO) -> None:
+        self.handle = handle
+        self.out = out
+        self.seen = 0
+        self.shown_requests: set[str] = set()
+
+    async def run(self, *, stop_when_awaiting: bool = False) -> TaskStatus:
+        """Follow until the task closes, or until it waits for approval when asked to."""
+        while True:
+            status = await query_status(self.handle)
+            for event in status.last_events:
+                if event.seq > self.seen:
+                    self.seen = event.seq
+                    if event.type.value in _SHOWN_EVENTS:
+                        summary = render._event_summary(event.data)[:110]
+                        print(f"  {event.at:%H:%M:%S} {event.type.value:<18} {summary}", file=self.out)
+            new = [r for r in status.pending if r.request_id not in self.shown_requests]
+            for request in new:
+                self.shown_requests.add(request.request_id)
+                print("\n".join(render.request_lines(self.handle.id, request)), file=self.out)
+            if new and stop_when_awaiting:
+                return status
+            description = await self.handle.describe()
+            if description.status is not WorkflowExecutionStatus.RUNNING:
+                return status
+            await asyncio.sleep(POLL_SECONDS)
+
+
+async def outcome(handle: WorkflowHandle[Any, Any], out: TextIO) -> int:
+    """Print a closed task's result; 0 when it completed."""
+    try:
+        result: TaskResult = await handle.result()
+    except Exception as err:  # failed, cancelled, terminated: the status query says why
+        status = await query_status(handle)
+        print(f"task {handle.id} ended {status.phase.value}: {status.reason or err}", file=out)
+        return 1
+    print(render.result_text(result), file=out)
+    return 0 if result.phase is TaskPhase.COMPLETED else 1
+
+
+async def cmd_start(client: Client, args: Any, out: TextIO = sys.stdout) -> int:
+    task = load_task_input(args.file, args.example)
+    task_id = args.id or f"task-{uuid.uuid4().hex[:12]}"
+    handle, started = await start_task(client, task, task_id, args.task_queue)
+    if started:
+        print(
+            f"started task {task_id} (agent {task.spec.agent}, tenant {task.spec.tenant}) "
+            f"on {args.task_queue}",
+            file=out,
+        )
+    else:
+        print(f"task {task_id} already exists; not started again", file=out)
+    if not args.wait:
+        return 0
+    await Follower(handle, out).run()
+    return await outcome(handle, out)
+
+
+async def cmd_status(client: Client, args: Any, out: TextIO = sys.stdout) -> int:
+    status = await query_status(client.get_workflow_handle(args.task_id))
+    print(status.model_dump_json(indent=2) if args.json else render.status_text(status), file=out)
+    return 0
+
+
+async def cmd_inbox(client: Client, args: Any, out: TextIO = sys.stdout) -> int:
+    """Every task waiting for a human, found through visibility (search attributes)."""
+    query = visibility.AWAITING_QUERY
+    if args.tenant:
+        query += f" AND {visibility.TENANT.name} = '{args.tenant}'"
+    entries = []
+    async for execution in client.list_workflows(query):
+        status = await query_status(client.get_workflow_handle(execution.id))
+        if status.pending:
+            entries.append(status)
+    if args.json:
+        print(
+            json.dumps(
+                [
+                    s.model_dump(mode="json", include={"task_id", "tenant", "agent", "phase", "pending"})
+                    for s in entries
+                ],
+                indent=2,
+            ),
+            file=out,
+        )
+        return 0
+    if not entries:
+        print("no task is waiting for approval", file=out)
+    for status in entries:
+        print(f"task {status.task_id}  agent={status.agent}  tenant={status.tenant}", file=out)
+        for request in status.pending:
+            print("\n".join(render.request_lines(status.task_id, request)), file=out)
+    return 0
+
+
+async def send_decision(
+    client: Client, task_id: str, decision: ApprovalDecision, *, as_signal: bool = False
+) -> DecisionOutcome | None:
+    """Send a decision by update (checked, synchronous answer) or by signal (fire and forget).
+
+    Raises:
+        CliError: the task refused the decision, or does not exist / has ended.
+    """
+    handle = client.get_workflow_handle(task_id)
+    payload = decision.model_dump(mode="json", exclude_none=True)
+    try:
+        if as_signal:
+            await handle.signal("submit_decision", payload)
+            return None
+        return await handle.execute_update("decide", payload, result_type=DecisionOutcome)
+    except WorkflowUpdateFailedError as err:
+        cause = err.cause
+        raise CliError(f"decision refused: {getattr(cause, 'message', None) or cause}") from None
+    except RPCError as err:
+        raise CliError(f"cannot reach task {task_id}: {err.message}") from None
+
+
+async def cmd_decide(client: Client, args: Any, out: TextIO = sys.stdout) -> int:
+    raw: dict[str, Any] = {
+        "request_id": args.request,
+        "version": args.version,
+        "decision": args.kind,
+        "principal": args.principal,
+    }
+    if args.reason:
+        raw["reason"] = args.reason
+    if args.kind == DecisionKind.EDIT.value:
+        try:
+            raw["edited_args"] = json.loads(args.args)
+        except (TypeError, json.JSONDecodeError) as err:
+            raise CliError(f"--args must be a JSON object: {err}", 2) from None
+    try:
+        decision = parse_decision(raw)
+    except InvalidPayload as err:
+        raise CliError(str(err), 2) from None
+    answer = await send_decision(client, args.task_id, decision, as_signal=args.signal)
+    if answer is None:
+        print(
+            f"sent {args.kind} for {args.request} to {args.task_id} as a signal (see `agent-worker status`)",
+            file=out,
+        )
+    else:
+        print(f"{args.task_id}: {answer.detail}", file=out)
+    return 0
+
+
+async def cmd_cancel(client: Client, args: Any, out: TextIO = sys.stdout) -> int:
+    handle = client.get_workflow_handle(args.task_id)
+    try:
+        await handle.cancel()
+    except RPCError as err:
+        raise CliError(f"cannot cancel {args.task_id}: {err.message}") from None
+    print(f"cancellation requested for {args.task_id}; its sandbox is destroyed before it ends", file=out)
+    return 0

@@ -1,0 +1,1 @@
+"""The monthly-report example (see ``agent.py`` and ``task.json``)."""

@@ -1,0 +1,98 @@
+"""What an agent proposes to do, and what happened when the workflow did it.
+
+A tool call with an effect never runs inside the agent turn. The turn returns it as a
+``ProposedAction`` carrying a planned ``operation`` (a sandbox command or a business write); the
+workflow decides on it (policy, approval), executes the operation as its own activity, and feeds an
+``ActionResult`` back into the next turn under the same ``call_id``.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field
+
+from schemas.digests import DIGEST_PATTERN, digest_json
+
+
+class EffectClass(StrEnum):
+    """How a tool's call is run.
+
+    ``read`` tools run inside the agent turn. Every other class stops the turn and is run by the
+    workflow: ``sandbox`` as a command in the task's sandbox, ``write`` as an idempotent business
+    write keyed by an operation key.
+    """
+
+    READ = "read"
+    SANDBOX = "sandbox"
+    WRITE = "write"
+
+
+class SandboxCommand(BaseModel):
+    """A command to run in the task's sandbox, planned from a sandbox tool's arguments."""
+
+    kind: Literal["sandbox.exec"] = "sandbox.exec"
+    argv: list[str] = Field(min_length=1)
+    stdin: str | None = None
+    timeout_seconds: float | None = Field(default=None, gt=0)
+    collect: list[str] = Field(
+        default_factory=list,
+        description="Files in the sandbox work dir to keep as artifacts after the command.",
+    )
+
+
+class BusinessWrite(BaseModel):
+    """A record to write into the business system, planned from a write tool's arguments."""
+
+    kind: Literal["business.write"] = "business.write"
+    record_type: str = Field(min_length=1)
+    payload: dict[str, Any]
+    artifacts: list[Annotated[str, Field(pattern=DIGEST_PATTERN)]] = Field(
+        default_factory=list, description="Digests of the artifacts this write refers to."
+    )
+
+
+Operation = Annotated[SandboxCommand | BusinessWrite, Field(discriminator="kind")]
+
+
+def action_version(tool: str, arguments: dict[str, Any], operation: Operation) -> str:
+    """The version an approval binds to: sha256 of the canonical action.
+
+    It covers the tool name, its arguments, and the planned operation, which names the digests of
+    every artifact the action refers to, so a changed report is a different version.
+    """
+    return digest_json({"tool": tool, "arguments": arguments, "operation": operation.model_dump(mode="json")})
+
+
+class ProposedAction(BaseModel):
+    """An effectful tool call the agent wants to make, waiting for the workflow's decision."""
+
+    call_id: str
+    tool: str
+    effect: EffectClass
+    arguments: dict[str, Any]
+    operation: Operation
+    version: str = Field(pattern=DIGEST_PATTERN)
+    turn: int = 0
+
+
+class ActionStatus(StrEnum):
+    """What became of a proposed action."""
+
+    EXECUTED = "executed"
+    EDITED = "edited"  # executed with arguments changed by the approver
+    REJECTED = "rejected"  # a principal said no
+    DENIED = "denied"  # the policy said no
+    FAILED = "failed"  # the effect ran and failed for good
+    NOT_RUN = "not_run"  # the task ended before the action could run
+
+
+class ActionResult(BaseModel):
+    """The outcome of one action, as the next agent turn receives it."""
+
+    call_id: str
+    tool: str
+    status: ActionStatus
+    output: str = Field(description="The text the model sees as the tool's output.")
+    edited_arguments: dict[str, Any] | None = None

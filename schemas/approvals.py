@@ -1,0 +1,97 @@
+"""Approval requests a task publishes and the decisions humans send back.
+
+Decisions arrive as the signal ``submit_decision`` or the update ``decide``, as plain JSON from any
+Temporal client. A decision binds to the exact ``version`` of the action it approves.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from schemas.actions import ProposedAction
+from schemas.digests import DIGEST_PATTERN
+
+
+class DecisionKind(StrEnum):
+    """What a principal decided about an approval request."""
+
+    APPROVE = "approve"
+    EDIT = "edit"  # approve with changed arguments
+    REJECT = "reject"
+
+
+class ApprovalRequest(BaseModel):
+    """One action waiting for a human: who may decide, until when, and on which version."""
+
+    request_id: str
+    action: ProposedAction
+    version: str = Field(pattern=DIGEST_PATTERN)
+    approvers: list[str]
+    reason: str = ""
+    requested_at: datetime
+    deadline: datetime
+    decided: bool = False
+
+
+class ApprovalDecision(BaseModel):
+    """A principal's decision on one request, as sent by any Temporal client."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    request_id: str = Field(min_length=1)
+    version: str = Field(pattern=DIGEST_PATTERN)
+    decision: DecisionKind
+    principal: str = Field(min_length=1)
+    edited_args: dict[str, Any] | None = None
+    reason: str | None = Field(
+        default=None, description="Why; for a rejection, the message the model will see."
+    )
+    signature: str | None = None
+
+    @model_validator(mode="after")
+    def _edited_args_only_with_edit(self) -> ApprovalDecision:
+        if self.decision is DecisionKind.EDIT and self.edited_args is None:
+            raise ValueError("edited_args is required when decision is 'edit'")
+        if self.decision is not DecisionKind.EDIT and self.edited_args is not None:
+            raise ValueError("edited_args is only allowed when decision is 'edit'")
+        return self
+
+
+class DecisionRecord(BaseModel):
+    """An accepted decision, kept as evidence."""
+
+    request_id: str
+    tool: str
+    decision: DecisionKind
+    principal: str
+    version: str
+    edited_version: str | None = None
+    edited_args: dict[str, Any] | None = None
+    reason: str | None = None
+    via: str = "signal"
+    decided_at: datetime
+
+
+class IgnoredDecision(BaseModel):
+    """A decision that changed nothing, with the reason it was ignored."""
+
+    request_id: str | None = None
+    principal: str | None = None
+    version: str | None = None
+    decision: str | None = None
+    reason: str
+    via: str = "signal"
+    received_at: datetime
+
+
+class DecisionOutcome(BaseModel):
+    """The update ``decide``'s answer."""
+
+    request_id: str
+    accepted: bool
+    phase: str
+    detail: str = ""

@@ -1,0 +1,103 @@
+"""Worker configuration, read once at the edge (worker or CLI start) and passed in explicitly.
+
+Every field can be set by an environment variable named ``AGENT_WORKER_<FIELD>`` (lists are
+comma-separated). The Temporal connection is configured separately, by the SDK's standard
+environment configuration (``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``, ``TEMPORAL_API_KEY``, TLS,
+profiles).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+
+ENV_PREFIX = "AGENT_WORKER_"
+DEFAULT_TASK_QUEUE = "agent-tasks"
+DEFAULT_AGENTS = ["examples.monthly_report.agent:registration"]
+
+
+class ConfigError(ValueError):
+    """Raised when configuration is invalid; the message names the variable at fault."""
+
+
+class WorkerConfig(BaseModel):
+    """Everything a worker process needs besides the Temporal connection."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task_queue: str = Field(default=DEFAULT_TASK_QUEUE, min_length=1)
+    data_dir: Path = Path(".agent-worker")
+    agents: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_AGENTS),
+        description="Agent registrations to load, as 'module:attribute' import paths.",
+    )
+    model_provider: Literal["auto", "scripted", "openai"] = Field(
+        default="auto",
+        description="'auto' uses OpenAI when OPENAI_API_KEY is set, else each agent's "
+        "deterministic scripted model.",
+    )
+    openai_model: str = "gpt-4.1-mini"
+    openai_api_key: SecretStr | None = None
+    openai_base_url: str | None = None
+    process_isolation: Literal["auto", "bwrap", "none"] = "auto"
+    log_format: Literal["console", "json"] = "console"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    max_concurrent_activities: int = Field(default=64, ge=1)
+    max_concurrent_workflow_tasks: int = Field(default=64, ge=1)
+    agents_tracing: bool = Field(
+        default=False, description="Export OpenAI Agents SDK traces (needs OPENAI_API_KEY)."
+    )
+
+    @property
+    def artifact_dir(self) -> Path:
+        """Where the content-addressed artifact store lives."""
+        return self.data_dir / "artifacts"
+
+    @property
+    def business_db(self) -> Path:
+        """The SQLite business store of the embedded default."""
+        return self.data_dir / "business.db"
+
+    @property
+    def sandbox_root(self) -> Path:
+        """Where process-tier sandboxes keep their work dirs."""
+        return self.data_dir / "sandboxes"
+
+    @property
+    def uses_openai(self) -> bool:
+        """Whether agent turns call OpenAI (or a compatible server) instead of scripted models."""
+        if self.model_provider == "auto":
+            return self.openai_api_key is not None
+        return self.model_provider == "openai"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], **overrides: object) -> WorkerConfig:
+        """Build the config from ``AGENT_WORKER_*`` variables (plus ``OPENAI_*``), then overrides.
+
+        Raises:
+            ConfigError: naming the variable whose value is invalid or unknown.
+        """
+        values: dict[str, object] = {}
+        for key, raw in env.items():
+            if not key.startswith(ENV_PREFIX):
+                continue
+            field = key[len(ENV_PREFIX) :].lower()
+            if field not in cls.model_fields:
+                raise ConfigError(f"{key}: unknown setting (known: {_known_settings()})")
+            values[field] = [p.strip() for p in raw.split(",") if p.strip()] if field == "agents" else raw
+        for env_key, field in (("OPENAI_API_KEY", "openai_api_key"), ("OPENAI_BASE_URL", "openai_base_url")):
+            if env.get(env_key) and field not in values:
+                values[field] = env[env_key]
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        try:
+            return cls.model_validate(values)
+        except ValidationError as err:
+            problems = "; ".join(f"{ENV_PREFIX}{str(e['loc'][0]).upper()}: {e['msg']}" for e in err.errors())
+            raise ConfigError(f"invalid configuration: {problems}") from None
+
+
+def _known_settings() -> str:
+    return ", ".join(ENV_PREFIX + name.upper() for name in WorkerConfig.model_fields)

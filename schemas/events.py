@@ -1,0 +1,56 @@
+"""Structured task events, schema version 1.
+
+Events are for machines (alerts, dashboards, audits). Each has a stable ``event_id``
+(``<task id>/<seq>``) so a consumer that sees one twice can drop the copy. The workflow keeps a
+bounded tail of them in its state for the ``status`` query.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+EVENT_SCHEMA = "agent-worker.event/v1"
+
+
+class EventType(StrEnum):
+    """Every kind of event a task emits."""
+
+    TASK_STARTED = "task.started"
+    PHASE_CHANGED = "phase.changed"
+    TURN_STARTED = "turn.started"
+    TURN_FINISHED = "turn.finished"
+    ACTION_PROPOSED = "action.proposed"
+    POLICY_DECIDED = "policy.decided"
+    APPROVAL_REQUESTED = "approval.requested"
+    APPROVAL_DECIDED = "approval.decided"
+    APPROVAL_IGNORED = "approval.ignored"
+    APPROVAL_EXPIRED = "approval.expired"
+    SANDBOX_CREATED = "sandbox.created"
+    SANDBOX_EXEC = "sandbox.exec"
+    SANDBOX_DESTROYED = "sandbox.destroyed"
+    WRITE_ATTEMPTED = "write.attempted"
+    WRITE_CONFIRMED = "write.confirmed"
+    WRITE_UNKNOWN = "write.unknown"
+    WRITE_RECONCILED = "write.reconciled"
+    BUDGET_EXHAUSTED = "budget.exhausted"
+    CONTINUED_AS_NEW = "task.continued_as_new"
+    TASK_FINISHED = "task.finished"
+
+
+class Event(BaseModel):
+    """One thing that happened to a task."""
+
+    schema_: Literal["agent-worker.event/v1"] = Field(default=EVENT_SCHEMA, alias="schema")
+    event_id: str
+    task_id: str
+    seq: int = Field(ge=1)
+    type: EventType
+    at: datetime
+    phase: str
+    data: dict[str, Any] = Field(default_factory=dict)
+
+    model_config = {"populate_by_name": True, "serialize_by_alias": True}

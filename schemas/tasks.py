@@ -1,0 +1,232 @@
+"""The task: what a client asks for (``TaskSpec``), what the workflow carries (``TaskState``), and what
+it reports (``TaskStatus``, ``TaskResult``).
+
+``TaskInput{spec, state}`` is the workflow input so that continue-as-new carries the state. Clients
+send ``{"spec": {...}}`` or the bare spec; both are accepted.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from schemas.actions import ActionResult, EffectClass, ProposedAction
+from schemas.approvals import ApprovalRequest, DecisionRecord, IgnoredDecision
+from schemas.artifacts import ArtifactRef, InputFile
+from schemas.events import Event
+from schemas.sandbox import CommandRecord, SandboxRef, SandboxSpec
+from schemas.writes import WriteEvidence
+
+
+class TaskPhase(StrEnum):
+    """Where a task is in its lifecycle (see DESIGN.md)."""
+
+    RECEIVED = "received"
+    INITIALIZING = "initializing"
+    RUNNING = "running"
+    AWAITING_APPROVAL = "awaiting_approval"
+    COMMITTING = "committing"
+    RECONCILING = "reconciling"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    REJECTED = "rejected"
+    CANCELLED = "cancelled"
+    HANDED_OFF = "handed_off"
+
+    @property
+    def terminal(self) -> bool:
+        """Whether the task has ended in this phase."""
+        return self in _TERMINAL
+
+
+_TERMINAL = frozenset(
+    {
+        TaskPhase.COMPLETED,
+        TaskPhase.FAILED,
+        TaskPhase.REJECTED,
+        TaskPhase.CANCELLED,
+        TaskPhase.HANDED_OFF,
+    }
+)
+
+
+class PolicyVerdict(StrEnum):
+    """What the policy says about a proposed action."""
+
+    ALLOW = "allow"
+    REQUIRE_APPROVAL = "require_approval"
+    DENY = "deny"
+
+
+class PolicyRule(BaseModel):
+    """A rule matching actions by tool name and/or effect class. The first match wins."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tool: str | None = Field(default=None, description="Tool name; omit to match any tool.")
+    effect: EffectClass | None = Field(default=None, description="Effect class; omit for any.")
+    decision: PolicyVerdict
+    approvers: list[str] = Field(default_factory=list)
+    reason: str = ""
+
+    @model_validator(mode="after")
+    def _approvers_when_required(self) -> PolicyRule:
+        if self.decision is PolicyVerdict.REQUIRE_APPROVAL and not self.approvers:
+            raise ValueError("a 'require_approval' rule needs at least one approver")
+        return self
+
+
+class PolicySpec(BaseModel):
+    """The task's action policy.
+
+    With no matching rule, sandbox commands are allowed (they run isolated) and business writes
+    require approval by ``default_approvers``; a write with no approver configured is denied.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    rules: list[PolicyRule] = Field(default_factory=list)
+    default_approvers: list[str] = Field(default_factory=list)
+    on_reject: Literal["continue", "end"] = Field(
+        default="continue",
+        description="After a rejection the model always sees the message; 'end' then ends the "
+        "task as rejected, 'continue' lets the agent carry on.",
+    )
+
+
+class Budgets(BaseModel):
+    """Limits on one task. Reaching one ends the task ``handed_off``, explained."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_turns: int = Field(default=20, ge=1, le=10_000)
+    max_actions: int = Field(default=50, ge=1, le=100_000)
+    max_sandbox_seconds: float = Field(default=900, gt=0)
+    approval_timeout_seconds: float = Field(default=7 * 24 * 3600, gt=0)
+
+
+class TaskSpec(BaseModel):
+    """What a client asks for. Plain JSON; every field but ``agent`` and ``prompt`` has a default."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    agent: str = Field(min_length=1, description="Name of a registered agent.")
+    prompt: str = Field(min_length=1)
+    tenant: str = Field(default="default", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+    inputs: list[InputFile] = Field(default_factory=list)
+    policy: PolicySpec = Field(default_factory=PolicySpec)
+    budgets: Budgets = Field(default_factory=Budgets)
+    sandbox: SandboxSpec = Field(default_factory=SandboxSpec)
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _unique_input_names(self) -> TaskSpec:
+        names = [f.name for f in self.inputs]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"input names must be unique; repeated: {', '.join(duplicates)}")
+        return self
+
+
+class BatchItem(BaseModel):
+    """One proposed action in the batch the workflow is working through."""
+
+    action: ProposedAction
+    verdict: PolicyVerdict
+    policy_reason: str = ""
+    request_id: str | None = None
+    result: ActionResult | None = None
+
+
+class Usage(BaseModel):
+    """What the task has consumed so far."""
+
+    turns: int = 0
+    actions: int = 0
+    model_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    sandbox_seconds: float = 0.0
+
+
+class TaskState(BaseModel):
+    """Everything the workflow needs to continue a task, carried across continue-as-new."""
+
+    schema_version: int = 1
+    phase: TaskPhase = TaskPhase.RECEIVED
+    turn: int = 0
+    run_state_ref: str | None = None
+    batch: list[BatchItem] = Field(default_factory=list)
+    pending_results: list[ActionResult] = Field(default_factory=list)
+    end_after_turn: TaskPhase | None = None
+    requests: list[ApprovalRequest] = Field(default_factory=list)
+    decisions: list[DecisionRecord] = Field(default_factory=list)
+    ignored: list[IgnoredDecision] = Field(default_factory=list)
+    inputs: list[ArtifactRef] = Field(default_factory=list)
+    artifacts: list[ArtifactRef] = Field(default_factory=list)
+    sandbox: SandboxRef | None = None
+    commands: list[CommandRecord] = Field(default_factory=list)
+    writes: list[WriteEvidence] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    final_output: str | None = None
+    reason: str | None = None
+    request_seq: int = 0
+    event_seq: int = 0
+    events: list[Event] = Field(default_factory=list)
+    started_at: datetime | None = None
+
+
+class TaskInput(BaseModel):
+    """The workflow input: the spec, and the state when continuing as new."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    spec: TaskSpec
+    state: TaskState | None = None
+
+
+class Evidence(BaseModel):
+    """What a finished task can show. Anything missing is listed, never assumed."""
+
+    inputs: list[ArtifactRef]
+    artifacts: list[ArtifactRef]
+    commands: list[CommandRecord]
+    approvals: list[DecisionRecord]
+    writes: list[WriteEvidence]
+    missing: list[str] = Field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        """Whether nothing is missing."""
+        return not self.missing
+
+
+class TaskStatus(BaseModel):
+    """The ``status`` query's answer."""
+
+    task_id: str
+    agent: str
+    tenant: str
+    phase: TaskPhase
+    turn: int
+    pending: list[ApprovalRequest]
+    budgets: Budgets
+    usage: Usage
+    reason: str | None = None
+    final_output: str | None = None
+    ignored: list[IgnoredDecision] = Field(default_factory=list)
+    last_events: list[Event] = Field(default_factory=list)
+
+
+class TaskResult(BaseModel):
+    """The workflow's result."""
+
+    task_id: str
+    phase: TaskPhase
+    final_output: str | None = None
+    reason: str | None = None
+    evidence: Evidence
+    usage: Usage

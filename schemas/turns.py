@@ -1,0 +1,68 @@
+"""Agent-kernel turn contracts.
+
+A turn runs the OpenAI Agents SDK until the agent finishes or proposes effectful calls. The SDK's
+``RunState`` stays in the artifact store; history carries only its digest.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from schemas.actions import ActionResult, Operation, ProposedAction
+from schemas.artifacts import ArtifactRef
+from schemas.digests import DIGEST_PATTERN
+
+
+class TurnInput(BaseModel):
+    """Input of ``agent.turn``."""
+
+    task_id: str
+    agent: str
+    turn: int = Field(ge=1)
+    prompt: str
+    inputs: list[ArtifactRef] = Field(default_factory=list)
+    run_state_ref: str | None = Field(default=None, pattern=DIGEST_PATTERN)
+    results: list[ActionResult] = Field(default_factory=list)
+
+
+class TurnUsage(BaseModel):
+    """Model usage of one turn."""
+
+    model_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class TurnResult(BaseModel):
+    """Output of ``agent.turn``: a final answer, or effectful calls for the workflow to decide."""
+
+    turn: int
+    status: Literal["final", "proposed"]
+    final_output: str | None = None
+    proposed: list[ProposedAction] = Field(default_factory=list)
+    invalid: list[ActionResult] = Field(
+        default_factory=list,
+        description="Effectful calls whose arguments could not be planned: failed, back to the model.",
+    )
+    run_state_ref: str | None = Field(default=None, pattern=DIGEST_PATTERN)
+    artifacts: list[ArtifactRef] = Field(
+        default_factory=list, description="Artifacts the agent's read tools saved in this turn."
+    )
+    usage: TurnUsage = Field(default_factory=TurnUsage)
+
+
+class PlanInput(BaseModel):
+    """Input of ``agent.plan``: plan an effectful tool call with (edited) arguments."""
+
+    agent: str
+    tool: str
+    arguments: dict[str, Any]
+
+
+class PlanResult(BaseModel):
+    """Output of ``agent.plan``: the planned operation, or why the arguments are not valid."""
+
+    operation: Operation | None = None
+    error: str | None = None

@@ -1,0 +1,53 @@
+"""Validating raw JSON at the entry points, with errors that name the field at fault."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from schemas.approvals import ApprovalDecision
+from schemas.tasks import TaskInput
+
+
+class InvalidPayload(ValueError):
+    """Raised when raw input does not match its contract; the message names each bad field."""
+
+
+def describe(err: ValidationError, prefix: str = "") -> str:
+    """One line per problem: ``field.path: message``."""
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"] if p != "__root__")
+        where = ".".join(p for p in (prefix, loc) if p) or "(input)"
+        lines.append(f"{where}: {e['msg']}")
+    return "; ".join(lines)
+
+
+def _parse(model: type[BaseModel], raw: Any, what: str, prefix: str = "") -> Any:
+    if not isinstance(raw, dict):
+        raise InvalidPayload(f"{what} must be a JSON object, got {type(raw).__name__}")
+    try:
+        return model.model_validate(raw)
+    except ValidationError as err:
+        raise InvalidPayload(f"invalid {what}: {describe(err, prefix)}") from None
+
+
+def parse_task_input(raw: Any) -> TaskInput:
+    """Accept ``{"spec": {...}, "state": ...}`` or a bare TaskSpec object.
+
+    Raises:
+        InvalidPayload: naming every field at fault.
+    """
+    if isinstance(raw, dict) and "spec" not in raw:
+        raw = {"spec": raw}
+    return _parse(TaskInput, raw, "task input")
+
+
+def parse_decision(raw: Any) -> ApprovalDecision:
+    """Validate a raw approval decision.
+
+    Raises:
+        InvalidPayload: naming every field at fault.
+    """
+    return _parse(ApprovalDecision, raw, "decision")

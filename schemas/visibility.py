@@ -1,0 +1,28 @@
+"""Search attributes: how the Temporal UI and ``temporal workflow list --query`` find tasks.
+
+Their names are public contracts. The dev-server launcher and the compose file register them; the
+worker checks for them at start.
+"""
+
+from __future__ import annotations
+
+from temporalio.common import SearchAttributeKey
+
+PHASE = SearchAttributeKey.for_keyword("AgentTaskPhase")
+TENANT = SearchAttributeKey.for_keyword("AgentTenant")
+AWAITING_APPROVAL = SearchAttributeKey.for_bool("AgentAwaitingApproval")
+APPROVERS = SearchAttributeKey.for_keyword_list("AgentApprovers")
+AGENT = SearchAttributeKey.for_keyword("AgentName")
+
+ALL = (PHASE, TENANT, AWAITING_APPROVAL, APPROVERS, AGENT)
+
+# The CLI's names for the types (``temporal server start-dev --search-attribute NAME=TYPE``).
+CLI_TYPES = {
+    PHASE.name: "Keyword",
+    TENANT.name: "Keyword",
+    AWAITING_APPROVAL.name: "Bool",
+    APPROVERS.name: "KeywordList",
+    AGENT.name: "Keyword",
+}
+
+AWAITING_QUERY = f"{AWAITING_APPROVAL.name} = true AND ExecutionStatus = 'Running'"

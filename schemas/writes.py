@@ -1,0 +1,73 @@
+"""Business writes: one operation key, one effect, a receipt confirmed by lookup."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from schemas.digests import DIGEST_PATTERN, digest_bytes
+
+
+def operation_key(task_id: str, call_id: str) -> str:
+    """The operation key of a write: derived from the task id and the action's call id only, so it
+    is the same on every retry and every worker, and never depends on time or randomness."""
+    return "op-" + digest_bytes(f"{task_id}\x00{call_id}".encode()).split(":", 1)[1][:40]
+
+
+class WriteOutcome(StrEnum):
+    """What the business system says about a write."""
+
+    COMMITTED = "committed"
+    REJECTED = "rejected"  # a deterministic business refusal: never retried
+    UNKNOWN = "unknown"  # the response was lost: reconcile by lookup before any retry
+
+
+class WriteInput(BaseModel):
+    """Input of ``business.write``."""
+
+    operation_key: str = Field(min_length=8)
+    task_id: str
+    tenant: str
+    record_type: str
+    payload: dict[str, Any]
+
+
+class WriteReceipt(BaseModel):
+    """The business system's answer to a write or a lookup."""
+
+    operation_key: str
+    outcome: WriteOutcome
+    record_id: str | None = None
+    record_type: str | None = None
+    payload_digest: str | None = Field(default=None, pattern=DIGEST_PATTERN)
+    committed_at: datetime | None = None
+    replayed: bool = Field(
+        default=False, description="True when the key was already committed and nothing new ran."
+    )
+    detail: str = ""
+
+
+class LookupInput(BaseModel):
+    """Input of ``business.lookup``."""
+
+    operation_key: str
+
+
+class LookupResult(BaseModel):
+    """Output of ``business.lookup``: the receipt when the key is known."""
+
+    operation_key: str
+    found: bool
+    receipt: WriteReceipt | None = None
+
+
+class WriteEvidence(BaseModel):
+    """A write as evidence: its receipt and whether a later lookup confirmed it."""
+
+    call_id: str
+    operation_key: str
+    receipt: WriteReceipt
+    confirmed: bool | None = Field(default=None, description="True/False once looked up; None means unknown.")

@@ -1,0 +1,37 @@
+"""Fixtures: one real Temporal dev server per session; each test gets its own task queue, data dir
+and in-process worker."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+from tests.support import DevServer, TaskEnv, connect, launch_dev_server, make_config, running_worker
+
+
+@pytest.fixture(scope="session")
+def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
+    server = launch_dev_server(tmp_path_factory.mktemp("temporal"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+async def client(dev_server: DevServer) -> Client:
+    return await connect(dev_server.address)
+
+
+@pytest.fixture
+def config_env(client: Client, dev_server: DevServer, tmp_path: Path) -> TaskEnv:
+    """A task env with no worker running: the test runs its own (e.g. in subprocesses)."""
+    return TaskEnv(client=client, config=make_config(tmp_path / "data"), address=dev_server.address)
+
+
+@pytest.fixture
+async def env(config_env: TaskEnv) -> AsyncIterator[TaskEnv]:
+    """A task env with an in-process worker polling its task queue."""
+    async with running_worker(config_env.client, config_env.config):
+        yield config_env

@@ -1,0 +1,200 @@
+"""Test support: a real Temporal dev server, workers on their own task queues, and helpers to drive
+tasks. Used by ``conftest.py`` and by ``python -m tests.record_histories``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from activities.artifacts import LocalArtifactStore
+from activities.business import SqliteBusinessStore
+from cli.devserver import start_dev_server
+from examples import EXAMPLES
+from schemas.config import DEFAULT_AGENTS, WorkerConfig
+from schemas.tasks import TaskPhase, TaskResult, TaskStatus
+from worker import build_worker
+from workflows import AgentTaskWorkflow
+
+REPO = Path(__file__).resolve().parent.parent
+TEST_AGENTS = [*DEFAULT_AGENTS, "tests.agents:registrations"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class DevServer:
+    """A dev server started for the tests."""
+
+    address: str
+    proc: subprocess.Popen[bytes]
+    db: Path
+
+    def stop(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+def launch_dev_server(directory: Path) -> DevServer:
+    """Start the embedded dev server (WAL, search attributes) on a free port under ``directory``."""
+    port = free_port()
+    db = directory / "temporal.db"
+    proc = start_dev_server(port=port, db_filename=db, log_file=directory / "temporal.log", headless=True)
+    return DevServer(address=f"127.0.0.1:{port}", proc=proc, db=db)
+
+
+async def connect(address: str) -> Client:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            client = await Client.connect(address, data_converter=pydantic_data_converter)
+            await client.count_workflows()
+            return client
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.3)
+
+
+def example_spec(name: str = "monthly-report") -> dict[str, Any]:
+    """A bundled example's TaskSpec, as the JSON any client would send."""
+    return json.loads(EXAMPLES[name].read_text())
+
+
+@dataclass
+class TaskEnv:
+    """One test's world: a client, a worker config with its own task queue and data dir."""
+
+    client: Client
+    config: WorkerConfig
+    address: str
+
+    @property
+    def task_queue(self) -> str:
+        return self.config.task_queue
+
+    def business(self) -> SqliteBusinessStore:
+        return SqliteBusinessStore(self.config.business_db)
+
+    def store(self) -> LocalArtifactStore:
+        return LocalArtifactStore(self.config.artifact_dir)
+
+    def worker_env(self) -> dict[str, str]:
+        """Environment for a worker subprocess serving this env."""
+        return {
+            **os.environ,
+            "TEMPORAL_ADDRESS": self.address,
+            "AGENT_WORKER_TASK_QUEUE": self.task_queue,
+            "AGENT_WORKER_DATA_DIR": str(self.config.data_dir),
+            "AGENT_WORKER_AGENTS": ",".join(self.config.agents),
+            "AGENT_WORKER_MODEL_PROVIDER": "scripted",
+            "PYTHONPATH": str(REPO),
+        }
+
+    async def start(
+        self, spec: dict[str, Any], task_id: str | None = None
+    ) -> WorkflowHandle[Any, TaskResult]:
+        return await self.client.start_workflow(
+            "AgentTask",
+            spec,
+            id=task_id or f"t-{uuid.uuid4().hex[:10]}",
+            task_queue=self.task_queue,
+            result_type=TaskResult,
+        )
+
+    async def wait_status(
+        self,
+        handle: WorkflowHandle[Any, Any],
+        until: Callable[[TaskStatus], bool],
+        within: float = 60.0,
+    ) -> TaskStatus:
+        """Poll the ``status`` query until ``until`` holds."""
+        deadline = time.monotonic() + within
+        while True:
+            status = await handle.query("status", result_type=TaskStatus)
+            if until(status):
+                return status
+            if time.monotonic() > deadline:
+                raise AssertionError(f"task {handle.id} never reached the condition; last status: {status}")
+            await asyncio.sleep(0.1)
+
+    async def awaiting_approval(self, handle: WorkflowHandle[Any, Any]) -> TaskStatus:
+        return await self.wait_status(
+            handle, lambda s: s.phase is TaskPhase.AWAITING_APPROVAL and bool(s.pending)
+        )
+
+
+def make_config(data_dir: Path, **overrides: Any) -> WorkerConfig:
+    values: dict[str, Any] = {
+        "task_queue": f"tq-{uuid.uuid4().hex[:10]}",
+        "data_dir": data_dir,
+        "agents": TEST_AGENTS,
+        "model_provider": "scripted",
+        "process_isolation": "auto",
+    }
+    values.update(overrides)
+    return WorkerConfig(**values)
+
+
+@contextlib.asynccontextmanager
+async def running_worker(client: Client, config: WorkerConfig) -> AsyncIterator[None]:
+    """An in-process worker on ``config.task_queue`` for the duration of the block."""
+    async with build_worker(client, config):
+        yield
+
+
+def spawn_worker(env: TaskEnv, log: Path) -> subprocess.Popen[bytes]:
+    """A worker in its own process (``agent-worker worker``), for crash tests."""
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "cli.main", "worker"],
+            env=env.worker_env(),
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+async def assert_replays(client: Client, workflow_id: str) -> str:
+    """Replay the task's history against the current code; returns the history as JSON.
+
+    With ``AGENT_WORKER_RECORD_HISTORIES=DIR`` set, the history is also saved there under the test's
+    name (``make histories`` refreshes ``tests/histories/`` this way).
+    """
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    await Replayer(workflows=[AgentTaskWorkflow], data_converter=pydantic_data_converter).replay_workflow(history)
+    record_dir = os.environ.get("AGENT_WORKER_RECORD_HISTORIES")
+    if record_dir:
+        test_name = os.environ["PYTEST_CURRENT_TEST"].split("::")[-1].split(" ")[0]
+        Path(record_dir).mkdir(parents=True, exist_ok=True)
+        (Path(record_dir) / f"{test_name}.json").write_text(history.to_json())
+    return history.to_json()
+
+
+def event_types(history_json: str) -> list[str]:
+    """The event types of a history in JSON form."""
+    return [e["eventType"] for e in json.loads(history_json)["events"]]

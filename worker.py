@@ -1,0 +1,197 @@
+"""The worker: builds Temporal ``Worker``s from config and runs them until SIGINT/SIGTERM.
+
+Entry point of ``agent-worker worker`` (and ``python worker.py``). Configuration is read once here,
+at the edge: ``WorkerConfig`` from ``AGENT_WORKER_*`` variables, the Temporal connection from the
+SDK's environment configuration (``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``, ``TEMPORAL_API_KEY``,
+TLS, profiles).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Any
+
+import structlog
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.envconfig import ClientConfig
+from temporalio.service import RPCError
+from temporalio.worker import Worker
+
+from activities.agent import AgentActivities, AgentRegistry
+from activities.artifacts import ArtifactActivities, LocalArtifactStore
+from activities.business import BusinessActivities, SqliteBusinessStore
+from activities.sandbox import ProcessSandbox, SandboxActivities
+from schemas import visibility
+from schemas.config import WorkerConfig
+from schemas.sandbox import SandboxBackend
+from workflows import AgentTaskWorkflow
+
+log = structlog.get_logger("agent_worker.worker")
+
+DEFAULT_ADDRESS = "localhost:7233"
+GRACEFUL_SHUTDOWN = timedelta(seconds=30)
+HEARTBEAT_THROTTLE = timedelta(seconds=2)
+
+_INDEXED_TYPES = {
+    "Keyword": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
+    "Bool": IndexedValueType.INDEXED_VALUE_TYPE_BOOL,
+    "KeywordList": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD_LIST,
+}
+
+
+def configure_logging(config: WorkerConfig) -> None:
+    """structlog for people (console) or machines (JSON); stdlib logs (the SDK's) go through it."""
+    renderer: Any = (
+        structlog.processors.JSONRenderer()
+        if config.log_format == "json"
+        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+    )
+    shared: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    structlog.configure(
+        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=True,
+    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=shared,
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                renderer,
+            ],
+        )
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(config.log_level.upper())
+
+
+async def connect(**overrides: Any) -> Client:
+    """Connect to Temporal as the SDK's environment configuration says (default localhost:7233)."""
+    connect_config: dict[str, Any] = dict(ClientConfig.load_client_connect_config())
+    connect_config.setdefault("target_host", DEFAULT_ADDRESS)
+    connect_config.update({k: v for k, v in overrides.items() if v is not None})
+    return await Client.connect(**connect_config, data_converter=pydantic_data_converter)
+
+
+async def ensure_search_attributes(client: Client) -> None:
+    """Register the task search attributes if the namespace lacks them (dev server, self-hosted).
+
+    Where the operator API is not available (Temporal Cloud), log how to add them instead.
+    """
+    namespace = client.namespace
+    try:
+        listed = await client.operator_service.list_search_attributes(
+            ListSearchAttributesRequest(namespace=namespace)
+        )
+        missing = {
+            name: _INDEXED_TYPES[kind]
+            for name, kind in visibility.CLI_TYPES.items()
+            if name not in listed.custom_attributes
+        }
+        if missing:
+            await client.operator_service.add_search_attributes(
+                AddSearchAttributesRequest(namespace=namespace, search_attributes=missing)
+            )
+            log.info("registered search attributes", names=sorted(missing), namespace=namespace)
+    except RPCError as err:
+        log.warning(
+            "could not check search attributes; register them yourself",
+            error=str(err),
+            attributes=visibility.CLI_TYPES,
+        )
+
+
+def build_activities(config: WorkerConfig) -> list[Callable[..., Any]]:
+    """Every activity this worker runs, bound to its clients."""
+    store = LocalArtifactStore(config.artifact_dir)
+    registry = AgentRegistry.from_import_paths(config.agents)
+    agent = AgentActivities(registry, store, config)
+    sandbox = SandboxActivities(
+        {SandboxBackend.PROCESS: ProcessSandbox(config.sandbox_root, config.process_isolation)}, store
+    )
+    business = BusinessActivities(SqliteBusinessStore(config.business_db))
+    artifacts = ArtifactActivities(store)
+    return [
+        agent.turn,
+        agent.plan,
+        sandbox.create,
+        sandbox.exec,
+        sandbox.destroy,
+        business.write,
+        business.lookup,
+        artifacts.ingest,
+    ]
+
+
+def build_worker(client: Client, config: WorkerConfig) -> Worker:
+    """A worker polling ``config.task_queue`` for task workflows and their activities."""
+    if not config.agents_tracing:
+        from agents import set_tracing_disabled
+
+        set_tracing_disabled(True)
+    return Worker(
+        client,
+        task_queue=config.task_queue,
+        workflows=[AgentTaskWorkflow],
+        activities=build_activities(config),
+        max_concurrent_activities=config.max_concurrent_activities,
+        max_concurrent_workflow_tasks=config.max_concurrent_workflow_tasks,
+        graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
+        # Heartbeats carry cancellation back: a cancelled sandbox command dies within seconds.
+        max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
+    )
+
+
+async def run_worker(
+    config: WorkerConfig, *, stop: asyncio.Event | None = None, client_overrides: dict[str, Any] | None = None
+) -> None:
+    """Run until SIGINT/SIGTERM (or ``stop``), then shut down gracefully: stop polling, let
+    in-flight activities finish within the grace period."""
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    client = await connect(**(client_overrides or {}))
+    await ensure_search_attributes(client)
+    worker = build_worker(client, config)
+    log.info(
+        "worker started",
+        task_queue=config.task_queue,
+        namespace=client.namespace,
+        agents=config.agents,
+        model="openai" if config.uses_openai else "scripted",
+        pid=os.getpid(),
+    )
+    async with worker:
+        await stop.wait()
+        log.info("shutting down: draining in-flight work", grace_seconds=GRACEFUL_SHUTDOWN.total_seconds())
+    log.info("worker stopped")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python worker.py``: run a worker configured from the environment."""
+    config = WorkerConfig.from_env(os.environ)
+    configure_logging(config)
+    asyncio.run(run_worker(config))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

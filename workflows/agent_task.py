@@ -1,0 +1,508 @@
+"""``AgentTask``: one agent task's whole lifecycle.
+
+The loop: run an agent turn; evaluate the policy on each proposed effectful action; publish approval
+requests and wait (durably, until a deadline) for decisions; run the approved actions as their own
+activities; feed the results into the next turn. The task completes only with evidence.
+
+Decisions come as the signal ``submit_decision`` or the update ``decide`` (same checks; the update's
+validator refuses bad ones before they reach history). Queries: ``status``, ``pending_approvals``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any, NoReturn
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
+
+with workflow.unsafe.imports_passed_through():
+    from activities.agent.turn import AgentActivities
+    from activities.artifacts import ArtifactActivities
+    from activities.sandbox.activities import SandboxActivities
+    from schemas import visibility
+    from schemas.actions import ActionResult, ActionStatus
+    from schemas.approvals import (
+        ApprovalDecision,
+        ApprovalRequest,
+        DecisionOutcome,
+        DecisionRecord,
+        IgnoredDecision,
+    )
+    from schemas.artifacts import IngestInput
+    from schemas.events import Event, EventType
+    from schemas.sandbox import DestroySandboxInput
+    from schemas.tasks import (
+        BatchItem,
+        Evidence,
+        PolicyVerdict,
+        TaskInput,
+        TaskPhase,
+        TaskResult,
+        TaskSpec,
+        TaskState,
+        TaskStatus,
+    )
+    from schemas.turns import TurnInput
+    from schemas.validation import InvalidPayload, parse_decision, parse_task_input
+    from workflows import options
+    from workflows.decisions import find_request, why_not
+    from workflows.effects import EffectRunner, HandOff
+    from workflows.policy import evaluate
+
+EVENT_TAIL = 100
+
+
+@workflow.defn(name="AgentTask")
+class AgentTaskWorkflow:
+    """The lifecycle of one agent task (workflow id = task id)."""
+
+    @workflow.init
+    def __init__(self, raw: Any) -> None:
+        self.task_id = workflow.info().workflow_id
+        self.input_error: str | None = None
+        try:
+            task = parse_task_input(raw)
+        except InvalidPayload as err:
+            self.input_error = str(err)
+            task = None
+        self.spec: TaskSpec | None = task.spec if task else None
+        self.state: TaskState = (task.state if task and task.state else None) or TaskState()
+        self.effects = EffectRunner(self)
+
+    # ---- entry ---------------------------------------------------------------------------------
+
+    @workflow.run
+    async def run(self, raw: Any) -> TaskResult:
+        """Validate the raw input here (not in the SDK's decoder) so bad input fails the workflow
+        once, with the field named, instead of failing workflow tasks forever."""
+        if self.spec is None:
+            raise ApplicationError(
+                self.input_error or "invalid task input", type="InvalidTaskInput", non_retryable=True
+            )
+        spec = self.spec
+        if self.state.phase is TaskPhase.RECEIVED:
+            self.state.started_at = workflow.now()
+            self.emit(EventType.TASK_STARTED, agent=spec.agent, tenant=spec.tenant)
+        self.publish()
+        try:
+            if self.state.phase in (TaskPhase.RECEIVED, TaskPhase.INITIALIZING):
+                await self.initialize()
+            while not self.state.phase.terminal:
+                await self.maybe_continue_as_new()
+                if self.state.batch:
+                    await self.settle_batch()
+                else:
+                    await self.next_turn()
+        except HandOff as err:
+            await self.end(TaskPhase.HANDED_OFF, str(err))
+        except (asyncio.CancelledError, ActivityError) as err:
+            if not is_cancelled_exception(err):
+                assert isinstance(err, ActivityError)
+                await self.fail(err)
+            await self.end(TaskPhase.CANCELLED, "cancelled on request")
+            raise
+        return self.result()
+
+    async def fail(self, err: ActivityError) -> NoReturn:
+        """An activity failed for good: end the task ``failed`` and fail the workflow, explained."""
+        await self.end(TaskPhase.FAILED, f"{err.message}: {_cause(err)}")
+        raise ApplicationError(
+            f"task failed: {self.state.reason}", type="TaskFailed", non_retryable=True
+        ) from err
+
+    async def initialize(self) -> None:
+        assert self.spec is not None
+        self.set_phase(TaskPhase.INITIALIZING)
+        ingest = await workflow.execute_activity_method(
+            ArtifactActivities.ingest,
+            IngestInput(task_id=self.task_id, files=self.spec.inputs),
+            **options.INGEST.kwargs(),
+        )
+        self.state.inputs = ingest.inputs
+        self.set_phase(TaskPhase.RUNNING)
+
+    async def maybe_continue_as_new(self) -> None:
+        if not workflow.info().is_continue_as_new_suggested():
+            return
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        self.emit(EventType.CONTINUED_AS_NEW, history_length=workflow.info().get_current_history_length())
+        workflow.continue_as_new(TaskInput(spec=self.spec, state=self.state))
+
+    # ---- turns ---------------------------------------------------------------------------------
+
+    async def next_turn(self) -> None:
+        spec, state = self.spec, self.state
+        assert spec is not None
+        if state.turn >= spec.budgets.max_turns:
+            self.emit(EventType.BUDGET_EXHAUSTED, budget="max_turns", limit=spec.budgets.max_turns)
+            raise HandOff(f"turn budget exhausted ({spec.budgets.max_turns} turns)")
+        turn = state.turn + 1
+        self.emit(EventType.TURN_STARTED, turn=turn, results=len(state.pending_results))
+        self.details(f"Agent turn {turn} running")
+        result = await workflow.execute_activity_method(
+            AgentActivities.turn,
+            TurnInput(
+                task_id=self.task_id,
+                agent=spec.agent,
+                turn=turn,
+                prompt=spec.prompt,
+                inputs=state.inputs,
+                run_state_ref=state.run_state_ref,
+                results=state.pending_results,
+            ),
+            **options.TURN.kwargs(),
+        )
+        state.turn = turn
+        state.run_state_ref = result.run_state_ref
+        state.pending_results = list(result.invalid)
+        state.artifacts.extend(a for a in result.artifacts if a not in state.artifacts)
+        state.usage.turns += 1
+        state.usage.model_calls += result.usage.model_calls
+        state.usage.input_tokens += result.usage.input_tokens
+        state.usage.output_tokens += result.usage.output_tokens
+        self.emit(
+            EventType.TURN_FINISHED,
+            turn=turn,
+            status=result.status,
+            proposed=[a.tool for a in result.proposed],
+            invalid=[r.call_id for r in result.invalid],
+            model_calls=result.usage.model_calls,
+            input_tokens=result.usage.input_tokens,
+            output_tokens=result.usage.output_tokens,
+        )
+        if state.end_after_turn is not None:
+            # The model has now seen the outcome that ends the task (e.g. a rejection).
+            state.final_output = result.final_output
+            await self.end(state.end_after_turn, state.reason or state.end_after_turn.value)
+            return
+        if result.status == "final":
+            state.final_output = result.final_output
+            await self.complete()
+            return
+        for action in result.proposed:
+            self.emit(
+                EventType.ACTION_PROPOSED, call_id=action.call_id, tool=action.tool, version=action.version
+            )
+            decision = evaluate(spec.policy, action)
+            state.batch.append(
+                BatchItem(action=action, verdict=decision.verdict, policy_reason=decision.reason)
+            )
+            self.emit(
+                EventType.POLICY_DECIDED,
+                call_id=action.call_id,
+                verdict=decision.verdict.value,
+                reason=decision.reason,
+            )
+            if decision.verdict is PolicyVerdict.REQUIRE_APPROVAL:
+                self.request_approval(state.batch[-1], list(decision.approvers))
+
+    # ---- approvals -----------------------------------------------------------------------------
+
+    def request_approval(self, item: BatchItem, approvers: list[str]) -> None:
+        assert self.spec is not None
+        self.state.request_seq += 1
+        now = workflow.now()
+        request = ApprovalRequest(
+            request_id=f"req-{self.state.request_seq}",
+            action=item.action,
+            version=item.action.version,
+            approvers=approvers,
+            reason=item.policy_reason,
+            requested_at=now,
+            deadline=now + timedelta(seconds=self.spec.budgets.approval_timeout_seconds),
+        )
+        item.request_id = request.request_id
+        self.state.requests.append(request)
+        self.emit(
+            EventType.APPROVAL_REQUESTED,
+            request_id=request.request_id,
+            tool=item.action.tool,
+            version=request.version,
+            approvers=approvers,
+            deadline=request.deadline.isoformat(),
+        )
+
+    def pending(self) -> list[ApprovalRequest]:
+        return [r for r in self.state.requests if not r.decided]
+
+    async def settle_batch(self) -> None:
+        """Wait for every decision the batch needs, then run its actions and queue their results."""
+        while self.pending():
+            self.set_phase(TaskPhase.AWAITING_APPROVAL)
+            first_deadline = min(r.deadline for r in self.pending())
+            remaining = (first_deadline - workflow.now()).total_seconds()
+            try:
+                await workflow.wait_condition(
+                    lambda: not self.pending() or workflow.info().is_continue_as_new_suggested(),
+                    timeout=max(remaining, 0.001),
+                )
+            except TimeoutError:
+                expired = [r.request_id for r in self.pending() if r.deadline <= workflow.now()]
+                if expired:
+                    self.emit(EventType.APPROVAL_EXPIRED, request_ids=expired)
+                    raise HandOff(f"approval deadline passed for {', '.join(expired)}") from None
+            await self.maybe_continue_as_new()
+        self.set_phase(TaskPhase.RUNNING)
+        for item in self.state.batch:
+            if item.result is None:
+                item.result = await self.effects.run(item)
+        results = [item.result for item in self.state.batch if item.result is not None]
+        self.state.pending_results.extend(results)
+        self.state.batch = []
+        assert self.spec is not None
+        rejected = [r for r in results if r.status is ActionStatus.REJECTED]
+        if rejected and self.spec.policy.on_reject == "end":
+            self.state.end_after_turn = TaskPhase.REJECTED
+            self.state.reason = rejected[0].output
+
+    def decision_item(self, request_id: str) -> BatchItem | None:
+        return next((i for i in self.state.batch if i.request_id == request_id), None)
+
+    def apply_decision(self, decision: ApprovalDecision, via: str) -> str | None:
+        """Apply a decision or record why it is ignored; returns that reason (None when applied)."""
+        reason = self.input_error or why_not(self.state.requests, decision)
+        if reason is None and self.decision_item(decision.request_id) is None:
+            reason = f"request {decision.request_id} no longer waits for a decision"
+        if reason is not None:
+            self.ignore(reason, via, decision)
+            return reason
+        request = find_request(self.state.requests, decision.request_id)
+        assert request is not None
+        request.decided = True
+        record = DecisionRecord(
+            request_id=request.request_id,
+            tool=request.action.tool,
+            decision=decision.decision,
+            principal=decision.principal,
+            version=decision.version,
+            edited_args=decision.edited_args,
+            reason=decision.reason,
+            via=via,
+            decided_at=workflow.now(),
+        )
+        self.state.decisions.append(record)
+        self.emit(
+            EventType.APPROVAL_DECIDED,
+            request_id=request.request_id,
+            decision=decision.decision.value,
+            principal=decision.principal,
+            version=decision.version,
+            via=via,
+        )
+        return None
+
+    def ignore(
+        self, reason: str, via: str, decision: ApprovalDecision | None = None, raw: Any = None
+    ) -> None:
+        if decision is None and isinstance(raw, dict):
+            decision_fields = {k: raw.get(k) for k in ("request_id", "principal", "version", "decision")}
+            fields = {k: v if isinstance(v, str) else None for k, v in decision_fields.items()}
+        elif decision is not None:
+            fields = {
+                "request_id": decision.request_id,
+                "principal": decision.principal,
+                "version": decision.version,
+                "decision": decision.decision.value,
+            }
+        else:
+            fields = {}
+        self.state.ignored.append(
+            IgnoredDecision(reason=reason, via=via, received_at=workflow.now(), **fields)
+        )
+        self.emit(EventType.APPROVAL_IGNORED, reason=reason, via=via, **fields)
+
+    @workflow.signal(name="submit_decision")
+    def submit_decision(self, raw: Any) -> None:
+        """A decision from any client. Anything wrong with it is recorded as ignored, with why."""
+        try:
+            decision = parse_decision(raw)
+        except InvalidPayload as err:
+            self.ignore(str(err), "signal", raw=raw)
+            return
+        self.apply_decision(decision, "signal")
+
+    @workflow.update(name="decide")
+    def decide(self, raw: Any) -> DecisionOutcome:
+        """Like ``submit_decision``, with a synchronous answer."""
+        decision = parse_decision(raw)
+        reason = self.apply_decision(decision, "update")
+        return DecisionOutcome(
+            request_id=decision.request_id,
+            accepted=reason is None,
+            phase=self.state.phase.value,
+            detail=reason or f"{decision.decision.value} recorded",
+        )
+
+    @decide.validator
+    def validate_decide(self, raw: Any) -> None:
+        """Refuse a bad decision before it reaches history."""
+        if self.input_error:
+            raise ValueError(self.input_error)
+        decision = parse_decision(raw)
+        reason = why_not(self.state.requests, decision)
+        if reason is not None:
+            raise ValueError(reason)
+
+    # ---- queries -------------------------------------------------------------------------------
+
+    @workflow.query(name="status")
+    def status(self) -> TaskStatus:
+        """Phase, pending requests, budgets, usage and the latest events."""
+        spec = self.spec
+        return TaskStatus(
+            task_id=self.task_id,
+            agent=spec.agent if spec else "",
+            tenant=spec.tenant if spec else "",
+            phase=self.state.phase,
+            turn=self.state.turn,
+            pending=self.pending(),
+            budgets=spec.budgets if spec else TaskSpec.model_construct().budgets,
+            usage=self.state.usage,
+            reason=self.state.reason or self.input_error,
+            final_output=self.state.final_output,
+            ignored=self.state.ignored[-20:],
+            last_events=self.state.events[-20:],
+        )
+
+    @workflow.query(name="pending_approvals")
+    def pending_approvals(self) -> list[ApprovalRequest]:
+        """Requests still waiting for a decision."""
+        return self.pending()
+
+    # ---- ending --------------------------------------------------------------------------------
+
+    async def complete(self) -> None:
+        """Confirm every write by lookup, release the sandbox, and complete."""
+        await self.effects.confirm_writes()
+        evidence = self.evidence()
+        reason = None if evidence.complete else "evidence incomplete: " + "; ".join(evidence.missing)
+        await self.end(TaskPhase.COMPLETED, reason)
+
+    async def end(self, phase: TaskPhase, reason: str | None) -> None:
+        """Enter a terminal phase. The sandbox is destroyed even when the task was cancelled."""
+        self.state.reason = reason
+        for item in self.state.batch:
+            if item.result is None:
+                item.result = ActionResult(
+                    call_id=item.action.call_id,
+                    tool=item.action.tool,
+                    status=ActionStatus.NOT_RUN,
+                    output="not run: task ended",
+                )
+        for request in self.pending():
+            request.decided = True
+        await self.release_sandbox()
+        self.set_phase(phase)
+        self.emit(EventType.TASK_FINISHED, phase=phase.value, reason=reason)
+
+    async def release_sandbox(self) -> None:
+        sandbox = self.state.sandbox
+        if sandbox is None:
+            return
+        # Shielded: a cancellation arriving now must not skip the cleanup.
+        await asyncio.shield(
+            workflow.execute_activity_method(
+                SandboxActivities.destroy,
+                DestroySandboxInput(task_id=self.task_id, sandbox=sandbox),
+                **options.SANDBOX_DESTROY.kwargs(),
+            )
+        )
+        self.state.sandbox = None
+        self.emit(EventType.SANDBOX_DESTROYED, sandbox_id=sandbox.sandbox_id)
+
+    def evidence(self) -> Evidence:
+        state = self.state
+        missing = [
+            f"write {w.operation_key} not confirmed by lookup"
+            for w in state.writes
+            if w.confirmed is not True
+        ]
+        missing += [
+            f"command {c.call_id} output artifacts missing: {', '.join(c.missing_outputs)}"
+            for c in state.commands
+            if c.missing_outputs
+        ]
+        return Evidence(
+            inputs=state.inputs,
+            artifacts=state.artifacts,
+            commands=state.commands,
+            approvals=state.decisions,
+            writes=state.writes,
+            missing=missing,
+        )
+
+    def result(self) -> TaskResult:
+        return TaskResult(
+            task_id=self.task_id,
+            phase=self.state.phase,
+            final_output=self.state.final_output,
+            reason=self.state.reason,
+            evidence=self.evidence(),
+            usage=self.state.usage,
+        )
+
+    # ---- visibility ----------------------------------------------------------------------------
+
+    def set_phase(self, phase: TaskPhase) -> None:
+        if phase is self.state.phase:
+            return
+        previous = self.state.phase
+        self.state.phase = phase
+        self.emit(EventType.PHASE_CHANGED, previous=previous.value, phase=phase.value)
+        self.publish()
+
+    def publish(self) -> None:
+        """Keep search attributes and the UI's current details in step with the state."""
+        spec = self.spec
+        pending = self.pending()
+        approvers = sorted({p for r in pending for p in r.approvers})
+        workflow.upsert_search_attributes(
+            [
+                visibility.PHASE.value_set(self.state.phase.value),
+                visibility.TENANT.value_set(spec.tenant if spec else ""),
+                visibility.AGENT.value_set(spec.agent if spec else ""),
+                visibility.AWAITING_APPROVAL.value_set(self.state.phase is TaskPhase.AWAITING_APPROVAL),
+                visibility.APPROVERS.value_set(approvers),
+            ]
+        )
+        if self.state.phase is TaskPhase.AWAITING_APPROVAL and pending:
+            lines = [f"**Waiting for approval** of {len(pending)} action(s):"]
+            lines += [
+                f"- `{r.request_id}` {r.action.tool} by {' or '.join(r.approvers)}, version `{r.version}`, "
+                f"until {r.deadline.isoformat()}"
+                for r in pending
+            ]
+            self.details("\n".join(lines))
+        else:
+            self.details(
+                f"Phase: {self.state.phase.value}" + (f" ({self.state.reason})" if self.state.reason else "")
+            )
+
+    def details(self, text: str) -> None:
+        workflow.set_current_details(text)
+
+    def emit(self, type: EventType, **data: Any) -> None:
+        """Record an event in the state's bounded tail (and the replay-safe workflow log)."""
+        self.state.event_seq += 1
+        event = Event(
+            event_id=f"{self.task_id}/{self.state.event_seq}",
+            task_id=self.task_id,
+            seq=self.state.event_seq,
+            type=type,
+            at=workflow.now(),
+            phase=self.state.phase.value,
+            data=data,
+        )
+        self.state.events.append(event)
+        del self.state.events[:-EVENT_TAIL]
+        workflow.logger.info("%s %s", type.value, data)
+
+
+def _cause(err: BaseException) -> str:
+    cause = err.__cause__
+    return str(cause) if cause else "no detail"
+
+
+__all__ = ["AgentTaskWorkflow"]

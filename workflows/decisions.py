@@ -1,0 +1,38 @@
+"""Checking an approval decision against the task's requests: one function for the signal, the
+update's validator and the update handler, so all three agree."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionKind
+
+
+def find_request(requests: Iterable[ApprovalRequest], request_id: str) -> ApprovalRequest | None:
+    """The request with ``request_id``, or None."""
+    return next((r for r in requests if r.request_id == request_id), None)
+
+
+def why_not(requests: Iterable[ApprovalRequest], decision: ApprovalDecision) -> str | None:
+    """Why ``decision`` must be ignored, or None when it may be applied."""
+    request = find_request(requests, decision.request_id)
+    if request is None:
+        return f"unknown request {decision.request_id!r}"
+    if request.decided:
+        return f"request {request.request_id} is already decided"
+    if decision.version != request.version:
+        return (
+            f"stale version: the decision is for {decision.version[:19]}..., "
+            f"request {request.request_id} is at {request.version[:19]}..."
+        )
+    if decision.principal not in request.approvers:
+        return (
+            f"principal {decision.principal!r} may not decide request {request.request_id} "
+            f"(allowed: {', '.join(request.approvers)})"
+        )
+    if decision.decision is DecisionKind.EDIT:
+        assert decision.edited_args is not None
+        unknown = sorted(set(decision.edited_args) - set(request.action.arguments))
+        if unknown:
+            return f"edited_args names arguments the action does not have: {', '.join(unknown)}"
+    return None

@@ -1,0 +1,291 @@
+"""Running decided actions from the workflow: sandbox commands and business writes, each its own
+activity, each recorded as evidence. Workflow code: deterministic, no I/O of its own."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
+
+with workflow.unsafe.imports_passed_through():
+    from activities.agent.turn import AgentActivities
+    from activities.business import BusinessActivities
+    from activities.sandbox.activities import SandboxActivities
+    from schemas.actions import (
+        ActionResult,
+        ActionStatus,
+        BusinessWrite,
+        ProposedAction,
+        SandboxCommand,
+        action_version,
+    )
+    from schemas.approvals import DecisionKind, DecisionRecord
+    from schemas.events import EventType
+    from schemas.sandbox import CreateSandboxInput, ExecInput, SandboxRef
+    from schemas.tasks import BatchItem, PolicyVerdict, TaskPhase, TaskSpec
+    from schemas.turns import PlanInput
+    from schemas.writes import (
+        LookupInput,
+        WriteEvidence,
+        WriteInput,
+        WriteOutcome,
+        WriteReceipt,
+        operation_key,
+    )
+    from workflows import options
+
+if TYPE_CHECKING:
+    from workflows.agent_task import AgentTaskWorkflow
+
+
+class HandOff(Exception):
+    """Raised inside the workflow to end the task ``handed_off``: a human must take over."""
+
+
+class EffectRunner:
+    """Runs one batch item's effect for an ``AgentTaskWorkflow`` and records the evidence."""
+
+    def __init__(self, task: AgentTaskWorkflow) -> None:
+        self.task = task
+
+    async def run(self, item: BatchItem) -> ActionResult:
+        """The result of a decided action: refused, or run (as approved or as edited)."""
+        action = item.action
+        if item.verdict is PolicyVerdict.DENY:
+            return _result(action, ActionStatus.DENIED, f"denied by policy: {item.policy_reason}")
+        record = self._decision(item)
+        if record is not None and record.decision is DecisionKind.REJECT:
+            message = f"rejected by {record.principal}: {record.reason or 'no reason given'}"
+            return _result(action, ActionStatus.REJECTED, message)
+        operation, arguments, status = action.operation, action.arguments, ActionStatus.EXECUTED
+        if record is not None and record.decision is DecisionKind.EDIT:
+            assert record.edited_args is not None
+            arguments = {**action.arguments, **record.edited_args}
+            plan = await workflow.execute_activity_method(
+                AgentActivities.plan,
+                PlanInput(agent=spec_of(self.task).agent, tool=action.tool, arguments=arguments),
+                **options.PLAN.kwargs(),
+            )
+            if plan.operation is None:
+                return _result(
+                    action, ActionStatus.FAILED, f"the approver's edited arguments are invalid: {plan.error}"
+                )
+            operation, status = plan.operation, ActionStatus.EDITED
+            record.edited_version = action_version(action.tool, arguments, operation)
+        state, budgets = self.task.state, spec_of(self.task).budgets
+        if state.usage.actions >= budgets.max_actions:
+            self.task.emit(EventType.BUDGET_EXHAUSTED, budget="max_actions", limit=budgets.max_actions)
+            raise HandOff(f"action budget exhausted ({budgets.max_actions} actions)")
+        state.usage.actions += 1
+        if isinstance(operation, SandboxCommand):
+            output = await self.exec(action, operation)
+        else:
+            output = await self.write(action, operation)
+        if output is None:
+            return _result(action, ActionStatus.FAILED, "error: the business write did not happen")
+        if status is ActionStatus.EDITED:
+            output = json.dumps(
+                {
+                    "note": "the approver changed the arguments",
+                    "arguments": arguments,
+                    "result": json.loads(output),
+                },
+                sort_keys=True,
+            )
+        return ActionResult(
+            call_id=action.call_id,
+            tool=action.tool,
+            status=status,
+            output=output,
+            edited_arguments=arguments if status is ActionStatus.EDITED else None,
+        )
+
+    def _decision(self, item: BatchItem) -> DecisionRecord | None:
+        if item.request_id is None:
+            return None
+        return next(d for d in self.task.state.decisions if d.request_id == item.request_id)
+
+    # ---- sandbox -------------------------------------------------------------------------------
+
+    async def ensure_sandbox(self) -> SandboxRef:
+        state, spec = self.task.state, spec_of(self.task)
+        if state.sandbox is None:
+            state.sandbox = await workflow.execute_activity_method(
+                SandboxActivities.create,
+                CreateSandboxInput(
+                    task_id=self.task.task_id, tenant=spec.tenant, spec=spec.sandbox, inputs=state.inputs
+                ),
+                **options.SANDBOX_CREATE.kwargs(),
+            )
+            self.task.emit(
+                EventType.SANDBOX_CREATED,
+                sandbox_id=state.sandbox.sandbox_id,
+                backend=state.sandbox.backend.value,
+                isolation=state.sandbox.isolation,
+                trusted_only=state.sandbox.trusted_only,
+            )
+        return state.sandbox
+
+    async def exec(self, action: ProposedAction, command: SandboxCommand) -> str:
+        state, spec = self.task.state, spec_of(self.task)
+        if state.usage.sandbox_seconds >= spec.budgets.max_sandbox_seconds:
+            self.task.emit(
+                EventType.BUDGET_EXHAUSTED,
+                budget="max_sandbox_seconds",
+                limit=spec.budgets.max_sandbox_seconds,
+            )
+            raise HandOff(f"sandbox time budget exhausted ({spec.budgets.max_sandbox_seconds:g} s)")
+        sandbox = await self.ensure_sandbox()
+        timeout = command.timeout_seconds or spec.sandbox.command_timeout_seconds
+        try:
+            record = await workflow.execute_activity_method(
+                SandboxActivities.exec,
+                ExecInput(
+                    task_id=self.task.task_id,
+                    call_id=action.call_id,
+                    sandbox=sandbox,
+                    spec=spec.sandbox,
+                    command=command,
+                ),
+                **options.SANDBOX_EXEC.kwargs(start_to_close=timedelta(seconds=timeout) + options.EXEC_GRACE),
+            )
+        except ActivityError as err:
+            if is_cancelled_exception(err):
+                raise
+            self.task.emit(EventType.SANDBOX_EXEC, call_id=action.call_id, error=_message(err))
+            return json.dumps({"error": _message(err)})
+        state.commands.append(record)
+        state.artifacts.extend(a for a in record.outputs if a not in state.artifacts)
+        state.usage.sandbox_seconds += record.duration_ms / 1000
+        self.task.emit(
+            EventType.SANDBOX_EXEC,
+            call_id=action.call_id,
+            exit_code=record.exit_code,
+            timed_out=record.timed_out,
+            duration_ms=record.duration_ms,
+            stdout_digest=record.stdout_artifact.digest,
+        )
+        return json.dumps(
+            {
+                "exit_code": record.exit_code,
+                "timed_out": record.timed_out,
+                "stdout": record.stdout,
+                "stderr": record.stderr,
+                "truncated": record.truncated,
+                "outputs": [o.model_dump(mode="json") for o in record.outputs],
+            },
+            sort_keys=True,
+        )
+
+    # ---- business writes -----------------------------------------------------------------------
+
+    async def write(self, action: ProposedAction, plan: BusinessWrite) -> str | None:
+        """Write once under the action's operation key; an unknown outcome is looked up, not retried
+        blindly. Returns the model-visible receipt, or None when nothing was written."""
+        spec = spec_of(self.task)
+        key = operation_key(self.task.task_id, action.call_id)
+        self.task.set_phase(TaskPhase.COMMITTING)
+        self.task.emit(
+            EventType.WRITE_ATTEMPTED, call_id=action.call_id, operation_key=key, record_type=plan.record_type
+        )
+        try:
+            receipt = await workflow.execute_activity_method(
+                BusinessActivities.write,
+                WriteInput(
+                    operation_key=key,
+                    task_id=self.task.task_id,
+                    tenant=spec.tenant,
+                    record_type=plan.record_type,
+                    payload=plan.payload,
+                ),
+                **options.BUSINESS_WRITE.kwargs(),
+            )
+        except ActivityError as err:
+            if is_cancelled_exception(err):
+                raise
+            if _non_retryable(err):
+                # A deterministic refusal (e.g. the key holds another payload): nothing new was written.
+                self.task.set_phase(TaskPhase.RUNNING)
+                return json.dumps({"outcome": "failed", "operation_key": key, "error": _message(err)})
+            self.task.emit(EventType.WRITE_UNKNOWN, operation_key=key, error=_message(err))
+            self.task.set_phase(TaskPhase.RECONCILING)
+            found = await self.lookup(key)
+            if found is None:
+                raise HandOff(f"write {key}: outcome unknown and the lookup failed") from err
+            if found.outcome is not WriteOutcome.COMMITTED:
+                self.task.set_phase(TaskPhase.RUNNING)
+                return None
+            receipt = found
+        self.task.set_phase(TaskPhase.RUNNING)
+        self.task.state.writes.append(
+            WriteEvidence(call_id=action.call_id, operation_key=key, receipt=receipt)
+        )
+        self.task.emit(
+            EventType.WRITE_CONFIRMED,
+            operation_key=key,
+            outcome=receipt.outcome.value,
+            record_id=receipt.record_id,
+            replayed=receipt.replayed,
+        )
+        return json.dumps(
+            {
+                "outcome": receipt.outcome.value,
+                "record_id": receipt.record_id,
+                "operation_key": key,
+                "detail": receipt.detail,
+            },
+            sort_keys=True,
+        )
+
+    async def lookup(self, key: str) -> WriteReceipt | None:
+        """The committed receipt under ``key``; an UNKNOWN-outcome receipt when nothing is there;
+        None when the lookup itself failed."""
+        try:
+            result = await workflow.execute_activity_method(
+                BusinessActivities.lookup, LookupInput(operation_key=key), **options.BUSINESS_LOOKUP.kwargs()
+            )
+        except ActivityError as err:
+            if is_cancelled_exception(err):
+                raise
+            return None
+        self.task.emit(EventType.WRITE_RECONCILED, operation_key=key, found=result.found)
+        if result.receipt is None:
+            return WriteReceipt(operation_key=key, outcome=WriteOutcome.UNKNOWN, detail="not found by lookup")
+        return result.receipt
+
+    async def confirm_writes(self) -> None:
+        """Look every write up again before completing: evidence, not the write's own word."""
+        writes = [w for w in self.task.state.writes if w.confirmed is None]
+        if not writes:
+            return
+        self.task.set_phase(TaskPhase.RECONCILING)
+        for evidence in writes:
+            found = await self.lookup(evidence.operation_key)
+            if found is not None:
+                evidence.confirmed = (
+                    found.outcome is WriteOutcome.COMMITTED
+                    and found.payload_digest == evidence.receipt.payload_digest
+                )
+
+
+def spec_of(task: AgentTaskWorkflow) -> TaskSpec:
+    """The task's spec (only a task with a valid spec runs effects)."""
+    assert task.spec is not None
+    return task.spec
+
+
+def _result(action: ProposedAction, status: ActionStatus, output: str) -> ActionResult:
+    return ActionResult(call_id=action.call_id, tool=action.tool, status=status, output=output)
+
+
+def _message(err: ActivityError) -> str:
+    cause: Any = err.cause
+    return cause.message if isinstance(cause, ApplicationError) else str(cause or err)
+
+
+def _non_retryable(err: ActivityError) -> bool:
+    cause = err.cause
+    return isinstance(cause, ApplicationError) and cause.non_retryable
