@@ -49,7 +49,8 @@ _INDEXED_TYPES = {
 
 
 def configure_logging(config: WorkerConfig) -> None:
-    """structlog for people (console) or machines (JSON); stdlib logs (the SDK's) go through it."""
+    """structlog for people (console) or machines (JSON), on stderr so stdout stays for command
+    output; stdlib logs (the SDK's) go through it."""
     renderer: Any = (
         structlog.processors.JSONRenderer()
         if config.log_format == "json"
@@ -67,7 +68,7 @@ def configure_logging(config: WorkerConfig) -> None:
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=True,
     )
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _StderrHandler()
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             foreign_pre_chain=shared,
@@ -80,6 +81,18 @@ def configure_logging(config: WorkerConfig) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(config.log_level.upper())
+
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is at the time of each record."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass
 
 
 async def connect(**overrides: Any) -> Client:

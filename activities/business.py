@@ -70,10 +70,11 @@ class SqliteBusinessStore:
             existing = self._select(db, input.operation_key)
             if existing is not None:
                 db.execute("COMMIT")
-                if existing.payload_digest != digest:
+                if (existing.payload_digest, existing.record_type) != (digest, input.record_type):
                     raise WriteConflict(
-                        f"operation key {input.operation_key} is already committed with a "
-                        f"different payload ({existing.payload_digest}, not {digest})"
+                        f"operation key {input.operation_key} is already committed with a different "
+                        f"write ({existing.record_type} {existing.payload_digest}, "
+                        f"not {input.record_type} {digest})"
                     )
                 return existing.model_copy(update={"replayed": True})
             now = datetime.now(UTC)

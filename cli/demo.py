@@ -93,8 +93,9 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
 
 
-async def run_demo(args: Any, connect: Any, out: TextIO = sys.stdout) -> int:
+async def run_demo(args: Any, connect: Any, out: TextIO | None = None) -> int:
     """Run the demo; ``connect(address)`` returns a client."""
+    out = out or sys.stdout
     config = WorkerConfig.from_env(os.environ, data_dir=args.data_dir, task_queue=args.task_queue)
     config.data_dir.mkdir(parents=True, exist_ok=True)
     host, port = _split_address(args.address)

@@ -35,7 +35,13 @@ def temporal_binary() -> str:
 
 
 def dev_server_command(
-    *, port: int, db_filename: Path, ui_port: int | None = None, headless: bool = False, ip: str = "127.0.0.1"
+    *,
+    port: int,
+    db_filename: Path,
+    ui_port: int | None = None,
+    headless: bool = False,
+    ip: str = "127.0.0.1",
+    dynamic_config: dict[str, str] | None = None,
 ) -> list[str]:
     """The command line that starts the dev server as this project needs it."""
     argv = [
@@ -48,6 +54,8 @@ def dev_server_command(
         argv += ["--sqlite-pragma", pragma]
     for name, kind in visibility.CLI_TYPES.items():
         argv += ["--search-attribute", f"{name}={kind}"]
+    for key, value in (dynamic_config or {}).items():
+        argv += ["--dynamic-config-value", f"{key}={value}"]
     if headless:
         argv.append("--headless")
     else:
@@ -65,7 +73,13 @@ def port_open(host: str, port: int) -> bool:
 
 
 def start_dev_server(
-    *, port: int, db_filename: Path, log_file: Path, ui_port: int | None = None, headless: bool = False
+    *,
+    port: int,
+    db_filename: Path,
+    log_file: Path,
+    ui_port: int | None = None,
+    headless: bool = False,
+    dynamic_config: dict[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start the dev server in the background; returns once it accepts connections.
 
@@ -76,7 +90,13 @@ def start_dev_server(
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with log_file.open("ab") as log:
         proc = subprocess.Popen(
-            dev_server_command(port=port, db_filename=db_filename, ui_port=ui_port, headless=headless),
+            dev_server_command(
+                port=port,
+                db_filename=db_filename,
+                ui_port=ui_port,
+                headless=headless,
+                dynamic_config=dynamic_config,
+            ),
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -103,10 +103,9 @@ async def _run(args: Any) -> int:
         args.address = args.demo_address
         return await run_demo(args, lambda address: _client(args, address))
     if args.command == "worker":
-        from worker import configure_logging, run_worker
+        from worker import run_worker
 
         config = WorkerConfig.from_env(os.environ, task_queue=args.task_queue, data_dir=args.data_dir)
-        configure_logging(config)
         await run_worker(config, client_overrides={"target_host": args.address, "namespace": args.namespace})
         return 0
     client = await _client(args)
@@ -134,8 +133,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         os.execv(argv_[0], argv_)
     from cli.tasks import CliError
+    from worker import configure_logging
 
     try:
+        configure_logging(WorkerConfig.from_env(os.environ))
         return asyncio.run(_run(args))
     except (CliError, ConfigError) as err:
         print(f"agent-worker: {err}", file=sys.stderr)

@@ -9,6 +9,7 @@ import asyncio
 import json
 import sys
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -26,6 +27,7 @@ from schemas.validation import InvalidPayload, parse_decision, parse_task_input
 
 WORKFLOW_TYPE = "AgentTask"
 POLL_SECONDS = 0.5
+INBOX_QUERY_TIMEOUT = timedelta(seconds=5)
 
 
 class CliError(Exception):
@@ -83,10 +85,10 @@ async def start_task(
         return client.get_workflow_handle(task_id, result_type=TaskResult), False
 
 
-async def query_status(handle: WorkflowHandle[Any, Any]) -> TaskStatus:
+async def query_status(handle: WorkflowHandle[Any, Any], rpc_timeout: timedelta | None = None) -> TaskStatus:
     """The task's ``status`` query answer."""
     try:
-        return await handle.query("status", result_type=TaskStatus)
+        return await handle.query("status", result_type=TaskStatus, rpc_timeout=rpc_timeout)
     except RPCError as err:
         if err.status is RPCStatusCode.NOT_FOUND:
             raise CliError(f"no task {handle.id!r}") from None
@@ -144,7 +146,8 @@ async def outcome(handle: WorkflowHandle[Any, Any], out: TextIO) -> int:
     return 0 if result.phase is TaskPhase.COMPLETED else 1
 
 
-async def cmd_start(client: Client, args: Any, out: TextIO = sys.stdout) -> int:
+async def cmd_start(client: Client, args: Any, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
     task = load_task_input(args.file, args.example)
     task_id = args.id or f"task-{uuid.uuid4().hex[:12]}"
     handle, started = await start_task(client, task, task_id, args.task_queue)
@@ -162,40 +165,65 @@ async def cmd_start(client: Client, args: Any, out: TextIO = sys.stdout) -> int:
     return await outcome(handle, out)
 
 
-async def cmd_status(client: Client, args: Any, out: TextIO = sys.stdout) -> int:
+async def cmd_status(client: Client, args: Any, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
     status = await query_status(client.get_workflow_handle(args.task_id))
     print(status.model_dump_json(indent=2) if args.json else render.status_text(status), file=out)
     return 0
 
 
-async def cmd_inbox(client: Client, args: Any, out: TextIO = sys.stdout) -> int:
-    """Every task waiting for a human, found through visibility (search attributes)."""
+async def cmd_inbox(client: Client, args: Any, out: TextIO | None = None) -> int:
+    """Every task waiting for a human, found through visibility (search attributes).
+
+    Each task's pending requests come from its ``status`` query. A task whose worker does not answer
+    within a few seconds is still listed, from what visibility knows, so one dead worker cannot hide
+    the rest of the inbox.
+    """
+    out = out or sys.stdout
     query = visibility.AWAITING_QUERY
     if args.tenant:
         query += f" AND {visibility.TENANT.name} = '{args.tenant}'"
-    entries = []
-    async for execution in client.list_workflows(query):
-        status = await query_status(client.get_workflow_handle(execution.id))
-        if status.pending:
-            entries.append(status)
-    if args.json:
-        print(
-            json.dumps(
-                [
-                    s.model_dump(mode="json", include={"task_id", "tenant", "agent", "phase", "pending"})
-                    for s in entries
-                ],
-                indent=2,
-            ),
-            file=out,
+    executions = [e async for e in client.list_workflows(query)]
+    answers = await asyncio.gather(
+        *(
+            query_status(client.get_workflow_handle(e.id), rpc_timeout=INBOX_QUERY_TIMEOUT)
+            for e in executions
+        ),
+        return_exceptions=True,
+    )
+    answered: list[TaskStatus] = []
+    unanswered: list[dict[str, Any]] = []
+    for execution, answer in zip(executions, answers, strict=True):
+        if isinstance(answer, TaskStatus):
+            if answer.pending:
+                answered.append(answer)
+            continue
+        attributes = execution.typed_search_attributes
+        unanswered.append(
+            {
+                "task_id": execution.id,
+                "tenant": attributes.get(visibility.TENANT),
+                "agent": attributes.get(visibility.AGENT),
+                "approvers": attributes.get(visibility.APPROVERS) or [],
+                "error": f"no worker answered the status query ({answer})",
+            }
         )
+    if args.json:
+        fields = {"task_id", "tenant", "agent", "phase", "pending"}
+        listing = [s.model_dump(mode="json", include=fields) for s in answered] + unanswered
+        print(json.dumps(listing, indent=2), file=out)
         return 0
-    if not entries:
+    if not answered and not unanswered:
         print("no task is waiting for approval", file=out)
-    for status in entries:
+    for status in answered:
         print(f"task {status.task_id}  agent={status.agent}  tenant={status.tenant}", file=out)
         for request in status.pending:
             print("\n".join(render.request_lines(status.task_id, request)), file=out)
+    for entry in unanswered:
+        print(f"task {entry['task_id']}  agent={entry['agent']}  tenant={entry['tenant']}", file=out)
+        print(
+            f"  approvers: {', '.join(entry['approvers'])}; details unavailable: {entry['error']}", file=out
+        )
     return 0
 
 
@@ -221,7 +249,8 @@ async def send_decision(
         raise CliError(f"cannot reach task {task_id}: {err.message}") from None
 
 
-async def cmd_decide(client: Client, args: Any, out: TextIO = sys.stdout) -> int:
+async def cmd_decide(client: Client, args: Any, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
     raw: dict[str, Any] = {
         "request_id": args.request,
         "version": args.version,
@@ -250,7 +279,8 @@ async def cmd_decide(client: Client, args: Any, out: TextIO = sys.stdout) -> int
     return 0
 
 
-async def cmd_cancel(client: Client, args: Any, out: TextIO = sys.stdout) -> int:
+async def cmd_cancel(client: Client, args: Any, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
     handle = client.get_workflow_handle(args.task_id)
     try:
         await handle.cancel()

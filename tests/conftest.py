@@ -9,7 +9,15 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
+from schemas.config import WorkerConfig
 from tests.support import DevServer, TaskEnv, connect, launch_dev_server, make_config, running_worker
+from worker import configure_logging
+
+
+@pytest.fixture(scope="session", autouse=True)
+def logs_to_stderr() -> None:
+    """Worker logs go to stderr, as in production, so command output on stdout stays parseable."""
+    configure_logging(WorkerConfig())
 
 
 @pytest.fixture(scope="session")

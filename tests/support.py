@@ -58,11 +58,17 @@ class DevServer:
             os.killpg(self.proc.pid, signal.SIGKILL)
 
 
-def launch_dev_server(directory: Path) -> DevServer:
+def launch_dev_server(directory: Path, dynamic_config: dict[str, str] | None = None) -> DevServer:
     """Start the embedded dev server (WAL, search attributes) on a free port under ``directory``."""
     port = free_port()
     db = directory / "temporal.db"
-    proc = start_dev_server(port=port, db_filename=db, log_file=directory / "temporal.log", headless=True)
+    proc = start_dev_server(
+        port=port,
+        db_filename=db,
+        log_file=directory / "temporal.log",
+        headless=True,
+        dynamic_config=dynamic_config,
+    )
     return DevServer(address=f"127.0.0.1:{port}", proc=proc, db=db)
 
 
@@ -146,6 +152,12 @@ class TaskEnv:
             handle, lambda s: s.phase is TaskPhase.AWAITING_APPROVAL and bool(s.pending)
         )
 
+    async def cancel(self, handle: WorkflowHandle[Any, Any]) -> None:
+        """Cancel the task and wait until it has closed (while this env's worker still runs)."""
+        await handle.cancel()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(handle.result(), 30)
+
 
 def make_config(data_dir: Path, **overrides: Any) -> WorkerConfig:
     values: dict[str, Any] = {
@@ -186,7 +198,9 @@ async def assert_replays(client: Client, workflow_id: str) -> str:
     name (``make histories`` refreshes ``tests/histories/`` this way).
     """
     history = await client.get_workflow_handle(workflow_id).fetch_history()
-    await Replayer(workflows=[AgentTaskWorkflow], data_converter=pydantic_data_converter).replay_workflow(history)
+    await Replayer(workflows=[AgentTaskWorkflow], data_converter=pydantic_data_converter).replay_workflow(
+        history
+    )
     record_dir = os.environ.get("AGENT_WORKER_RECORD_HISTORIES")
     if record_dir:
         test_name = os.environ["PYTEST_CURRENT_TEST"].split("::")[-1].split(" ")[0]

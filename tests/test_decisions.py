@@ -75,7 +75,7 @@ async def test_update_refuses_wrong_decisions_before_history(env: TaskEnv) -> No
     assert update_events == []
     status = await env.wait_status(handle, lambda s: True)
     assert status.phase is TaskPhase.AWAITING_APPROVAL and status.ignored == []
-    await handle.cancel()
+    await env.cancel(handle)
 
 
 async def test_cli_refuses_a_disallowed_principal(env: TaskEnv, capsys: pytest.CaptureFixture[str]) -> None:

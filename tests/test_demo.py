@@ -23,9 +23,15 @@ async def test_demo_runs_end_to_end_from_nothing(tmp_path: Path) -> None:
     proc = await asyncio.to_thread(
         subprocess.run,
         [
-            sys.executable, "-m", "cli.main", "demo", "--approve",
-            "--address", f"127.0.0.1:{port}",
-            "--data-dir", str(tmp_path / "data"),
+            sys.executable,
+            "-m",
+            "cli.main",
+            "demo",
+            "--approve",
+            "--address",
+            f"127.0.0.1:{port}",
+            "--data-dir",
+            str(tmp_path / "data"),
             "--headless",
         ],  # fmt: skip
         cwd=tmp_path,

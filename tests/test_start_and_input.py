@@ -42,7 +42,7 @@ async def test_starting_the_same_task_id_twice_gives_one_task(
         await env.start(example_spec(), task_id="dup-task")
     executions = [e async for e in env.client.list_workflows("WorkflowId = 'dup-task'")]
     assert len(executions) == 1
-    await env.client.get_workflow_handle("dup-task").cancel()
+    await env.cancel(env.client.get_workflow_handle("dup-task"))
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,6 @@ validator refuses bad ones before they reach history). Queries: ``status``, ``pe
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
 from typing import Any, NoReturn
 
 from temporalio import workflow
@@ -24,11 +23,8 @@ with workflow.unsafe.imports_passed_through():
     from schemas import visibility
     from schemas.actions import ActionResult, ActionStatus
     from schemas.approvals import (
-        ApprovalDecision,
         ApprovalRequest,
         DecisionOutcome,
-        DecisionRecord,
-        IgnoredDecision,
     )
     from schemas.artifacts import IngestInput
     from schemas.events import Event, EventType
@@ -47,7 +43,8 @@ with workflow.unsafe.imports_passed_through():
     from schemas.turns import TurnInput
     from schemas.validation import InvalidPayload, parse_decision, parse_task_input
     from workflows import options
-    from workflows.decisions import find_request, why_not
+    from workflows.approvals import ApprovalDesk
+    from workflows.decisions import why_not
     from workflows.effects import EffectRunner, HandOff
     from workflows.policy import evaluate
 
@@ -70,6 +67,7 @@ class AgentTaskWorkflow:
         self.spec: TaskSpec | None = task.spec if task else None
         self.state: TaskState = (task.state if task and task.state else None) or TaskState()
         self.effects = EffectRunner(self)
+        self.approvals = ApprovalDesk(self)
 
     # ---- entry ---------------------------------------------------------------------------------
 
@@ -196,50 +194,23 @@ class AgentTaskWorkflow:
                 reason=decision.reason,
             )
             if decision.verdict is PolicyVerdict.REQUIRE_APPROVAL:
-                self.request_approval(state.batch[-1], list(decision.approvers))
+                self.approvals.request(state.batch[-1], list(decision.approvers))
 
     # ---- approvals -----------------------------------------------------------------------------
 
-    def request_approval(self, item: BatchItem, approvers: list[str]) -> None:
-        assert self.spec is not None
-        self.state.request_seq += 1
-        now = workflow.now()
-        request = ApprovalRequest(
-            request_id=f"req-{self.state.request_seq}",
-            action=item.action,
-            version=item.action.version,
-            approvers=approvers,
-            reason=item.policy_reason,
-            requested_at=now,
-            deadline=now + timedelta(seconds=self.spec.budgets.approval_timeout_seconds),
-        )
-        item.request_id = request.request_id
-        self.state.requests.append(request)
-        self.emit(
-            EventType.APPROVAL_REQUESTED,
-            request_id=request.request_id,
-            tool=item.action.tool,
-            version=request.version,
-            approvers=approvers,
-            deadline=request.deadline.isoformat(),
-        )
-
-    def pending(self) -> list[ApprovalRequest]:
-        return [r for r in self.state.requests if not r.decided]
-
     async def settle_batch(self) -> None:
         """Wait for every decision the batch needs, then run its actions and queue their results."""
-        while self.pending():
+        while self.approvals.pending():
             self.set_phase(TaskPhase.AWAITING_APPROVAL)
-            first_deadline = min(r.deadline for r in self.pending())
+            first_deadline = min(r.deadline for r in self.approvals.pending())
             remaining = (first_deadline - workflow.now()).total_seconds()
             try:
                 await workflow.wait_condition(
-                    lambda: not self.pending() or workflow.info().is_continue_as_new_suggested(),
+                    lambda: not self.approvals.pending() or workflow.info().is_continue_as_new_suggested(),
                     timeout=max(remaining, 0.001),
                 )
             except TimeoutError:
-                expired = [r.request_id for r in self.pending() if r.deadline <= workflow.now()]
+                expired = [r.request_id for r in self.approvals.pending() if r.deadline <= workflow.now()]
                 if expired:
                     self.emit(EventType.APPROVAL_EXPIRED, request_ids=expired)
                     raise HandOff(f"approval deadline passed for {', '.join(expired)}") from None
@@ -257,77 +228,21 @@ class AgentTaskWorkflow:
             self.state.end_after_turn = TaskPhase.REJECTED
             self.state.reason = rejected[0].output
 
-    def decision_item(self, request_id: str) -> BatchItem | None:
-        return next((i for i in self.state.batch if i.request_id == request_id), None)
-
-    def apply_decision(self, decision: ApprovalDecision, via: str) -> str | None:
-        """Apply a decision or record why it is ignored; returns that reason (None when applied)."""
-        reason = self.input_error or why_not(self.state.requests, decision)
-        if reason is None and self.decision_item(decision.request_id) is None:
-            reason = f"request {decision.request_id} no longer waits for a decision"
-        if reason is not None:
-            self.ignore(reason, via, decision)
-            return reason
-        request = find_request(self.state.requests, decision.request_id)
-        assert request is not None
-        request.decided = True
-        record = DecisionRecord(
-            request_id=request.request_id,
-            tool=request.action.tool,
-            decision=decision.decision,
-            principal=decision.principal,
-            version=decision.version,
-            edited_args=decision.edited_args,
-            reason=decision.reason,
-            via=via,
-            decided_at=workflow.now(),
-        )
-        self.state.decisions.append(record)
-        self.emit(
-            EventType.APPROVAL_DECIDED,
-            request_id=request.request_id,
-            decision=decision.decision.value,
-            principal=decision.principal,
-            version=decision.version,
-            via=via,
-        )
-        return None
-
-    def ignore(
-        self, reason: str, via: str, decision: ApprovalDecision | None = None, raw: Any = None
-    ) -> None:
-        if decision is None and isinstance(raw, dict):
-            decision_fields = {k: raw.get(k) for k in ("request_id", "principal", "version", "decision")}
-            fields = {k: v if isinstance(v, str) else None for k, v in decision_fields.items()}
-        elif decision is not None:
-            fields = {
-                "request_id": decision.request_id,
-                "principal": decision.principal,
-                "version": decision.version,
-                "decision": decision.decision.value,
-            }
-        else:
-            fields = {}
-        self.state.ignored.append(
-            IgnoredDecision(reason=reason, via=via, received_at=workflow.now(), **fields)
-        )
-        self.emit(EventType.APPROVAL_IGNORED, reason=reason, via=via, **fields)
-
     @workflow.signal(name="submit_decision")
     def submit_decision(self, raw: Any) -> None:
         """A decision from any client. Anything wrong with it is recorded as ignored, with why."""
         try:
             decision = parse_decision(raw)
         except InvalidPayload as err:
-            self.ignore(str(err), "signal", raw=raw)
+            self.approvals.ignore(str(err), "signal", raw=raw)
             return
-        self.apply_decision(decision, "signal")
+        self.approvals.apply(decision, "signal")
 
     @workflow.update(name="decide")
     def decide(self, raw: Any) -> DecisionOutcome:
         """Like ``submit_decision``, with a synchronous answer."""
         decision = parse_decision(raw)
-        reason = self.apply_decision(decision, "update")
+        reason = self.approvals.apply(decision, "update")
         return DecisionOutcome(
             request_id=decision.request_id,
             accepted=reason is None,
@@ -357,7 +272,7 @@ class AgentTaskWorkflow:
             tenant=spec.tenant if spec else "",
             phase=self.state.phase,
             turn=self.state.turn,
-            pending=self.pending(),
+            pending=self.approvals.pending(),
             budgets=spec.budgets if spec else TaskSpec.model_construct().budgets,
             usage=self.state.usage,
             reason=self.state.reason or self.input_error,
@@ -369,7 +284,7 @@ class AgentTaskWorkflow:
     @workflow.query(name="pending_approvals")
     def pending_approvals(self) -> list[ApprovalRequest]:
         """Requests still waiting for a decision."""
-        return self.pending()
+        return self.approvals.pending()
 
     # ---- ending --------------------------------------------------------------------------------
 
@@ -391,7 +306,7 @@ class AgentTaskWorkflow:
                     status=ActionStatus.NOT_RUN,
                     output="not run: task ended",
                 )
-        for request in self.pending():
+        for request in self.approvals.pending():
             request.decided = True
         await self.release_sandbox()
         self.set_phase(phase)
@@ -456,7 +371,7 @@ class AgentTaskWorkflow:
     def publish(self) -> None:
         """Keep search attributes and the UI's current details in step with the state."""
         spec = self.spec
-        pending = self.pending()
+        pending = self.approvals.pending()
         approvers = sorted({p for r in pending for p in r.approvers})
         workflow.upsert_search_attributes(
             [

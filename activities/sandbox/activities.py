@@ -73,8 +73,8 @@ class SandboxActivities:
             exit_code=exit_code,
             timed_out=timed_out,
             duration_ms=duration_ms,
-            stdout=out[:limit].decode("utf-8", "replace"),
-            stderr=err[:limit].decode("utf-8", "replace"),
+            stdout=_capped_text(out, limit),
+            stderr=_capped_text(err, limit),
             stdout_artifact=self.store.ref(f"{input.call_id}.stdout", out, "text/plain"),
             stderr_artifact=self.store.ref(f"{input.call_id}.stderr", err, "text/plain"),
             truncated=len(out) > limit or len(err) > limit,
@@ -89,3 +89,8 @@ class SandboxActivities:
         backend = self._backend(input.sandbox.backend, "sandbox.destroy")
         existed = await backend.destroy(input.sandbox)
         return DestroySandboxResult(sandbox_id=input.sandbox.sandbox_id, existed=existed)
+
+
+def _capped_text(data: bytes, limit: int) -> str:
+    """At most ``limit`` bytes of ``data`` as text (a character cut in half is dropped)."""
+    return data[:limit].decode("utf-8", "ignore") if len(data) > limit else data.decode("utf-8", "replace")

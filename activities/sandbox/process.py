@@ -20,6 +20,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
@@ -101,7 +102,7 @@ class ProcessSandbox:
                 )
             )
         for name, data in inputs.items():
-            target = work / name
+            target = self._inside(work, name, "sandbox.create")
             if not target.exists() or target.read_bytes() != data:
                 target.write_bytes(data)
         return SandboxRef(
@@ -139,6 +140,7 @@ class ProcessSandbox:
                 retryable="no",
             )
         timeout = input.command.timeout_seconds or input.spec.command_timeout_seconds
+        started = time.monotonic()
         proc = await asyncio.create_subprocess_exec(
             *self._argv(input, timeout),
             cwd=work,
@@ -163,18 +165,25 @@ class ProcessSandbox:
                 _kill_group(proc)
                 with contextlib.suppress(Exception):
                     await asyncio.shield(proc.wait())
-        # timeout(1) reports a KILLed command as 137.
-        timed_out = proc.returncode in (124, 137, -9)
+        # timeout(1) reports a KILLed command as 137; a command may exit 137 by itself, so the
+        # elapsed time decides.
+        timed_out = proc.returncode in (124, 137, -9) and time.monotonic() - started >= timeout
         return proc.returncode, timed_out, out, err
 
     async def read_file(self, ref: SandboxRef, name: str) -> bytes | None:
-        work = self._work(ref.sandbox_id).resolve()
+        path = self._inside(self._work(ref.sandbox_id), name, "sandbox.exec")
+        return path.read_bytes() if path.is_file() else None
+
+    @staticmethod
+    def _inside(work: Path, name: str, operation: str) -> Path:
+        """``work / name``, refusing names (``..``, symlinks) that lead outside the work dir."""
+        work = work.resolve()
         path = (work / name).resolve()
         if work not in path.parents:
             raise SandboxError(
-                f"{name!r} is outside the work dir", code="bad_path", operation="sandbox.exec", retryable="no"
+                f"{name!r} is outside the work dir", code="bad_path", operation=operation, retryable="no"
             )
-        return path.read_bytes() if path.is_file() else None
+        return path
 
     async def destroy(self, ref: SandboxRef) -> bool:
         path = self._dir(ref.sandbox_id)
