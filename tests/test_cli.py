@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import sqlite3
+import sys
 from pathlib import Path
 
 import pytest
+from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import WorkflowFailureError
 
 from cli.main import main as cli_main
-from tests.support import TaskEnv, example_spec
+from schemas import visibility
+from tests.support import REPO, TaskEnv, connect, example_spec, free_port
 
 
 async def test_start_wait_shows_progress_and_the_evidence(
@@ -54,3 +60,28 @@ async def test_cancel_command_ends_a_waiting_task(env: TaskEnv, capsys: pytest.C
     status = json.loads(capsys.readouterr().out)
     assert status["phase"] == "cancelled"
     assert status["pending"] == []
+
+
+async def test_dev_starts_the_embedded_server_with_wal_and_search_attributes(tmp_path: Path) -> None:
+    """`agent-worker dev --port P --db-filename F` serves Temporal on P from F in WAL mode, with the
+    task search attributes registered."""
+    port = free_port()
+    db = tmp_path / "dev" / "temporal.db"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "cli.main", "dev", "--port", str(port), "--db-filename", str(db), "--headless",
+        cwd=REPO,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        client = await connect(f"127.0.0.1:{port}")
+        listed = await client.operator_service.list_search_attributes(
+            ListSearchAttributesRequest(namespace=client.namespace)
+        )
+        assert set(visibility.CLI_TYPES) <= set(listed.custom_attributes)
+        with sqlite3.connect(db) as conn:
+            assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        await asyncio.wait_for(proc.wait(), 30)
