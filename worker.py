@@ -54,7 +54,10 @@ def configure_logging(config: WorkerConfig) -> None:
     renderer: Any = (
         structlog.processors.JSONRenderer()
         if config.log_format == "json"
-        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+        # Plain tracebacks: a rich one prints every local (huge run states, maybe secrets).
+        else structlog.dev.ConsoleRenderer(
+            colors=sys.stderr.isatty(), exception_formatter=structlog.dev.plain_traceback
+        )
     )
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,

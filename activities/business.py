@@ -11,6 +11,7 @@ unknown outcome is reconciled before any retry.
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
@@ -115,6 +116,17 @@ class SqliteBusinessStore:
             return self._select(db, operation_key)
         finally:
             db.close()
+
+    def payload(self, operation_key: str) -> dict | None:
+        """The payload committed under ``operation_key``, or None."""
+        db = self._connect()
+        try:
+            row = db.execute(
+                "SELECT payload_json FROM business_records WHERE operation_key = ?", (operation_key,)
+            ).fetchone()
+        finally:
+            db.close()
+        return json.loads(row[0]) if row else None
 
     def count(self, operation_key: str | None = None) -> int:
         """How many records exist (under ``operation_key`` when given)."""

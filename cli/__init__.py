@@ -1,5 +1,3 @@
-"""The ``agent-worker`` command line (``cli.main:main``)."""
+"""The ``agent-worker`` command line: ``cli.main:main`` (also ``python -m cli``)."""
 
-from cli.main import main
-
-__all__ = ["main"]
+__all__: list[str] = []

@@ -21,12 +21,13 @@ class EffectClass(StrEnum):
 
     ``read`` tools run inside the agent turn. Every other class stops the turn and is run by the
     workflow: ``sandbox`` as a command in the task's sandbox, ``write`` as an idempotent business
-    write keyed by an operation key.
+    write keyed by an operation key, ``delegate`` as a sub-task (a child ``AgentTask`` workflow).
     """
 
     READ = "read"
     SANDBOX = "sandbox"
     WRITE = "write"
+    DELEGATE = "delegate"
 
 
 class SandboxCommand(BaseModel):
@@ -53,7 +54,17 @@ class BusinessWrite(BaseModel):
     )
 
 
-Operation = Annotated[SandboxCommand | BusinessWrite, Field(discriminator="kind")]
+class Delegation(BaseModel):
+    """A sub-task for another registered agent, planned from a delegate tool's arguments. It runs as
+    a child task with the parent's tenant, policy and sandbox spec."""
+
+    kind: Literal["agent.delegate"] = "agent.delegate"
+    agent: str = Field(min_length=1)
+    prompt: str = Field(min_length=1)
+    inputs: list[str] = Field(default_factory=list, description="Names of the parent's inputs to pass on.")
+
+
+Operation = Annotated[SandboxCommand | BusinessWrite | Delegation, Field(discriminator="kind")]
 
 
 def action_version(tool: str, arguments: dict[str, Any], operation: Operation) -> str:
@@ -94,5 +105,10 @@ class ActionResult(BaseModel):
     call_id: str
     tool: str
     status: ActionStatus
-    output: str = Field(description="The text the model sees as the tool's output.")
+    output: str = Field(description="The tool's output, or a preview of it when output_ref is set.")
+    output_ref: str | None = Field(
+        default=None,
+        pattern=DIGEST_PATTERN,
+        description="Digest of the full output in the artifact store: large outputs stay out of history.",
+    )
     edited_arguments: dict[str, Any] | None = None

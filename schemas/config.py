@@ -50,6 +50,23 @@ class WorkerConfig(BaseModel):
     agents_tracing: bool = Field(
         default=False, description="Export OpenAI Agents SDK traces (needs OPENAI_API_KEY)."
     )
+    rebase_after_items: int = Field(
+        default=60,
+        ge=0,
+        description="Resume a stored RunState while the conversation has at most this many items; past "
+        "it, start the next turn from the conversation plus the workflow's results (the same text for "
+        "the model, but linear cost: the SDK's RunState validation grows with every item).",
+    )
+    price_input_per_mtok: float = Field(
+        default=0.0, ge=0, description="USD per million input tokens, for cost estimates and budgets."
+    )
+    price_output_per_mtok: float = Field(default=0.0, ge=0, description="USD per million output tokens.")
+
+    def cost_usd(self, input_tokens: int, output_tokens: int) -> float:
+        """Estimated cost of a model's tokens at the configured prices (0 for scripted models)."""
+        if not self.uses_openai:
+            return 0.0
+        return (input_tokens * self.price_input_per_mtok + output_tokens * self.price_output_per_mtok) / 1e6
 
     @property
     def artifact_dir(self) -> Path:
@@ -60,6 +77,11 @@ class WorkerConfig(BaseModel):
     def business_db(self) -> Path:
         """The SQLite business store of the embedded default."""
         return self.data_dir / "business.db"
+
+    @property
+    def journal_dir(self) -> Path:
+        """Where completed model calls are journaled, so a retried turn does not repeat them."""
+        return self.data_dir / "journal"
 
     @property
     def sandbox_root(self) -> Path:

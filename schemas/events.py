@@ -36,7 +36,11 @@ class EventType(StrEnum):
     WRITE_CONFIRMED = "write.confirmed"
     WRITE_UNKNOWN = "write.unknown"
     WRITE_RECONCILED = "write.reconciled"
+    DELEGATION_STARTED = "delegation.started"
+    DELEGATION_FINISHED = "delegation.finished"
     BUDGET_EXHAUSTED = "budget.exhausted"
+    INPUT_ADDED = "input.added"
+    INPUT_IGNORED = "input.ignored"
     CONTINUED_AS_NEW = "task.continued_as_new"
     TASK_FINISHED = "task.finished"
 

@@ -24,7 +24,12 @@ class SandboxSpec(BaseModel):
     backend: SandboxBackend = SandboxBackend.PROCESS
     network: bool = False
     command_timeout_seconds: float = Field(default=60, gt=0, le=3600)
-    output_limit_bytes: int = Field(default=16_384, ge=256, le=1_048_576)
+    output_limit_bytes: int = Field(
+        default=1024, ge=256, le=1_048_576, description="Output kept inline in the command record."
+    )
+    model_output_limit_bytes: int = Field(
+        default=262_144, ge=1024, le=16_777_216, description="Output the model sees (stored by reference)."
+    )
 
 
 class SandboxRef(BaseModel):
@@ -71,6 +76,9 @@ class CommandRecord(BaseModel):
     truncated: bool = False
     outputs: list[ArtifactRef] = Field(default_factory=list)
     missing_outputs: list[str] = Field(default_factory=list)
+    tool_output: ArtifactRef | None = Field(
+        default=None, description="The command's result as the model sees it (JSON), by reference."
+    )
 
 
 class DestroySandboxInput(BaseModel):

@@ -102,8 +102,16 @@ class Budgets(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_turns: int = Field(default=20, ge=1, le=10_000)
-    max_actions: int = Field(default=50, ge=1, le=100_000)
+    max_turns: int = Field(default=20, ge=1, le=100_000)
+    max_actions: int = Field(default=50, ge=1, le=1_000_000)
+    max_model_calls: int = Field(default=200, ge=1)
+    max_tokens: int | None = Field(
+        default=None, ge=1, description="Input plus output tokens, from SDK usage."
+    )
+    max_cost_usd: float | None = Field(default=None, gt=0, description="At the worker's configured prices.")
+    max_wall_seconds: float | None = Field(
+        default=None, gt=0, description="From start to the next turn; time awaiting approval counts."
+    )
     max_sandbox_seconds: float = Field(default=900, gt=0)
     approval_timeout_seconds: float = Field(default=7 * 24 * 3600, gt=0)
 
@@ -121,6 +129,11 @@ class TaskSpec(BaseModel):
     budgets: Budgets = Field(default_factory=Budgets)
     sandbox: SandboxSpec = Field(default_factory=SandboxSpec)
     labels: dict[str, str] = Field(default_factory=dict)
+    continue_as_new_after_events: int | None = Field(
+        default=None,
+        ge=50,
+        description="Continue as new past this many history events (Temporal's suggestion applies too).",
+    )
 
     @model_validator(mode="after")
     def _unique_input_names(self) -> TaskSpec:
@@ -147,9 +160,33 @@ class Usage(BaseModel):
     turns: int = 0
     actions: int = 0
     model_calls: int = 0
+    replayed_model_calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    cost_usd: float = 0.0
     sandbox_seconds: float = 0.0
+    model: str | None = Field(default=None, description="The model that ran the latest turn.")
+    runs: int = Field(default=1, description="Workflow runs so far (continue-as-new starts a new one).")
+
+
+class DelegationRecord(BaseModel):
+    """A sub-task run as a child task, and how it ended."""
+
+    call_id: str
+    task_id: str
+    agent: str
+    phase: TaskPhase
+    final_output: str | None = None
+    reason: str | None = None
+
+
+class FollowUp(BaseModel):
+    """Input a user adds while the task runs (signal ``add_input``); the next turn sees it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str = Field(min_length=1, max_length=100_000)
+    principal: str | None = None
 
 
 class TaskState(BaseModel):
@@ -159,6 +196,8 @@ class TaskState(BaseModel):
     phase: TaskPhase = TaskPhase.RECEIVED
     turn: int = 0
     run_state_ref: str | None = None
+    conversation_ref: str | None = None
+    follow_ups: list[FollowUp] = Field(default_factory=list)
     batch: list[BatchItem] = Field(default_factory=list)
     pending_results: list[ActionResult] = Field(default_factory=list)
     end_after_turn: TaskPhase | None = None
@@ -170,6 +209,7 @@ class TaskState(BaseModel):
     sandbox: SandboxRef | None = None
     commands: list[CommandRecord] = Field(default_factory=list)
     writes: list[WriteEvidence] = Field(default_factory=list)
+    delegations: list[DelegationRecord] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
     final_output: str | None = None
     reason: str | None = None
@@ -196,6 +236,7 @@ class Evidence(BaseModel):
     commands: list[CommandRecord]
     approvals: list[DecisionRecord]
     writes: list[WriteEvidence]
+    delegations: list[DelegationRecord] = Field(default_factory=list)
     missing: list[str] = Field(default_factory=list)
 
     @property

@@ -25,14 +25,20 @@ class TurnInput(BaseModel):
     inputs: list[ArtifactRef] = Field(default_factory=list)
     run_state_ref: str | None = Field(default=None, pattern=DIGEST_PATTERN)
     results: list[ActionResult] = Field(default_factory=list)
+    conversation_ref: str | None = Field(
+        default=None, pattern=DIGEST_PATTERN, description="A finished conversation to continue."
+    )
+    follow_ups: list[str] = Field(default_factory=list, description="User input added since the last turn.")
 
 
 class TurnUsage(BaseModel):
     """Model usage of one turn."""
 
     model_calls: int = 0
+    replayed_calls: int = Field(default=0, description="Calls answered from the journal after a retry.")
     input_tokens: int = 0
     output_tokens: int = 0
+    cost_usd: float = 0.0
 
 
 class TurnResult(BaseModel):
@@ -47,6 +53,8 @@ class TurnResult(BaseModel):
         description="Effectful calls whose arguments could not be planned: failed, back to the model.",
     )
     run_state_ref: str | None = Field(default=None, pattern=DIGEST_PATTERN)
+    conversation_ref: str | None = Field(default=None, pattern=DIGEST_PATTERN)
+    model: str = ""
     artifacts: list[ArtifactRef] = Field(
         default_factory=list, description="Artifacts the agent's read tools saved in this turn."
     )

@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from schemas.approvals import ApprovalDecision
-from schemas.tasks import TaskInput
+from schemas.tasks import FollowUp, TaskInput
 
 
 class InvalidPayload(ValueError):
@@ -42,6 +42,17 @@ def parse_task_input(raw: Any) -> TaskInput:
     if isinstance(raw, dict) and "spec" not in raw:
         raw = {"spec": raw}
     return _parse(TaskInput, raw, "task input")
+
+
+def parse_follow_up(raw: Any) -> FollowUp:
+    """Validate a raw ``add_input`` payload (``{"text": ..., "principal": ...}`` or a bare string).
+
+    Raises:
+        InvalidPayload: naming every field at fault.
+    """
+    if isinstance(raw, str):
+        raw = {"text": raw}
+    return _parse(FollowUp, raw, "input")
 
 
 def parse_decision(raw: Any) -> ApprovalDecision:

@@ -33,6 +33,7 @@ from workflows import AgentTaskWorkflow
 
 REPO = Path(__file__).resolve().parent.parent
 TEST_AGENTS = [*DEFAULT_AGENTS, "tests.agents:registrations"]
+HISTORY_IDS = "workflow_ids.json"
 
 
 def free_port() -> int:
@@ -178,12 +179,12 @@ async def running_worker(client: Client, config: WorkerConfig) -> AsyncIterator[
         yield
 
 
-def spawn_worker(env: TaskEnv, log: Path) -> subprocess.Popen[bytes]:
+def spawn_worker(env: TaskEnv, log: Path, **extra_env: str) -> subprocess.Popen[bytes]:
     """A worker in its own process (``agent-worker worker``), for crash tests."""
     with log.open("ab") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "cli.main", "worker"],
-            env=env.worker_env(),
+            env={**env.worker_env(), **extra_env},
             cwd=REPO,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -194,18 +195,23 @@ def spawn_worker(env: TaskEnv, log: Path) -> subprocess.Popen[bytes]:
 async def assert_replays(client: Client, workflow_id: str) -> str:
     """Replay the task's history against the current code; returns the history as JSON.
 
-    With ``AGENT_WORKER_RECORD_HISTORIES=DIR`` set, the history is also saved there under the test's
+    With ``AW_RECORD_HISTORIES=DIR`` set, the history is also saved there under the test's
     name (``make histories`` refreshes ``tests/histories/`` this way).
     """
     history = await client.get_workflow_handle(workflow_id).fetch_history()
     await Replayer(workflows=[AgentTaskWorkflow], data_converter=pydantic_data_converter).replay_workflow(
         history
     )
-    record_dir = os.environ.get("AGENT_WORKER_RECORD_HISTORIES")
+    record_dir = os.environ.get("AW_RECORD_HISTORIES")
     if record_dir:
         test_name = os.environ["PYTEST_CURRENT_TEST"].split("::")[-1].split(" ")[0]
         Path(record_dir).mkdir(parents=True, exist_ok=True)
         (Path(record_dir) / f"{test_name}.json").write_text(history.to_json())
+        # Child ids derive from the workflow id, so a replay needs the real one.
+        index = Path(record_dir) / HISTORY_IDS
+        ids = json.loads(index.read_text()) if index.exists() else {}
+        ids[test_name] = workflow_id
+        index.write_text(json.dumps(ids, indent=2, sort_keys=True) + "\n")
     return history.to_json()
 
 

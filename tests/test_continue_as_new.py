@@ -14,6 +14,7 @@ from schemas.tasks import TaskPhase, TaskResult
 from tests.support import (
     DevServer,
     TaskEnv,
+    assert_replays,
     connect,
     example_spec,
     launch_dev_server,
@@ -62,3 +63,4 @@ async def test_task_completes_across_continue_as_new(can_env: TaskEnv) -> None:
     assert [a.request_id for a in result.evidence.approvals] == [request.request_id]
     assert env.business().count() == 1
     assert result.evidence.missing == []
+    await assert_replays(env.client, handle.id)  # the last run: it starts from a carried-over state

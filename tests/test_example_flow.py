@@ -118,6 +118,9 @@ async def test_edit_writes_the_edited_arguments_and_records_both_versions(env: T
     [write] = result.evidence.writes
     stored = env.business().lookup(write.operation_key)
     assert stored is not None and stored.payload_digest == write.receipt.payload_digest
+    # The edited argument reached the executed write...
+    assert env.business().payload(write.operation_key)["total"] == "9600.00"
+    # ...and the model (it quotes the note it was given with the result).
     assert result.final_output and "approver changed the arguments" in result.final_output
     assert "9600.00" in result.final_output
     assert Decimal("9600.00") != Decimal(EXPECTED_TOTAL)

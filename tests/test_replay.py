@@ -11,6 +11,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from tests.support import HISTORY_IDS
 from workflows import AgentTaskWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -18,19 +19,29 @@ EXPECTED = {
     "test_approval_by_temporal_cli_completes_with_evidence",
     "test_edit_writes_the_edited_arguments_and_records_both_versions",
     "test_reject_shows_the_model_the_message_and_writes_nothing",
+    "test_delegated_sub_task_runs_as_a_child_and_its_answer_returns",
+    "test_failed_child_is_reported_to_the_parent_agent",
+    "test_follow_up_input_reaches_the_next_turn",
+    "test_model_call_budget_hands_off_with_the_reason",
+    "test_task_completes_across_continue_as_new",
+    "test_retryable_errors_are_retried_by_temporal_honouring_retry_after",
 }
 
 
 def test_the_committed_histories_are_all_there() -> None:
-    """The approve, edit and reject paths each have a committed history."""
-    assert EXPECTED <= {p.stem for p in HISTORIES.glob("*.json")}
+    """Approve, edit, reject, sub-tasks, follow-up input, budgets, continue-as-new and provider
+    retries each have a committed history."""
+    assert EXPECTED <= {p.stem for p in HISTORY_FILES}
 
 
-@pytest.mark.parametrize("path", sorted(HISTORIES.glob("*.json")), ids=lambda p: p.stem)
+HISTORY_FILES = sorted(p for p in HISTORIES.glob("*.json") if p.name != HISTORY_IDS)
+
+
+@pytest.mark.parametrize("path", HISTORY_FILES, ids=lambda p: p.stem)
 async def test_committed_history_replays(path: Path) -> None:
     """The history replays without nondeterminism."""
-    data = json.loads(path.read_text())
-    history = WorkflowHistory.from_json(path.stem, data)
+    workflow_ids = json.loads((HISTORIES / HISTORY_IDS).read_text())
+    history = WorkflowHistory.from_json(workflow_ids[path.stem], json.loads(path.read_text()))
     replayer = Replayer(workflows=[AgentTaskWorkflow], data_converter=pydantic_data_converter)
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, f"{path.name}: {result.replay_failure}"

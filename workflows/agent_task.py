@@ -14,7 +14,7 @@ import asyncio
 from typing import Any, NoReturn
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
+from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
     from activities.agent.turn import AgentActivities
@@ -41,14 +41,27 @@ with workflow.unsafe.imports_passed_through():
         TaskStatus,
     )
     from schemas.turns import TurnInput
-    from schemas.validation import InvalidPayload, parse_decision, parse_task_input
+    from schemas.validation import InvalidPayload, parse_decision, parse_follow_up, parse_task_input
     from workflows import options
     from workflows.approvals import ApprovalDesk
+    from workflows.budgets import exhausted
     from workflows.decisions import why_not
     from workflows.effects import EffectRunner, HandOff
     from workflows.policy import evaluate
 
 EVENT_TAIL = 100
+# What a person reading the worker's log wants to see; every event is in the status query anyway.
+_LOGGED_AT_INFO = frozenset(
+    {
+        EventType.TASK_STARTED,
+        EventType.PHASE_CHANGED,
+        EventType.APPROVAL_REQUESTED,
+        EventType.APPROVAL_DECIDED,
+        EventType.APPROVAL_IGNORED,
+        EventType.BUDGET_EXHAUSTED,
+        EventType.TASK_FINISHED,
+    }
+)
 
 
 @workflow.defn(name="AgentTask")
@@ -95,15 +108,18 @@ class AgentTaskWorkflow:
                     await self.next_turn()
         except HandOff as err:
             await self.end(TaskPhase.HANDED_OFF, str(err))
-        except (asyncio.CancelledError, ActivityError) as err:
-            if not is_cancelled_exception(err):
-                assert isinstance(err, ActivityError)
+        except (asyncio.CancelledError, ActivityError, ChildWorkflowError) as err:
+            reason = workflow.cancellation_reason()
+            if isinstance(err, asyncio.CancelledError) and reason is None:
+                raise  # evicted from the worker's cache, not cancelled: nothing to clean up
+            if not is_cancelled_exception(err) or reason is None:
+                assert not isinstance(err, asyncio.CancelledError)
                 await self.fail(err)
-            await self.end(TaskPhase.CANCELLED, "cancelled on request")
+            await self.end(TaskPhase.CANCELLED, f"cancelled on request {reason}".strip())
             raise
         return self.result()
 
-    async def fail(self, err: ActivityError) -> NoReturn:
+    async def fail(self, err: ActivityError | ChildWorkflowError) -> NoReturn:
         """An activity failed for good: end the task ``failed`` and fail the workflow, explained."""
         await self.end(TaskPhase.FAILED, f"{err.message}: {_cause(err)}")
         raise ApplicationError(
@@ -121,23 +137,45 @@ class AgentTaskWorkflow:
         self.state.inputs = ingest.inputs
         self.set_phase(TaskPhase.RUNNING)
 
+    def continue_as_new_due(self) -> bool:
+        """Whether Temporal suggests continuing as new, or the task's own event limit is reached."""
+        info = workflow.info()
+        limit = self.spec.continue_as_new_after_events if self.spec else None
+        return info.is_continue_as_new_suggested() or (
+            limit is not None and info.get_current_history_length() >= limit
+        )
+
     async def maybe_continue_as_new(self) -> None:
-        if not workflow.info().is_continue_as_new_suggested():
+        if not self.continue_as_new_due():
             return
         await workflow.wait_condition(workflow.all_handlers_finished)
         self.emit(EventType.CONTINUED_AS_NEW, history_length=workflow.info().get_current_history_length())
+        self.state.usage.runs += 1
         workflow.continue_as_new(TaskInput(spec=self.spec, state=self.state))
 
     # ---- turns ---------------------------------------------------------------------------------
 
+    def check_budgets(self) -> None:
+        """Hand off (explained) when a budget is used up."""
+        spec, state = self.spec, self.state
+        assert spec is not None and state.started_at is not None
+        elapsed = (workflow.now() - state.started_at).total_seconds()
+        used_up = exhausted(spec.budgets, state.usage, elapsed)
+        if used_up is not None:
+            self.emit(
+                EventType.BUDGET_EXHAUSTED, budget=used_up.budget, limit=used_up.limit, used=used_up.used
+            )
+            raise HandOff(used_up.reason)
+
     async def next_turn(self) -> None:
         spec, state = self.spec, self.state
         assert spec is not None
-        if state.turn >= spec.budgets.max_turns:
-            self.emit(EventType.BUDGET_EXHAUSTED, budget="max_turns", limit=spec.budgets.max_turns)
-            raise HandOff(f"turn budget exhausted ({spec.budgets.max_turns} turns)")
+        self.check_budgets()
         turn = state.turn + 1
-        self.emit(EventType.TURN_STARTED, turn=turn, results=len(state.pending_results))
+        follow_ups = len(state.follow_ups)
+        self.emit(
+            EventType.TURN_STARTED, turn=turn, results=len(state.pending_results), follow_ups=follow_ups
+        )
         self.details(f"Agent turn {turn} running")
         result = await workflow.execute_activity_method(
             AgentActivities.turn,
@@ -149,26 +187,38 @@ class AgentTaskWorkflow:
                 inputs=state.inputs,
                 run_state_ref=state.run_state_ref,
                 results=state.pending_results,
+                conversation_ref=state.conversation_ref,
+                follow_ups=[f.text for f in state.follow_ups[:follow_ups]],
             ),
             **options.TURN.kwargs(),
         )
+        # Input that arrived while the turn ran stays for the next one.
+        del state.follow_ups[:follow_ups]
         state.turn = turn
         state.run_state_ref = result.run_state_ref
+        state.conversation_ref = result.conversation_ref
         state.pending_results = list(result.invalid)
         state.artifacts.extend(a for a in result.artifacts if a not in state.artifacts)
-        state.usage.turns += 1
-        state.usage.model_calls += result.usage.model_calls
-        state.usage.input_tokens += result.usage.input_tokens
-        state.usage.output_tokens += result.usage.output_tokens
+        usage = state.usage
+        usage.turns += 1
+        usage.model_calls += result.usage.model_calls
+        usage.replayed_model_calls += result.usage.replayed_calls
+        usage.input_tokens += result.usage.input_tokens
+        usage.output_tokens += result.usage.output_tokens
+        usage.cost_usd += result.usage.cost_usd
+        usage.model = result.model or usage.model
         self.emit(
             EventType.TURN_FINISHED,
             turn=turn,
             status=result.status,
+            model=result.model,
             proposed=[a.tool for a in result.proposed],
             invalid=[r.call_id for r in result.invalid],
             model_calls=result.usage.model_calls,
+            replayed_calls=result.usage.replayed_calls,
             input_tokens=result.usage.input_tokens,
             output_tokens=result.usage.output_tokens,
+            cost_usd=result.usage.cost_usd,
         )
         if state.end_after_turn is not None:
             # The model has now seen the outcome that ends the task (e.g. a rejection).
@@ -177,8 +227,10 @@ class AgentTaskWorkflow:
             return
         if result.status == "final":
             state.final_output = result.final_output
-            await self.complete()
+            if not state.follow_ups:
+                await self.complete()
             return
+        self.check_budgets()
         for action in result.proposed:
             self.emit(
                 EventType.ACTION_PROPOSED, call_id=action.call_id, tool=action.tool, version=action.version
@@ -206,7 +258,7 @@ class AgentTaskWorkflow:
             remaining = (first_deadline - workflow.now()).total_seconds()
             try:
                 await workflow.wait_condition(
-                    lambda: not self.approvals.pending() or workflow.info().is_continue_as_new_suggested(),
+                    lambda: not self.approvals.pending() or self.continue_as_new_due(),
                     timeout=max(remaining, 0.001),
                 )
             except TimeoutError:
@@ -237,6 +289,21 @@ class AgentTaskWorkflow:
             self.approvals.ignore(str(err), "signal", raw=raw)
             return
         self.approvals.apply(decision, "signal")
+
+    @workflow.signal(name="add_input")
+    def add_input(self, raw: Any) -> None:
+        """Follow-up input from a user ({"text": ..., "principal": ...} or a string); the next turn sees
+        it. Input the task cannot take is recorded as ignored, with why."""
+        if self.spec is None or self.state.phase.terminal:
+            self.emit(EventType.INPUT_IGNORED, reason=f"the task is {self.state.phase.value}")
+            return
+        try:
+            follow_up = parse_follow_up(raw)
+        except InvalidPayload as err:
+            self.emit(EventType.INPUT_IGNORED, reason=str(err))
+            return
+        self.state.follow_ups.append(follow_up)
+        self.emit(EventType.INPUT_ADDED, principal=follow_up.principal, chars=len(follow_up.text))
 
     @workflow.update(name="decide")
     def decide(self, raw: Any) -> DecisionOutcome:
@@ -345,6 +412,7 @@ class AgentTaskWorkflow:
             commands=state.commands,
             approvals=state.decisions,
             writes=state.writes,
+            delegations=state.delegations,
             missing=missing,
         )
 
@@ -412,7 +480,8 @@ class AgentTaskWorkflow:
         )
         self.state.events.append(event)
         del self.state.events[:-EVENT_TAIL]
-        workflow.logger.info("%s %s", type.value, data)
+        log = workflow.logger.info if type in _LOGGED_AT_INFO else workflow.logger.debug
+        log("%s %s", type.value, data)
 
 
 def _cause(err: BaseException) -> str:

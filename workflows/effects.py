@@ -8,7 +8,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
+from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError, is_cancelled_exception
+from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from activities.agent.turn import AgentActivities
@@ -18,14 +19,24 @@ with workflow.unsafe.imports_passed_through():
         ActionResult,
         ActionStatus,
         BusinessWrite,
+        Delegation,
         ProposedAction,
         SandboxCommand,
         action_version,
     )
     from schemas.approvals import DecisionKind, DecisionRecord
+    from schemas.artifacts import InputFile
     from schemas.events import EventType
     from schemas.sandbox import CreateSandboxInput, ExecInput, SandboxRef
-    from schemas.tasks import BatchItem, PolicyVerdict, TaskPhase, TaskSpec
+    from schemas.tasks import (
+        BatchItem,
+        DelegationRecord,
+        PolicyVerdict,
+        TaskInput,
+        TaskPhase,
+        TaskResult,
+        TaskSpec,
+    )
     from schemas.turns import PlanInput
     from schemas.writes import (
         LookupInput,
@@ -80,26 +91,23 @@ class EffectRunner:
             self.task.emit(EventType.BUDGET_EXHAUSTED, budget="max_actions", limit=budgets.max_actions)
             raise HandOff(f"action budget exhausted ({budgets.max_actions} actions)")
         state.usage.actions += 1
+        output_ref = None
         if isinstance(operation, SandboxCommand):
-            output = await self.exec(action, operation)
+            output, output_ref = await self.exec(action, operation)
+        elif isinstance(operation, Delegation):
+            output, ok = await self.delegate(action, operation)
+            if not ok:
+                status = ActionStatus.FAILED
         else:
             output = await self.write(action, operation)
         if output is None:
             return _result(action, ActionStatus.FAILED, "error: the business write did not happen")
-        if status is ActionStatus.EDITED:
-            output = json.dumps(
-                {
-                    "note": "the approver changed the arguments",
-                    "arguments": arguments,
-                    "result": json.loads(output),
-                },
-                sort_keys=True,
-            )
         return ActionResult(
             call_id=action.call_id,
             tool=action.tool,
             status=status,
             output=output,
+            output_ref=output_ref,
             edited_arguments=arguments if status is ActionStatus.EDITED else None,
         )
 
@@ -129,7 +137,8 @@ class EffectRunner:
             )
         return state.sandbox
 
-    async def exec(self, action: ProposedAction, command: SandboxCommand) -> str:
+    async def exec(self, action: ProposedAction, command: SandboxCommand) -> tuple[str, str | None]:
+        """Run the command; returns the model-visible result (a preview) and its full version's digest."""
         state, spec = self.task.state, spec_of(self.task)
         if state.usage.sandbox_seconds >= spec.budgets.max_sandbox_seconds:
             self.task.emit(
@@ -156,7 +165,7 @@ class EffectRunner:
             if is_cancelled_exception(err):
                 raise
             self.task.emit(EventType.SANDBOX_EXEC, call_id=action.call_id, error=_message(err))
-            return json.dumps({"error": _message(err)})
+            return json.dumps({"error": _message(err)}), None
         state.commands.append(record)
         state.artifacts.extend(a for a in record.outputs if a not in state.artifacts)
         state.usage.sandbox_seconds += record.duration_ms / 1000
@@ -168,17 +177,80 @@ class EffectRunner:
             duration_ms=record.duration_ms,
             stdout_digest=record.stdout_artifact.digest,
         )
-        return json.dumps(
-            {
-                "exit_code": record.exit_code,
-                "timed_out": record.timed_out,
-                "stdout": record.stdout,
-                "stderr": record.stderr,
-                "truncated": record.truncated,
-                "outputs": [o.model_dump(mode="json") for o in record.outputs],
-            },
-            sort_keys=True,
+        preview = {
+            "exit_code": record.exit_code,
+            "timed_out": record.timed_out,
+            "stdout": record.stdout,
+            "stderr": record.stderr,
+            "truncated": record.truncated,
+            "outputs": [o.model_dump(mode="json") for o in record.outputs],
+        }
+        return json.dumps(preview, sort_keys=True), record.tool_output.digest if record.tool_output else None
+
+    # ---- sub-tasks -----------------------------------------------------------------------------
+
+    async def delegate(self, action: ProposedAction, delegation: Delegation) -> tuple[str, bool]:
+        """Run the sub-task as a child task and wait for it. A child that fails is reported to the
+        agent (the parent carries on); cancelling the parent cancels the child."""
+        spec, state = spec_of(self.task), self.task.state
+        child_id = f"{self.task.task_id}/sub/{action.call_id}"
+        by_name = {ref.name: ref for ref in state.inputs}
+        unknown = [name for name in delegation.inputs if name not in by_name]
+        if unknown:
+            return json.dumps(
+                {"task_id": child_id, "phase": "failed", "reason": f"no inputs named {unknown}"}
+            ), False
+        child = TaskSpec(
+            agent=delegation.agent,
+            prompt=delegation.prompt,
+            tenant=spec.tenant,
+            inputs=[
+                InputFile(name=name, digest=by_name[name].digest, media_type=by_name[name].media_type)
+                for name in delegation.inputs
+            ],
+            policy=spec.policy,
+            budgets=spec.budgets,
+            sandbox=spec.sandbox,
+            labels={**spec.labels, "parent_task": self.task.task_id},
         )
+        self.task.emit(
+            EventType.DELEGATION_STARTED, call_id=action.call_id, child=child_id, agent=delegation.agent
+        )
+        try:
+            result = await workflow.execute_child_workflow(
+                "AgentTask",
+                TaskInput(spec=child),
+                id=child_id,
+                task_queue=workflow.info().task_queue,
+                result_type=TaskResult,
+                parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
+            )
+            record = DelegationRecord(
+                call_id=action.call_id,
+                task_id=child_id,
+                agent=delegation.agent,
+                phase=result.phase,
+                final_output=result.final_output,
+                reason=result.reason,
+            )
+        except ChildWorkflowError as err:
+            if is_cancelled_exception(err) and workflow.cancellation_reason() is not None:
+                raise  # the parent itself is being cancelled
+            record = DelegationRecord(
+                call_id=action.call_id,
+                task_id=child_id,
+                agent=delegation.agent,
+                phase=TaskPhase.CANCELLED if is_cancelled_exception(err) else TaskPhase.FAILED,
+                reason=_message(err),
+            )
+        state.delegations.append(record)
+        self.task.emit(
+            EventType.DELEGATION_FINISHED, call_id=action.call_id, child=child_id, phase=record.phase.value
+        )
+        output = record.model_dump(
+            mode="json", include={"task_id", "agent", "phase", "final_output", "reason"}
+        )
+        return json.dumps(output, sort_keys=True), record.phase is TaskPhase.COMPLETED
 
     # ---- business writes -----------------------------------------------------------------------
 
@@ -281,7 +353,7 @@ def _result(action: ProposedAction, status: ActionStatus, output: str) -> Action
     return ActionResult(call_id=action.call_id, tool=action.tool, status=status, output=output)
 
 
-def _message(err: ActivityError) -> str:
+def _message(err: ActivityError | ChildWorkflowError) -> str:
     cause: Any = err.cause
     return cause.message if isinstance(cause, ApplicationError) else str(cause or err)
 

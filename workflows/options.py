@@ -40,8 +40,9 @@ def _retry(attempts: int, *, max_interval: float = 30.0) -> RetryPolicy:
     )
 
 
-# A turn repeats its in-flight model call when retried; completed calls are not repeated.
-TURN = ActivityOptions(timedelta(minutes=10), _retry(5), heartbeat=timedelta(seconds=60))
+# A turn repeats its in-flight model call when retried; completed calls are not repeated (journal).
+# Turns heartbeat every 2 s, so a dead worker is noticed within the heartbeat timeout.
+TURN = ActivityOptions(timedelta(minutes=10), _retry(5), heartbeat=timedelta(seconds=10))
 PLAN = ActivityOptions(timedelta(seconds=30), _retry(3))
 INGEST = ActivityOptions(timedelta(minutes=2), _retry(5))
 SANDBOX_CREATE = ActivityOptions(timedelta(minutes=5), _retry(5))
@@ -49,7 +50,7 @@ SANDBOX_CREATE = ActivityOptions(timedelta(minutes=5), _retry(5))
 SANDBOX_EXEC = ActivityOptions(
     timedelta(minutes=2),
     _retry(3),
-    heartbeat=timedelta(seconds=20),
+    heartbeat=timedelta(seconds=10),
     extra={"cancellation_type": ActivityCancellationType.WAIT_CANCELLATION_COMPLETED},
 )
 SANDBOX_DESTROY = ActivityOptions(timedelta(minutes=2), _retry(10))

@@ -28,6 +28,9 @@ def evaluate(policy: PolicySpec, action: ProposedAction) -> PolicyDecision:
         return PolicyDecision(rule.decision, tuple(rule.approvers), reason)
     if action.effect is EffectClass.SANDBOX:
         return PolicyDecision(PolicyVerdict.ALLOW, (), "sandbox commands are allowed by default")
+    if action.effect is EffectClass.DELEGATE:
+        # A sub-task applies this same policy to every effect it proposes.
+        return PolicyDecision(PolicyVerdict.ALLOW, (), "delegation is allowed by default")
     if policy.default_approvers:
         return PolicyDecision(
             PolicyVerdict.REQUIRE_APPROVAL,

@@ -2,7 +2,7 @@
 
 from activities.agent.models import ConversationModel, first_user_text, tool_outputs
 from activities.agent.registry import AgentRegistration, AgentRegistry
-from activities.agent.tools import current_turn, sandbox_tool, write_tool
+from activities.agent.tools import current_turn, delegate_tool, sandbox_tool, write_tool
 from activities.agent.turn import AgentActivities
 
 __all__ = [
@@ -11,6 +11,7 @@ __all__ = [
     "AgentRegistry",
     "ConversationModel",
     "current_turn",
+    "delegate_tool",
     "first_user_text",
     "sandbox_tool",
     "tool_outputs",

@@ -8,8 +8,8 @@ demo and the tests run with no key and no network.
 from __future__ import annotations
 
 import abc
+import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from agents.items import ModelResponse, TResponseInputItem, TResponseOutputItem, TResponseStreamEvent
@@ -48,12 +48,14 @@ class ConversationModel(Model, abc.ABC):
     ) -> ModelResponse:
         items = [{"role": "user", "content": input}] if isinstance(input, str) else [_plain(i) for i in input]
         output = self.respond(system_instructions, items)
-        words = sum(len(str(i.get("content", i.get("output", ""))).split()) for i in items)
+        # A rough estimate (4 characters a token) so budgets and reports have figures to work with.
+        input_tokens = len(json.dumps(items)) // 4
+        output_tokens = sum(len(item.model_dump_json()) for item in output) // 4
         usage = Usage(
             requests=1,
-            input_tokens=words,
-            output_tokens=8 * len(output),
-            total_tokens=words + 8 * len(output),
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            total_tokens=input_tokens + output_tokens,
         )
         return ModelResponse(output=output, usage=usage, response_id=None)
 
@@ -90,26 +92,8 @@ def first_user_text(items: list[dict[str, Any]]) -> str:
     return ""
 
 
-@dataclass
-class CountingModel(Model):
-    """Wraps a model and counts its calls and tokens for the turn's usage record."""
-
-    inner: Model
-    calls: int = 0
-    usage: Usage = field(default_factory=Usage)
-
-    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
-        response = await self.inner.get_response(*args, **kwargs)
-        self.calls += 1
-        self.usage.add(response.usage)
-        return response
-
-    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[TResponseStreamEvent]:
-        return self.inner.stream_response(*args, **kwargs)
-
-
-def model_for(registration: AgentRegistration, config: WorkerConfig) -> Model:
-    """The model a turn of ``registration`` uses under ``config``.
+def model_for(registration: AgentRegistration, config: WorkerConfig) -> tuple[Model, str]:
+    """The model a turn of ``registration`` uses under ``config``, and its name for the record.
 
     Raises:
         AgentError: no real provider is configured and the agent has no scripted model.
@@ -121,7 +105,10 @@ def model_for(registration: AgentRegistration, config: WorkerConfig) -> Model:
         key = config.openai_api_key.get_secret_value() if config.openai_api_key else None
         # Temporal owns retries: the client must not retry behind its back.
         client = AsyncOpenAI(api_key=key, base_url=config.openai_base_url, max_retries=0)
-        return OpenAIProvider(openai_client=client).get_model(config.openai_model)
+        name = f"openai:{config.openai_model}" + (
+            f"@{config.openai_base_url}" if config.openai_base_url else ""
+        )
+        return OpenAIProvider(openai_client=client).get_model(config.openai_model), name
     if registration.scripted_model is None:
         raise AgentError(
             f"agent {registration.name!r} has no scripted model and no provider is configured "
@@ -129,4 +116,5 @@ def model_for(registration: AgentRegistration, config: WorkerConfig) -> Model:
             operation="agent.turn",
             retryable="no",
         )
-    return registration.scripted_model()
+    model = registration.scripted_model()
+    return model, f"scripted:{type(model).__name__}"

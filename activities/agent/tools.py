@@ -34,7 +34,7 @@ from agents.tool_context import ToolContext
 
 from activities.artifacts import LocalArtifactStore
 from activities.errors import ToolPlanError, TurnError
-from schemas.actions import ActionResult, BusinessWrite, EffectClass, Operation, SandboxCommand
+from schemas.actions import BusinessWrite, Delegation, EffectClass, Operation, SandboxCommand
 from schemas.artifacts import ArtifactRef
 
 _EFFECT_ATTR = "_agent_worker_effect"
@@ -47,7 +47,7 @@ class EffectDeclaration:
     effect: EffectClass
     planner: Callable[..., Any]
     schema: FuncSchema
-    returns: type[SandboxCommand] | type[BusinessWrite]
+    returns: type[SandboxCommand] | type[BusinessWrite] | type[Delegation]
 
 
 @dataclass
@@ -56,7 +56,7 @@ class TurnServices:
 
     store: LocalArtifactStore
     inputs: dict[str, ArtifactRef]
-    results: dict[str, ActionResult]
+    outputs: dict[str, str] = field(default_factory=dict)  # the workflow's result text, by call id
     saved: list[ArtifactRef] = field(default_factory=list)
 
     def read_input(self, name: str) -> bytes:
@@ -95,15 +95,15 @@ def unbind_turn(token: contextvars.Token[TurnServices]) -> None:
 
 
 async def _return_workflow_result(ctx: ToolContext[Any], _arguments: str) -> str:
-    result = current_turn().results.get(ctx.tool_call_id)
-    if result is None:
+    output = current_turn().outputs.get(ctx.tool_call_id)
+    if output is None:
         raise TurnError(f"the workflow sent no result for call {ctx.tool_call_id}")
-    return result.output
+    return output
 
 
 def _effect_tool(
     effect: EffectClass,
-    returns: type[SandboxCommand] | type[BusinessWrite],
+    returns: type[SandboxCommand] | type[BusinessWrite] | type[Delegation],
     func: Callable[..., Any] | None,
     name: str | None,
     description: str | None,
@@ -144,6 +144,17 @@ def write_tool(
 ) -> Any:
     """Declare a tool whose calls are business writes (a ``BusinessWrite``), run exactly once."""
     return _effect_tool(EffectClass.WRITE, BusinessWrite, func, name, description)
+
+
+def delegate_tool(
+    func: Callable[..., Delegation] | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+) -> Any:
+    """Declare a tool whose calls hand a sub-task to another agent (a ``Delegation``), run as a child
+    task; the child's outcome, success or failure, comes back as the tool's output."""
+    return _effect_tool(EffectClass.DELEGATE, Delegation, func, name, description)
 
 
 def effect_of(tool: object) -> EffectDeclaration | None:

@@ -10,15 +10,19 @@ workflow's results, and runs on: an approved call's tool returns the workflow's 
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import structlog
 from agents import Agent, RunConfig, Runner
+from agents.exceptions import MaxTurnsExceeded
 from agents.items import ToolApprovalItem
 from agents.run_state import RunState
 from temporalio import activity
 
-from activities.agent.models import CountingModel, model_for
+from activities.agent.journal import JournaledModel, ModelCallJournal
+from activities.agent.models import model_for
+from activities.agent.provider_errors import no_sdk_retries, provider_failure
 from activities.agent.registry import AgentRegistry, find_tool
 from activities.agent.tools import (
     TurnServices,
@@ -48,6 +52,7 @@ class AgentActivities:
         self.registry = registry
         self.store = store
         self.config = config
+        self.journal = ModelCallJournal(config.journal_dir)
 
     @activity.defn(name="agent.turn")
     @translate_errors
@@ -55,63 +60,119 @@ class AgentActivities:
         """Run the agent until it answers or proposes effectful calls."""
         registration = self.registry.get(input.agent)
         agent = registration.build()
-        model = CountingModel(model_for(registration, self.config))
+        inner, model_name = model_for(registration, self.config)
+        model = JournaledModel(inner, self.journal, input.task_id, input.turn)
         run_config = RunConfig(
             model=model,
+            model_settings=no_sdk_retries(),  # Temporal owns retries
             tracing_disabled=not self.config.agents_tracing,
             workflow_name=f"agent-worker:{input.agent}",
         )
+        outputs = await asyncio.to_thread(self._tool_outputs, input.results)
         services = TurnServices(
-            store=self.store,
-            inputs={ref.name: ref for ref in input.inputs},
-            results={r.call_id: r for r in input.results},
+            store=self.store, inputs={ref.name: ref for ref in input.inputs}, outputs=outputs
         )
         context = {"task_id": input.task_id}
         token = bind_turn(services)
         try:
             async with heartbeating():
-                if input.run_state_ref is None:
-                    start: Any = _first_message(input)
-                else:
-                    start = await self._resume(agent, input, context)
-                result = await Runner.run(
-                    agent,
-                    start,
-                    context=context,
-                    run_config=run_config,
-                    max_turns=registration.max_model_calls,
-                )
+                start = await self._start(agent, input, context, registration.max_model_calls, outputs)
+                try:
+                    result = await Runner.run(
+                        agent,
+                        start,
+                        context=context,
+                        run_config=run_config,
+                        max_turns=registration.max_model_calls,
+                    )
+                except MaxTurnsExceeded:
+                    raise TurnError(
+                        f"agent {input.agent!r} made more than {registration.max_model_calls} model calls "
+                        "in one turn without finishing or proposing an action",
+                        operation="agent.turn",
+                    ) from None
+                except Exception as err:
+                    failure = provider_failure(err)
+                    if failure is None:
+                        raise
+                    raise failure from err
         finally:
             unbind_turn(token)
         usage = TurnUsage(
             model_calls=model.calls,
+            replayed_calls=model.replayed,
             input_tokens=model.usage.input_tokens,
             output_tokens=model.usage.output_tokens,
+            cost_usd=self.config.cost_usd(model.usage.input_tokens, model.usage.output_tokens),
         )
         if not result.interruptions:
+            conversation_ref = await asyncio.to_thread(self.store.put_json, result.to_input_list())
             return TurnResult(
                 turn=input.turn,
                 status="final",
                 final_output=str(result.final_output),
+                conversation_ref=conversation_ref,
                 artifacts=services.saved,
                 usage=usage,
+                model=model_name,
             )
         state_ref = await asyncio.to_thread(self.store.put_json, result.to_state().to_json())
+        conversation_ref = await asyncio.to_thread(self.store.put_json, result.to_input_list())
         proposed, invalid = _propose(result.interruptions, input.turn)
-        log.info("turn proposed actions", task_id=input.task_id, turn=input.turn, proposed=len(proposed))
+        log.debug("turn proposed actions", task_id=input.task_id, turn=input.turn, proposed=len(proposed))
         return TurnResult(
             turn=input.turn,
             status="proposed",
             proposed=proposed,
             invalid=invalid,
             run_state_ref=state_ref,
+            conversation_ref=conversation_ref,
             artifacts=services.saved,
             usage=usage,
+            model=model_name,
         )
 
-    async def _resume(self, agent: Agent, input: TurnInput, context: dict[str, Any]) -> RunState:
+    async def _start(
+        self, agent: Agent, input: TurnInput, context: dict[str, Any], max_calls: int, outputs: dict[str, str]
+    ) -> Any:
+        """What the run starts from: the stored RunState resumed with the workflow's decisions; or,
+        for a long conversation (or a finished one that got follow-up input), the conversation itself
+        with the workflow's results as the pending calls' outputs; or the task's prompt."""
+        follow_ups = [{"role": "user", "content": text} for text in input.follow_ups]
+        if input.conversation_ref is not None:
+            items = await asyncio.to_thread(self.store.get_json, input.conversation_ref)
+            if input.run_state_ref is None or len(items) > self.config.rebase_after_items:
+                return [*items, *_pending_outputs(items, input.results, outputs), *follow_ups]
+        if input.run_state_ref is not None:
+            return await self._resume(agent, input, context, max_calls)
+        return "\n\n".join([_first_message(input), *input.follow_ups])
+
+    def _tool_outputs(self, results: list[ActionResult]) -> dict[str, str]:
+        """The text the model sees for each result: the full output (loaded by reference), and for an
+        edited action, a note that the approver changed its arguments."""
+        outputs = {}
+        for result in results:
+            text = self.store.get(result.output_ref).decode("utf-8") if result.output_ref else result.output
+            if result.status is ActionStatus.EDITED:
+                text = json.dumps(
+                    {
+                        "note": "the approver changed the arguments before this ran",
+                        "arguments": result.edited_arguments,
+                        "result": _json_or_text(text),
+                    },
+                    sort_keys=True,
+                )
+            outputs[result.call_id] = text
+        return outputs
+
+    async def _resume(
+        self, agent: Agent, input: TurnInput, context: dict[str, Any], max_calls: int
+    ) -> RunState:
+        """Load the stored RunState and decide each pending call by the workflow's results."""
         assert input.run_state_ref is not None
         state_json = await asyncio.to_thread(self.store.get_json, input.run_state_ref)
+        # A resumed run keeps the SDK's cumulative call count and cap; the cap here is per turn.
+        state_json["max_turns"] = int(state_json.get("current_turn", 0)) + max_calls
         state = await RunState.from_json(agent, state_json, context_override=context)
         results = {r.call_id: r for r in input.results}
         for item in state.get_interruptions():
@@ -125,6 +186,8 @@ class AgentActivities:
                 state.approve(item)
             else:
                 state.reject(item, rejection_message=result.output)
+        for text in input.follow_ups:
+            state.add_input(text)
         return state
 
     @activity.defn(name="agent.plan")
@@ -136,6 +199,35 @@ class AgentActivities:
             return PlanResult(operation=plan_call(find_tool(agent, input.tool), input.arguments))
         except ToolPlanError as err:
             return PlanResult(error=str(err))
+
+
+def _pending_outputs(
+    items: list[dict[str, Any]], results: list[ActionResult], outputs: dict[str, str]
+) -> list[dict[str, Any]]:
+    """Tool outputs for the calls in ``items`` that have none yet: what the model would see had the
+    RunState been resumed (the tool's result, or the refusal message for a refused call)."""
+    answered = {i.get("call_id") for i in items if i.get("type") == "function_call_output"}
+    by_call = {r.call_id: r for r in results}
+    pending = []
+    for item in items:
+        call_id = item.get("call_id")
+        if item.get("type") != "function_call" or call_id in answered:
+            continue
+        result = by_call.get(call_id)
+        if result is None:
+            raise TurnError(
+                f"no result for pending call {call_id} ({item.get('name')})", operation="agent.turn"
+            )
+        text = outputs[call_id] if result.status in _RAN else result.output
+        pending.append({"type": "function_call_output", "call_id": call_id, "output": text})
+    return pending
+
+
+def _json_or_text(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
 
 
 def _first_message(input: TurnInput) -> str:

@@ -12,6 +12,7 @@ from activities.artifacts import LocalArtifactStore
 from activities.errors import SandboxError, translate_errors
 from activities.heartbeat import heartbeating
 from activities.sandbox.base import Sandbox
+from schemas.digests import canonical_json
 from schemas.sandbox import (
     CommandRecord,
     CreateSandboxInput,
@@ -66,6 +67,15 @@ class SandboxActivities:
                 missing.append(name)
             else:
                 outputs.append(self.store.ref(name, data))
+        model_limit = input.spec.model_output_limit_bytes
+        tool_output = {
+            "exit_code": exit_code,
+            "timed_out": timed_out,
+            "stdout": _capped_text(out, model_limit),
+            "stderr": _capped_text(err, model_limit),
+            "truncated": len(out) > model_limit or len(err) > model_limit,
+            "outputs": [o.model_dump(mode="json") for o in outputs],
+        }
         return CommandRecord(
             call_id=input.call_id,
             sandbox_id=input.sandbox.sandbox_id,
@@ -80,6 +90,9 @@ class SandboxActivities:
             truncated=len(out) > limit or len(err) > limit,
             outputs=outputs,
             missing_outputs=missing,
+            tool_output=self.store.ref(
+                f"{input.call_id}.result.json", canonical_json(tool_output), "application/json"
+            ),
         )
 
     @activity.defn(name="sandbox.destroy")
