@@ -3,7 +3,7 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 
-.PHONY: install system-deps demo test lint histories clean
+.PHONY: install system-deps demo test lint histories sandbox-image bench clean
 
 $(BIN)/agent-worker: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,13 @@ demo: install
 
 test: install
 	$(BIN)/pytest -q
+
+# The default Docker sandbox image, built locally (cached in the daemon). Needs root and debootstrap.
+sandbox-image: install
+	$(BIN)/agent-worker sandbox-image
+
+bench: install
+	$(BIN)/python -m bench.sandbox_exec
 
 lint: install
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

@@ -29,11 +29,13 @@ from temporalio.worker import Worker
 from activities.agent import AgentActivities, AgentRegistry
 from activities.artifacts import ArtifactActivities, LocalArtifactStore
 from activities.business import BusinessActivities, SqliteBusinessStore
-from activities.sandbox import ProcessSandbox, SandboxActivities
+from activities.sandbox import ProcessSandbox, Sandbox, SandboxActivities
+from activities.sandbox.docker import DockerSandbox, docker_available
+from activities.sandbox.reaper import ReaperActivities, SandboxReaper
 from schemas import visibility
-from schemas.config import WorkerConfig
+from schemas.config import ConfigError, WorkerConfig
 from schemas.sandbox import SandboxBackend
-from workflows import AgentTaskWorkflow
+from workflows import AgentTaskWorkflow, SandboxReaperWorkflow
 
 log = structlog.get_logger("agent_worker.worker")
 
@@ -134,14 +136,50 @@ async def ensure_search_attributes(client: Client) -> None:
         )
 
 
-def build_activities(config: WorkerConfig) -> list[Callable[..., Any]]:
+def build_sandboxes(config: WorkerConfig) -> tuple[dict[SandboxBackend, Sandbox], SandboxBackend]:
+    """The sandbox backends this worker offers, and what a task's ``auto`` means here.
+
+    Docker and E2B are offered whenever they are usable. The process tier (trusted use only) is
+    offered only when it is this worker's default, so a task cannot ask its way out of isolation.
+
+    Raises:
+        ConfigError: the configured backend cannot run here (and why).
+    """
+    backends: dict[SandboxBackend, Sandbox] = {}
+    docker_problem = docker_available(config.docker_image)
+    if docker_problem is None:
+        backends[SandboxBackend.DOCKER] = DockerSandbox(config.docker_image)
+    elif config.sandbox_backend == "docker":
+        raise ConfigError(f"AGENT_WORKER_SANDBOX_BACKEND=docker, but {docker_problem}")
+    if config.e2b_api_key is not None:
+        from activities.sandbox.e2b import E2BSandbox
+
+        backends[SandboxBackend.E2B] = E2BSandbox.from_config(config)
+    elif config.sandbox_backend == "e2b":
+        raise ConfigError("AGENT_WORKER_SANDBOX_BACKEND=e2b needs E2B_API_KEY")
+    if config.sandbox_backend == "auto":
+        default = SandboxBackend.DOCKER if SandboxBackend.DOCKER in backends else SandboxBackend.PROCESS
+    else:
+        default = SandboxBackend(config.sandbox_backend)
+    if default is SandboxBackend.PROCESS:
+        backends[SandboxBackend.PROCESS] = ProcessSandbox(config.sandbox_root, config.process_isolation)
+    log.info(
+        "sandbox backends",
+        default=default.value,
+        offered=sorted(b.value for b in backends),
+        docker=docker_problem or "available",
+    )
+    return backends, default
+
+
+def build_activities(config: WorkerConfig, client: Client) -> list[Callable[..., Any]]:
     """Every activity this worker runs, bound to its clients."""
     store = LocalArtifactStore(config.artifact_dir)
     registry = AgentRegistry.from_import_paths(config.agents)
     agent = AgentActivities(registry, store, config)
-    sandbox = SandboxActivities(
-        {SandboxBackend.PROCESS: ProcessSandbox(config.sandbox_root, config.process_isolation)}, store
-    )
+    backends, default = build_sandboxes(config)
+    sandbox = SandboxActivities(backends, store, default)
+    reaper = ReaperActivities(SandboxReaper(list(backends.values()), client))
     business = BusinessActivities(SqliteBusinessStore(config.business_db))
     artifacts = ArtifactActivities(store)
     return [
@@ -150,6 +188,7 @@ def build_activities(config: WorkerConfig) -> list[Callable[..., Any]]:
         sandbox.create,
         sandbox.exec,
         sandbox.destroy,
+        reaper.reap,
         business.write,
         business.lookup,
         artifacts.ingest,
@@ -165,8 +204,8 @@ def build_worker(client: Client, config: WorkerConfig) -> Worker:
     return Worker(
         client,
         task_queue=config.task_queue,
-        workflows=[AgentTaskWorkflow],
-        activities=build_activities(config),
+        workflows=[AgentTaskWorkflow, SandboxReaperWorkflow],
+        activities=build_activities(config, client),
         max_concurrent_activities=config.max_concurrent_activities,
         max_concurrent_workflow_tasks=config.max_concurrent_workflow_tasks,
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,

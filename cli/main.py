@@ -1,6 +1,6 @@
 """``agent-worker``: run the embedded server, workers, and tasks from a terminal.
 
-Commands: dev, worker, start, status, inbox, approve, edit, reject, cancel, demo.
+Commands: dev, worker, start, status, inbox, approve, edit, reject, cancel, demo, sandbox-image, reap.
 The Temporal connection comes from the SDK's environment configuration (``TEMPORAL_ADDRESS``, ...)
 unless ``--address`` / ``--namespace`` are given.
 """
@@ -78,6 +78,15 @@ def _parser() -> argparse.ArgumentParser:
     cancel = sub.add_parser("cancel", help="cancel a task (its sandbox is destroyed)")
     cancel.add_argument("task_id")
 
+    image = sub.add_parser("sandbox-image", help="build the default Docker sandbox image locally (cached)")
+    image.add_argument("--tag", help="default: AGENT_WORKER_DOCKER_IMAGE or agent-worker-sandbox:bookworm")
+    image.add_argument("--rebuild", action="store_true")
+
+    reap = sub.add_parser("reap", help="remove sandboxes whose task is closed or unknown")
+    reap.add_argument("--min-age", default="10m", help="never touch younger sandboxes (default 10m)")
+    reap.add_argument("--dry-run", action="store_true", help="say what would be removed")
+    reap.add_argument("--schedule", metavar="EVERY", help="instead, run it on a Temporal Schedule, e.g. 15m")
+
     demo = sub.add_parser("demo", help="run the monthly-report example end to end")
     demo.add_argument("--approve", action="store_true", help="approve as the example's approver")
     demo.add_argument("--address", dest="demo_address", default="localhost:7233")
@@ -108,7 +117,15 @@ async def _run(args: Any) -> int:
         config = WorkerConfig.from_env(os.environ, task_queue=args.task_queue, data_dir=args.data_dir)
         await run_worker(config, client_overrides={"target_host": args.address, "namespace": args.namespace})
         return 0
+    if args.command == "sandbox-image":
+        from cli.sandboxes import cmd_sandbox_image
+
+        return cmd_sandbox_image(args)
     client = await _client(args)
+    if args.command == "reap":
+        from cli.sandboxes import cmd_reap
+
+        return await cmd_reap(client, args)
     handler = {
         "start": tasks.cmd_start,
         "status": tasks.cmd_status,

@@ -42,6 +42,15 @@ class WorkerConfig(BaseModel):
     openai_model: str = "gpt-4.1-mini"
     openai_api_key: SecretStr | None = None
     openai_base_url: str | None = None
+    sandbox_backend: Literal["auto", "docker", "e2b", "process"] = Field(
+        default="auto",
+        description="What a task's sandbox backend 'auto' means here: 'auto' picks docker when its daemon "
+        "and image are available, else process. Naming a backend this worker cannot run is an error.",
+    )
+    docker_image: str = Field(default="agent-worker-sandbox:bookworm", min_length=1)
+    e2b_api_key: SecretStr | None = None
+    e2b_domain: str | None = None
+    e2b_template: str = "base"
     process_isolation: Literal["auto", "bwrap", "none"] = "auto"
     log_format: Literal["console", "json"] = "console"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
@@ -110,7 +119,12 @@ class WorkerConfig(BaseModel):
             if field not in cls.model_fields:
                 raise ConfigError(f"{key}: unknown setting (known: {_known_settings()})")
             values[field] = [p.strip() for p in raw.split(",") if p.strip()] if field == "agents" else raw
-        for env_key, field in (("OPENAI_API_KEY", "openai_api_key"), ("OPENAI_BASE_URL", "openai_base_url")):
+        for env_key, field in (
+            ("OPENAI_API_KEY", "openai_api_key"),
+            ("OPENAI_BASE_URL", "openai_base_url"),
+            ("E2B_API_KEY", "e2b_api_key"),
+            ("E2B_DOMAIN", "e2b_domain"),
+        ):
             if env.get(env_key) and field not in values:
                 values[field] = env[env_key]
         values.update({k: v for k, v in overrides.items() if v is not None})

@@ -11,8 +11,12 @@ from schemas.artifacts import ArtifactRef
 
 
 class SandboxBackend(StrEnum):
-    """Where commands run. ``process`` is for trusted development use only."""
+    """Where commands run. ``auto`` lets the worker choose (``docker`` when its daemon is reachable,
+    else ``process``); ``process`` is for trusted development use only."""
 
+    AUTO = "auto"
+    DOCKER = "docker"
+    E2B = "e2b"
     PROCESS = "process"
 
 
@@ -21,9 +25,12 @@ class SandboxSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    backend: SandboxBackend = SandboxBackend.PROCESS
+    backend: SandboxBackend = SandboxBackend.AUTO
     network: bool = False
     command_timeout_seconds: float = Field(default=60, gt=0, le=3600)
+    memory_mb: int = Field(default=512, ge=16, le=65_536)
+    cpus: float = Field(default=1.0, gt=0, le=64)
+    pids: int = Field(default=256, ge=8, le=65_536)
     output_limit_bytes: int = Field(
         default=1024, ge=256, le=1_048_576, description="Output kept inline in the command record."
     )
@@ -37,6 +44,7 @@ class SandboxRef(BaseModel):
 
     backend: SandboxBackend
     sandbox_id: str
+    provider_id: str = Field(default="", description="The backend's own id (container id, E2B sandbox id).")
     isolation: str = Field(description="How it is isolated, e.g. 'bwrap' or 'none'.")
     trusted_only: bool = Field(description="True when the backend must not run untrusted code.")
 
@@ -48,6 +56,7 @@ class CreateSandboxInput(BaseModel):
     tenant: str
     spec: SandboxSpec
     inputs: list[ArtifactRef] = Field(default_factory=list)
+    run_id: str = Field(default="", description="The workflow run that asked, for the sandbox's labels.")
 
 
 class ExecInput(BaseModel):
@@ -68,6 +77,7 @@ class CommandRecord(BaseModel):
     argv: list[str]
     exit_code: int | None
     timed_out: bool = False
+    oom_killed: bool = False
     duration_ms: int
     stdout: str = Field(description="Standard output, capped at the spec's output limit.")
     stderr: str = ""
@@ -93,3 +103,27 @@ class DestroySandboxResult(BaseModel):
 
     sandbox_id: str
     existed: bool
+
+
+class ReapInput(BaseModel):
+    """Input of ``sandbox.reap``: which sandboxes count as orphans."""
+
+    min_age_seconds: float = Field(default=600, ge=0, description="Younger sandboxes are never reaped.")
+    dry_run: bool = False
+
+
+class ReapedSandbox(BaseModel):
+    """A sandbox the reaper removed (or would have, in a dry run), and why."""
+
+    sandbox_id: str
+    backend: SandboxBackend
+    task_id: str | None
+    reason: str
+
+
+class ReapResult(BaseModel):
+    """Output of ``sandbox.reap``."""
+
+    removed: list[ReapedSandbox] = Field(default_factory=list)
+    kept: int = 0
+    dry_run: bool = False

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
+from activities.sandbox.docker import docker_available
+from cli.sandbox_image import build_image
 from schemas.config import WorkerConfig
 from tests.support import DevServer, TaskEnv, connect, launch_dev_server, make_config, running_worker
 from worker import configure_logging
@@ -18,6 +20,19 @@ from worker import configure_logging
 def logs_to_stderr() -> None:
     """Worker logs go to stderr, as in production, so command output on stdout stays parseable."""
     configure_logging(WorkerConfig())
+
+
+@pytest.fixture(scope="session")
+def docker_image() -> str:
+    """The sandbox image on a reachable Docker daemon (built if missing). Never skipped: CI starts
+    dockerd, and a machine without Docker fails these tests rather than hiding them."""
+    image = WorkerConfig().docker_image
+    problem = docker_available(image)
+    if problem is not None and "not present" in problem:
+        build_image(image)
+        problem = docker_available(image)
+    assert problem is None, f"the Docker tests need a daemon and the sandbox image: {problem}"
+    return image
 
 
 @pytest.fixture(scope="session")

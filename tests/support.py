@@ -118,6 +118,7 @@ class TaskEnv:
             "AGENT_WORKER_DATA_DIR": str(self.config.data_dir),
             "AGENT_WORKER_AGENTS": ",".join(self.config.agents),
             "AGENT_WORKER_MODEL_PROVIDER": "scripted",
+            "AGENT_WORKER_SANDBOX_BACKEND": self.config.sandbox_backend,
             "PYTHONPATH": str(REPO),
         }
 
@@ -167,6 +168,8 @@ def make_config(data_dir: Path, **overrides: Any) -> WorkerConfig:
         "agents": TEST_AGENTS,
         "model_provider": "scripted",
         "process_isolation": "auto",
+        # Fast and inspectable on disk; the Docker tests choose docker (or auto) themselves.
+        "sandbox_backend": "process",
     }
     values.update(overrides)
     return WorkerConfig(**values)

@@ -1,5 +1,7 @@
-"""Workflows: each task's lifecycle. ``AgentTaskWorkflow`` (type ``AgentTask``) is the one entry."""
+"""Workflows: ``AgentTaskWorkflow`` (type ``AgentTask``) owns each task's lifecycle;
+``SandboxReaperWorkflow`` (type ``SandboxReaper``) removes orphaned sandboxes on a schedule."""
 
 from workflows.agent_task import AgentTaskWorkflow
+from workflows.reaper import SandboxReaperWorkflow
 
-__all__ = ["AgentTaskWorkflow"]
+__all__ = ["AgentTaskWorkflow", "SandboxReaperWorkflow"]

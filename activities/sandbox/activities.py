@@ -27,11 +27,21 @@ from schemas.sandbox import (
 class SandboxActivities:
     """Sandbox activities over the backends this worker can run."""
 
-    def __init__(self, backends: Mapping[SandboxBackend, Sandbox], store: LocalArtifactStore) -> None:
+    def __init__(
+        self,
+        backends: Mapping[SandboxBackend, Sandbox],
+        store: LocalArtifactStore,
+        default: SandboxBackend | None = None,
+    ) -> None:
         self.backends = dict(backends)
         self.store = store
+        # What ``auto`` means on this worker: the first of docker, e2b, process that it has.
+        preference = [SandboxBackend.DOCKER, SandboxBackend.E2B, SandboxBackend.PROCESS]
+        self.default = default or next((b for b in preference if b in self.backends), SandboxBackend.PROCESS)
 
     def _backend(self, backend: SandboxBackend, operation: str) -> Sandbox:
+        if backend is SandboxBackend.AUTO:
+            backend = self.default
         try:
             return self.backends[backend]
         except KeyError:
@@ -57,7 +67,8 @@ class SandboxActivities:
         backend = self._backend(input.sandbox.backend, "sandbox.exec")
         started = time.monotonic()
         async with heartbeating():
-            exit_code, timed_out, out, err = await backend.exec(input)
+            outcome = await backend.exec(input)
+        exit_code, timed_out, out, err = outcome.exit_code, outcome.timed_out, outcome.stdout, outcome.stderr
         duration_ms = int((time.monotonic() - started) * 1000)
         limit = input.spec.output_limit_bytes
         outputs, missing = [], []
@@ -71,6 +82,7 @@ class SandboxActivities:
         tool_output = {
             "exit_code": exit_code,
             "timed_out": timed_out,
+            "oom_killed": outcome.oom_killed,
             "stdout": _capped_text(out, model_limit),
             "stderr": _capped_text(err, model_limit),
             "truncated": len(out) > model_limit or len(err) > model_limit,
@@ -82,6 +94,7 @@ class SandboxActivities:
             argv=input.command.argv,
             exit_code=exit_code,
             timed_out=timed_out,
+            oom_killed=outcome.oom_killed,
             duration_ms=duration_ms,
             stdout=_capped_text(out, limit),
             stderr=_capped_text(err, limit),

@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from typing import Protocol
 
 from schemas.sandbox import CreateSandboxInput, ExecInput, SandboxBackend, SandboxRef
+
+# Labels (Docker) / metadata (E2B) / labels.json (process) every sandbox carries, for reaping.
+LABEL_TASK = "agent-worker.task_id"
+LABEL_TENANT = "agent-worker.tenant"
+LABEL_RUN = "agent-worker.run_id"
+LABEL_BACKEND = "agent-worker.backend"
+LABEL_CREATED = "agent-worker.created_at"
 
 
 def sandbox_id_for(task_id: str) -> str:
@@ -13,8 +21,34 @@ def sandbox_id_for(task_id: str) -> str:
     return "aw-" + hashlib.sha256(task_id.encode("utf-8")).hexdigest()[:24]
 
 
+@dataclass(frozen=True)
+class ExecOutcome:
+    """How a command ended. ``exit_code`` is None when it was killed from outside."""
+
+    exit_code: int | None
+    stdout: bytes
+    stderr: bytes
+    timed_out: bool = False
+    oom_killed: bool = False
+
+
+@dataclass(frozen=True)
+class SandboxInfo:
+    """A sandbox a backend knows about, as the reaper sees it."""
+
+    sandbox_id: str
+    task_id: str | None
+    age_seconds: float
+    backend: SandboxBackend
+    provider_id: str = ""
+
+
 class Sandbox(Protocol):
-    """A place to run a task's commands, created once per task and destroyed with it."""
+    """A place to run a task's commands, created once per task and destroyed with it.
+
+    Every operation is idempotent: a retried create finds the sandbox it made (by its id or labels),
+    a repeated destroy is harmless.
+    """
 
     backend: SandboxBackend
 
@@ -22,8 +56,8 @@ class Sandbox(Protocol):
         """Create the task's sandbox (or find the existing one) holding ``inputs`` in its work dir."""
         ...
 
-    async def exec(self, input: ExecInput) -> tuple[int | None, bool, bytes, bytes]:
-        """Run a command: (exit code, timed out, stdout, stderr). Kills it on timeout or cancel."""
+    async def exec(self, input: ExecInput) -> ExecOutcome:
+        """Run a command, killed inside the sandbox at its timeout and from outside on cancel."""
         ...
 
     async def read_file(self, ref: SandboxRef, name: str) -> bytes | None:
@@ -31,8 +65,22 @@ class Sandbox(Protocol):
         ...
 
     async def destroy(self, ref: SandboxRef) -> bool:
-        """Remove the sandbox; whether it existed. Idempotent."""
+        """Remove the sandbox; whether it existed."""
+        ...
+
+    async def list(self) -> list[SandboxInfo]:
+        """Every sandbox of this backend that carries this package's labels (for the reaper)."""
         ...
 
 
-__all__ = ["Sandbox", "sandbox_id_for"]
+__all__ = [
+    "LABEL_BACKEND",
+    "LABEL_CREATED",
+    "LABEL_RUN",
+    "LABEL_TASK",
+    "LABEL_TENANT",
+    "ExecOutcome",
+    "Sandbox",
+    "SandboxInfo",
+    "sandbox_id_for",
+]

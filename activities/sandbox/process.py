@@ -28,7 +28,16 @@ from typing import Literal
 import structlog
 
 from activities.errors import SandboxError
-from activities.sandbox.base import sandbox_id_for
+from activities.sandbox.base import (
+    LABEL_BACKEND,
+    LABEL_CREATED,
+    LABEL_RUN,
+    LABEL_TASK,
+    LABEL_TENANT,
+    ExecOutcome,
+    SandboxInfo,
+    sandbox_id_for,
+)
 from schemas.sandbox import CreateSandboxInput, ExecInput, SandboxBackend, SandboxRef
 
 log = structlog.get_logger(__name__)
@@ -93,11 +102,12 @@ class ProcessSandbox:
             labels.write_text(
                 json.dumps(
                     {
-                        "agent-worker.task_id": input.task_id,
-                        "agent-worker.tenant": input.tenant,
-                        "agent-worker.backend": "process",
+                        LABEL_TASK: input.task_id,
+                        LABEL_TENANT: input.tenant,
+                        LABEL_RUN: input.run_id,
+                        LABEL_BACKEND: "process",
+                        LABEL_CREATED: datetime.now(UTC).isoformat(),
                         "agent-worker.trusted_only": "true",
-                        "created_at": datetime.now(UTC).isoformat(),
                     }
                 )
             )
@@ -130,7 +140,7 @@ class ProcessSandbox:
             argv.append("--share-net")
         return [*argv, "--", *inner]
 
-    async def exec(self, input: ExecInput) -> tuple[int | None, bool, bytes, bytes]:
+    async def exec(self, input: ExecInput) -> ExecOutcome:
         work = self._work(input.sandbox.sandbox_id)
         if not work.is_dir():
             raise SandboxError(
@@ -158,7 +168,7 @@ class ProcessSandbox:
         except TimeoutError:
             _kill_group(proc)
             await proc.wait()
-            return None, True, b"", b"killed: command exceeded its timeout"
+            return ExecOutcome(None, b"", b"killed: command exceeded its timeout", timed_out=True)
         finally:
             # Cancellation (or any error) must not leave the command running.
             if proc.returncode is None:
@@ -168,7 +178,7 @@ class ProcessSandbox:
         # timeout(1) reports a KILLed command as 137; a command may exit 137 by itself, so the
         # elapsed time decides.
         timed_out = proc.returncode in (124, 137, -9) and time.monotonic() - started >= timeout
-        return proc.returncode, timed_out, out, err
+        return ExecOutcome(proc.returncode, out, err, timed_out=timed_out)
 
     async def read_file(self, ref: SandboxRef, name: str) -> bytes | None:
         path = self._inside(self._work(ref.sandbox_id), name, "sandbox.exec")
@@ -191,6 +201,25 @@ class ProcessSandbox:
         if existed:
             await asyncio.to_thread(shutil.rmtree, path, True)
         return existed
+
+    async def list(self) -> list[SandboxInfo]:
+        found = []
+        now = datetime.now(UTC)
+        for labels in self.root.glob("aw-*/labels.json"):
+            try:
+                data = json.loads(labels.read_text())
+                created = datetime.fromisoformat(data[LABEL_CREATED])
+            except (OSError, ValueError, KeyError):
+                data, created = {}, datetime.fromtimestamp(labels.stat().st_mtime, UTC)
+            found.append(
+                SandboxInfo(
+                    sandbox_id=labels.parent.name,
+                    task_id=data.get(LABEL_TASK),
+                    age_seconds=(now - created).total_seconds(),
+                    backend=self.backend,
+                )
+            )
+        return found
 
 
 async def _communicate(proc: asyncio.subprocess.Process, stdin: bytes) -> tuple[bytes, bytes]:

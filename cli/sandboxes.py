@@ -1,0 +1,93 @@
+"""Sandbox commands: ``sandbox-image`` (build the default image) and ``reap`` (remove orphans, now or
+on a Temporal Schedule)."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from datetime import timedelta
+from typing import Any, TextIO
+
+from temporalio.client import (
+    Client,
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleAlreadyRunningError,
+    ScheduleIntervalSpec,
+    ScheduleSpec,
+    ScheduleUpdate,
+    ScheduleUpdateInput,
+)
+
+from cli.tasks import CliError
+from schemas.config import WorkerConfig
+from schemas.sandbox import ReapInput
+
+REAPER_SCHEDULE_ID = "agent-worker-reaper"
+
+
+def parse_interval(text: str) -> timedelta:
+    """``90s``, ``15m``, ``2h`` or ``1d`` as a timedelta.
+
+    Raises:
+        CliError: (exit 2) the text is not such an interval.
+    """
+    match = re.fullmatch(r"(\d+)([smhd])", text.strip())
+    if not match:
+        raise CliError(f"interval {text!r} must look like 90s, 15m, 2h or 1d", 2)
+    unit = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[match.group(2)]
+    return timedelta(**{unit: int(match.group(1))})
+
+
+def cmd_sandbox_image(args: Any, out: TextIO | None = None) -> int:
+    from cli.sandbox_image import ImageBuildError, build_image
+
+    out = out or sys.stdout
+    config = WorkerConfig.from_env(os.environ)
+    try:
+        print(build_image(args.tag or config.docker_image, rebuild=args.rebuild), file=out)
+    except ImageBuildError as err:
+        raise CliError(str(err)) from None
+    return 0
+
+
+async def cmd_reap(client: Client, args: Any, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    reap = ReapInput(min_age_seconds=parse_interval(args.min_age).total_seconds(), dry_run=args.dry_run)
+    config = WorkerConfig.from_env(os.environ)
+    if args.schedule:
+        await schedule_reaper(client, config.task_queue, parse_interval(args.schedule), reap)
+        print(
+            f"schedule {REAPER_SCHEDULE_ID} runs the reaper every {args.schedule} on {config.task_queue}",
+            file=out,
+        )
+        return 0
+    from activities.sandbox.reaper import SandboxReaper
+    from worker import build_sandboxes
+
+    backends, _default = build_sandboxes(config)
+    result = await SandboxReaper(list(backends.values()), client).reap(reap)
+    verb = "would remove" if reap.dry_run else "removed"
+    for removed in result.removed:
+        print(f"{verb} {removed.backend.value} sandbox {removed.sandbox_id}: {removed.reason}", file=out)
+    print(f"{verb} {len(result.removed)}, kept {result.kept}", file=out)
+    return 0
+
+
+async def schedule_reaper(client: Client, task_queue: str, every: timedelta, reap: ReapInput) -> None:
+    """Create (or update) the Temporal Schedule that starts ``SandboxReaper`` every ``every``."""
+    schedule = Schedule(
+        action=ScheduleActionStartWorkflow(
+            "SandboxReaper", reap, id=f"{REAPER_SCHEDULE_ID}-run", task_queue=task_queue
+        ),
+        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)]),
+    )
+    try:
+        await client.create_schedule(REAPER_SCHEDULE_ID, schedule)
+    except ScheduleAlreadyRunningError:
+
+        def replace(_: ScheduleUpdateInput) -> ScheduleUpdate:
+            return ScheduleUpdate(schedule=schedule)
+
+        await client.get_schedule_handle(REAPER_SCHEDULE_ID).update(replace)

@@ -1,0 +1,191 @@
+"""Tasks on the docker tier, end to end on a real dev server and a real Docker daemon: the example
+picks docker by default, cancellation and worker crashes leave no stray containers, and the reaper
+removes orphans while live tasks keep theirs."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+import uuid
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+
+import docker
+import pytest
+from temporalio.client import Client, WorkflowFailureError
+
+from activities.sandbox.base import LABEL_TASK
+from activities.sandbox.docker import DockerSandbox
+from cli.main import main as cli_main
+from cli.sandboxes import REAPER_SCHEDULE_ID, schedule_reaper
+from schemas.sandbox import CreateSandboxInput, ReapInput, SandboxBackend, SandboxSpec
+from schemas.tasks import TaskPhase, TaskResult, TaskStatus
+from tests.support import DevServer, TaskEnv, example_spec, make_config, running_worker, spawn_worker
+
+
+def containers_of(task_id: str) -> list[str]:
+    """Ids of every container (running or not) labelled with the task id."""
+    return [
+        c.id
+        for c in docker.from_env().containers.list(all=True, filters={"label": f"{LABEL_TASK}={task_id}"})
+    ]
+
+
+async def wait_for(predicate, within: float = 30.0, message: str = "condition") -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + within
+    while not await asyncio.to_thread(predicate):
+        assert time.monotonic() < deadline, f"timed out waiting for {message}"
+        await asyncio.sleep(0.1)
+
+
+@pytest.fixture
+def docker_config_env(client: Client, dev_server: DevServer, tmp_path: Path, docker_image: str) -> TaskEnv:
+    config = make_config(tmp_path / "data", sandbox_backend="auto", docker_image=docker_image)
+    return TaskEnv(client=client, config=config, address=dev_server.address)
+
+
+@pytest.fixture
+async def docker_env(docker_config_env: TaskEnv) -> AsyncIterator[TaskEnv]:
+    async with running_worker(docker_config_env.client, docker_config_env.config):
+        yield docker_config_env
+
+
+async def test_example_runs_on_docker_by_default_when_available(docker_env: TaskEnv) -> None:
+    """With backend `auto` and a reachable daemon, the monthly report's code runs in a container, and
+    the container is gone when the task completes."""
+    handle = await docker_env.start(example_spec())
+    [request] = (await docker_env.awaiting_approval(handle)).pending
+    status = await handle.query("status", result_type=TaskStatus)
+    [created] = [e for e in status.last_events if e.type.value == "sandbox.created"]
+    assert created.data["backend"] == "docker" and created.data["trusted_only"] is False
+    assert len(containers_of(handle.id)) == 1  # alive while the task waits
+    await handle.execute_update(
+        "decide",
+        {
+            "request_id": request.request_id,
+            "version": request.version,
+            "decision": "approve",
+            "principal": "finance-lead",
+        },
+    )
+    result: TaskResult = await asyncio.wait_for(handle.result(), 60)
+    assert result.phase is TaskPhase.COMPLETED and result.evidence.missing == []
+    assert result.final_output and "9633.99" in result.final_output
+    assert containers_of(handle.id) == []
+
+
+async def test_cancel_during_a_long_command_stops_it_and_removes_the_container(docker_env: TaskEnv) -> None:
+    """Cancel while `sleep 300` runs: the command stops, the container and its volume are removed, and
+    the time from cancel to clean is recorded."""
+    handle = await docker_env.start({"agent": "shell", "prompt": "run: touch started && sleep 300"})
+    await wait_for(lambda: len(containers_of(handle.id)) == 1, message="the container")
+    container = docker.from_env().containers.get(containers_of(handle.id)[0])
+    await wait_for(
+        lambda: container.exec_run(["test", "-e", "/sandbox/work/started"]).exit_code == 0,
+        message="the command",
+    )
+    cancelled_at = time.monotonic()
+    await handle.cancel()
+    with pytest.raises(WorkflowFailureError):
+        await asyncio.wait_for(handle.result(), 60)
+    clean_seconds = time.monotonic() - cancelled_at
+    assert containers_of(handle.id) == []  # `docker ps -a` with the task's labels is empty
+    assert docker.from_env().volumes.list(filters={"label": f"{LABEL_TASK}={handle.id}"}) == []
+    status = await handle.query("status", result_type=TaskStatus)
+    assert status.phase is TaskPhase.CANCELLED
+    # The task's own record of the cleanup: the sandbox destroyed, then the task finished.
+    types = [e.type.value for e in status.last_events]
+    assert types.index("sandbox.destroyed") < types.index("task.finished")
+    print(f"\ncancel to clean (container removed, task closed): {clean_seconds:.2f} s")
+
+
+async def test_sigkill_during_a_command_reuses_the_same_container(
+    docker_config_env: TaskEnv, tmp_path: Path
+) -> None:
+    """The worker dies mid-command; the next worker retries the command in the same container, and no
+    second container is ever made."""
+    env = docker_config_env
+    first = spawn_worker(env, tmp_path / "worker-1.log")
+    try:
+        handle = await env.start(
+            {"agent": "shell", "prompt": "run: echo attempt >> attempts && sleep 4 && cat attempts"}
+        )
+        await wait_for(lambda: len(containers_of(handle.id)) == 1, within=60, message="the container")
+        [container_id] = containers_of(handle.id)
+        container = docker.from_env().containers.get(container_id)
+        await wait_for(
+            lambda: container.exec_run(["test", "-e", "/sandbox/work/attempts"]).exit_code == 0,
+            message="the command",
+        )
+        os.kill(first.pid, signal.SIGKILL)
+        await asyncio.to_thread(first.wait, 10)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    second = spawn_worker(env, tmp_path / "worker-2.log")
+    try:
+        await wait_for(
+            lambda: (
+                container.exec_run(["sh", "-c", "test $(wc -l < /sandbox/work/attempts) -ge 2"]).exit_code
+                == 0
+            ),
+            within=60,
+            message="the retried command",
+        )
+        assert containers_of(handle.id) == [container_id]  # the retry ran in the same container
+        result: TaskResult = await asyncio.wait_for(handle.result(), 60)
+    finally:
+        second.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(second.wait, 30)
+    assert result.phase is TaskPhase.COMPLETED
+    [command] = result.evidence.commands
+    assert command.sandbox_id and command.stdout.count("attempt") >= 2
+    assert containers_of(handle.id) == []
+
+
+async def test_reaper_removes_orphans_and_leaves_live_tasks_alone(
+    docker_env: TaskEnv, docker_image: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A container whose task does not exist is removed by `agent-worker reap`; a task waiting for
+    approval keeps its container; the scheduled reaper workflow does the same."""
+    live = await docker_env.start(example_spec())
+    await docker_env.awaiting_approval(live)
+    [live_container] = containers_of(live.id)
+    backend = DockerSandbox(docker_image)
+    spec = SandboxSpec(backend=SandboxBackend.DOCKER)
+    ghosts = [f"ghost-{uuid.uuid4().hex[:8]}" for _ in range(2)]
+    for ghost in ghosts:
+        await backend.create(CreateSandboxInput(task_id=ghost, tenant="t", spec=spec), {})
+    assert all(containers_of(g) for g in ghosts)
+
+    env_vars = {"AGENT_WORKER_SANDBOX_BACKEND": "docker", "AGENT_WORKER_DOCKER_IMAGE": docker_image}
+    os.environ.update(env_vars)
+    try:
+        code = await asyncio.to_thread(cli_main, ["--address", docker_env.address, "reap", "--min-age", "0s"])
+    finally:
+        for key in env_vars:
+            os.environ.pop(key)
+    assert code == 0
+    out = capsys.readouterr().out
+    assert f"task {ghosts[0]} is unknown" in out
+    assert containers_of(ghosts[0]) == []
+    assert containers_of(live.id) == [live_container]
+
+    # The same through the Temporal Schedule the CLI sets up, run once on demand.
+    ghost = f"ghost-{uuid.uuid4().hex[:8]}"
+    await backend.create(CreateSandboxInput(task_id=ghost, tenant="t", spec=spec), {})
+    await schedule_reaper(
+        docker_env.client, docker_env.task_queue, timedelta(hours=1), ReapInput(min_age_seconds=0)
+    )
+    schedule = docker_env.client.get_schedule_handle(REAPER_SCHEDULE_ID)
+    try:
+        await schedule.trigger()
+        await wait_for(lambda: containers_of(ghost) == [], within=60, message="the scheduled reaper")
+    finally:
+        await schedule.delete()
+    assert containers_of(live.id) == [live_container]
+    await docker_env.cancel(live)
+    assert containers_of(live.id) == []
