@@ -61,7 +61,9 @@ async def test_example_runs_on_docker_by_default_when_available(docker_env: Task
     status = await handle.query("status", result_type=TaskStatus)
     [created] = [e for e in status.last_events if e.type.value == "sandbox.created"]
     assert created.data["backend"] == "docker" and created.data["trusted_only"] is False
-    assert len(containers_of(handle.id)) == 1  # alive while the task waits
+    [container_id] = containers_of(handle.id)  # alive while the task waits
+    labels = docker.from_env().containers.get(container_id).labels
+    assert labels["agent-worker.tenant"] == "acme" and labels["agent-worker.run_id"] == handle.result_run_id
     await handle.execute_update(
         "decide",
         {

@@ -124,7 +124,11 @@ class EffectRunner:
             state.sandbox = await workflow.execute_activity_method(
                 SandboxActivities.create,
                 CreateSandboxInput(
-                    task_id=self.task.task_id, tenant=spec.tenant, spec=spec.sandbox, inputs=state.inputs
+                    task_id=self.task.task_id,
+                    tenant=spec.tenant,
+                    spec=spec.sandbox,
+                    inputs=state.inputs,
+                    run_id=workflow.info().run_id,
                 ),
                 **options.SANDBOX_CREATE.kwargs(),
             )
