@@ -39,7 +39,8 @@ lint: install
 # Re-record tests/histories/ from real runs (only for intended workflow changes; review the diff).
 histories: install
 	AW_RECORD_HISTORIES=tests/histories $(BIN)/pytest -q tests/test_example_flow.py \
-	  tests/test_subagents.py tests/test_turn_durability.py tests/test_continue_as_new.py tests/test_providers_e2e.py
+	  tests/test_subagents.py tests/test_turn_durability.py tests/test_continue_as_new.py tests/test_providers_e2e.py \
+	  tests/test_reauthorization.py
 
 clean:
 	rm -rf $(VENV) .agent-worker .pytest_cache

@@ -9,11 +9,12 @@ TLS, profiles).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -28,7 +29,9 @@ from temporalio.worker import Worker
 
 from activities.agent import AgentActivities, AgentRegistry
 from activities.artifacts import ArtifactActivities, LocalArtifactStore
-from activities.business import BusinessActivities, SqliteBusinessStore
+from activities.authz import Authorizer, AuthzActivities, SqliteAuthorizer
+from activities.business import BusinessActivities, BusinessWriter, SqliteBusinessStore, load_writer
+from activities.loading import load_object
 from activities.sandbox import ProcessSandbox, Sandbox, SandboxActivities
 from activities.sandbox.docker import DockerSandbox, docker_available
 from activities.sandbox.reaper import ReaperActivities, SandboxReaper
@@ -36,12 +39,14 @@ from schemas import visibility
 from schemas.config import ConfigError, WorkerConfig
 from schemas.sandbox import SandboxBackend
 from workflows import AgentTaskWorkflow, SandboxReaperWorkflow
+from workflows.options import BUSINESS_QUEUE_SUFFIX
 
 log = structlog.get_logger("agent_worker.worker")
 
 DEFAULT_ADDRESS = "localhost:7233"
 GRACEFUL_SHUTDOWN = timedelta(seconds=30)
 HEARTBEAT_THROTTLE = timedelta(seconds=2)
+STICKY_TIMEOUT = timedelta(seconds=5)
 
 _INDEXED_TYPES = {
     "Keyword": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
@@ -172,46 +177,83 @@ def build_sandboxes(config: WorkerConfig) -> tuple[dict[SandboxBackend, Sandbox]
     return backends, default
 
 
-def build_activities(config: WorkerConfig, client: Client) -> list[Callable[..., Any]]:
-    """Every activity this worker runs, bound to its clients."""
-    store = LocalArtifactStore(config.artifact_dir)
-    registry = AgentRegistry.from_import_paths(config.agents)
-    agent = AgentActivities(registry, store, config)
-    backends, default = build_sandboxes(config)
-    sandbox = SandboxActivities(backends, store, default)
-    reaper = ReaperActivities(SandboxReaper(list(backends.values()), client))
-    business = BusinessActivities(SqliteBusinessStore(config.business_db))
-    artifacts = ArtifactActivities(store)
-    return [
-        agent.turn,
-        agent.plan,
-        sandbox.create,
-        sandbox.exec,
-        sandbox.destroy,
-        reaper.reap,
-        business.write,
-        business.lookup,
-        artifacts.ingest,
-    ]
+def build_writer(config: WorkerConfig) -> BusinessWriter:
+    """The business system writes go to, as configured.
+
+    Raises:
+        ConfigError: the chosen backend misses its setting (DSN, URL).
+    """
+    if config.business_writer:
+        return load_writer(config.business_writer, config=config)
+    if config.business_backend == "postgres":
+        if config.business_dsn is None:
+            raise ConfigError("AGENT_WORKER_BUSINESS_BACKEND=postgres needs AGENT_WORKER_BUSINESS_DSN")
+        from activities.business.postgres import PostgresBusinessStore
+
+        return PostgresBusinessStore(config.business_dsn.get_secret_value())
+    if config.business_backend == "http":
+        if not config.business_url:
+            raise ConfigError("AGENT_WORKER_BUSINESS_BACKEND=http needs AGENT_WORKER_BUSINESS_URL")
+        from activities.business.http import HttpBusinessWriter
+
+        return HttpBusinessWriter(config.business_url)
+    return SqliteBusinessStore(config.business_db)
 
 
-def build_worker(client: Client, config: WorkerConfig) -> Worker:
-    """A worker polling ``config.task_queue`` for task workflows and their activities."""
+def build_authorizer(config: WorkerConfig) -> Authorizer:
+    """The authorizer asked right before approved actions run."""
+    if config.authorizer:
+        return load_object(config.authorizer, "authorizer")(config=config)
+    return SqliteAuthorizer(config.authz_db)
+
+
+def build_workers(client: Client, config: WorkerConfig) -> list[Worker]:
+    """Two workers in one process: task workflows with their agent, sandbox and artifact activities
+    on ``config.task_queue``; business writes, lookups and authorization checks on
+    ``<task queue>.business`` (run that one only where business credentials may live)."""
     if not config.agents_tracing:
         from agents import set_tracing_disabled
 
         set_tracing_disabled(True)
-    return Worker(
+    store = LocalArtifactStore(config.artifact_dir)
+    agent = AgentActivities(AgentRegistry.from_import_paths(config.agents), store, config)
+    backends, default = build_sandboxes(config)
+    sandbox = SandboxActivities(backends, store, default)
+    reaper = ReaperActivities(SandboxReaper(list(backends.values()), client))
+    artifacts = ArtifactActivities(store)
+    business = BusinessActivities(build_writer(config))
+    authz = AuthzActivities(build_authorizer(config))
+    common: dict[str, Any] = {
+        "max_concurrent_activities": config.max_concurrent_activities,
+        "graceful_shutdown_timeout": GRACEFUL_SHUTDOWN,
+        # Heartbeats carry cancellation back: a cancelled sandbox command dies within seconds.
+        "max_heartbeat_throttle_interval": HEARTBEAT_THROTTLE,
+    }
+    tasks = Worker(
         client,
         task_queue=config.task_queue,
         workflows=[AgentTaskWorkflow, SandboxReaperWorkflow],
-        activities=build_activities(config, client),
-        max_concurrent_activities=config.max_concurrent_activities,
+        activities=[
+            agent.turn,
+            agent.plan,
+            sandbox.create,
+            sandbox.exec,
+            sandbox.destroy,
+            reaper.reap,
+            artifacts.ingest,
+        ],
         max_concurrent_workflow_tasks=config.max_concurrent_workflow_tasks,
-        graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
-        # Heartbeats carry cancellation back: a cancelled sandbox command dies within seconds.
-        max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
+        # A dead worker's tasks move to another worker after this (the SDK's default is 10 s).
+        sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
+        **common,
     )
+    writes = Worker(
+        client,
+        task_queue=config.task_queue + BUSINESS_QUEUE_SUFFIX,
+        activities=[business.write, business.lookup, authz.check],
+        **common,
+    )
+    return [tasks, writes]
 
 
 async def run_worker(
@@ -225,16 +267,19 @@ async def run_worker(
         loop.add_signal_handler(signum, stop.set)
     client = await connect(**(client_overrides or {}))
     await ensure_search_attributes(client)
-    worker = build_worker(client, config)
+    workers = build_workers(client, config)
     log.info(
         "worker started",
-        task_queue=config.task_queue,
+        task_queues=[w.task_queue for w in workers],
         namespace=client.namespace,
         agents=config.agents,
         model="openai" if config.uses_openai else "scripted",
+        business=config.business_writer or config.business_backend,
         pid=os.getpid(),
     )
-    async with worker:
+    async with contextlib.AsyncExitStack() as running:
+        for worker in workers:
+            await running.enter_async_context(worker)
         await stop.wait()
         log.info("shutting down: draining in-flight work", grace_seconds=GRACEFUL_SHUTDOWN.total_seconds())
     log.info("worker stopped")

@@ -19,7 +19,7 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.errors import ArtifactCorrupt, ArtifactError, ArtifactNotFound, translate_errors
+from activities.errors import ArtifactCorrupt, ArtifactError, ArtifactNotFound, activity_boundary
 from schemas.artifacts import ArtifactRef, IngestInput, IngestResult
 from schemas.digests import canonical_json, digest_bytes, is_digest
 
@@ -95,7 +95,7 @@ class ArtifactActivities:
         self.store = store
 
     @activity.defn(name="artifacts.ingest")
-    @translate_errors
+    @activity_boundary
     async def ingest(self, input: IngestInput) -> IngestResult:
         """Store the task's inline inputs and check that referenced ones exist: the input manifest."""
         return await asyncio.to_thread(self._ingest, input)

@@ -12,12 +12,14 @@
     │   └── TurnError                the turn cannot continue (e.g. a result is missing)
     ├── SandboxError                 a sandbox operation failed
     └── WriteError                   a business write or lookup failed
-        └── WriteConflict            the operation key is taken by a different payload
+        ├── WriteConflict            the operation key is taken by a different payload
+        ├── WriteUnknown             the request may have been applied (response lost): reconcile
+        └── WriteUnavailable         the request was certainly not applied (system down): retry
 
 Each carries a stable ``code``, the ``operation`` it concerns, and ``retryable``: ``"yes"``,
-``"no"`` or ``"unknown"``. ``translate_errors`` turns them into Temporal ``ApplicationError``s in one
-place: ``retryable="no"`` becomes non-retryable, everything else is retried by the activity's
-retry policy.
+``"no"`` or ``"unknown"``. ``activity_boundary`` turns them into Temporal ``ApplicationError``s in one
+place (``activity_boundary``): ``retryable="no"`` becomes non-retryable, everything else is
+retried by the activity's retry policy.
 """
 
 from __future__ import annotations
@@ -129,17 +131,38 @@ class WriteConflict(WriteError):
         super().__init__(message, code="write_conflict", operation=operation, retryable="no")
 
 
+class WriteUnknown(WriteError):
+    """The write may or may not have been applied (a response lost after sending, a timeout, a reset).
+
+    Never retried blindly: the workflow looks the operation key up first.
+    """
+
+    def __init__(self, message: str, *, operation: str = "business.write") -> None:
+        super().__init__(message, code="write_unknown", operation=operation, retryable="no")
+
+
+class WriteUnavailable(WriteError):
+    """The business system could not be reached, so nothing was applied: safe to retry."""
+
+    def __init__(self, message: str, *, operation: str = "business.write") -> None:
+        super().__init__(message, code="write_unavailable", operation=operation, retryable="yes")
+
+
 P = ParamSpec("P")
 T = TypeVar("T")
 
 
-def translate_errors(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
-    """Translate the package's errors (and invalid payloads) into ``ApplicationError``s."""
+def activity_boundary(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
+    """The edge of every activity: heartbeat while it runs (so a dead worker is noticed within the
+    heartbeat timeout and cancellations arrive), and translate the package's errors (and invalid
+    payloads) into ``ApplicationError``s."""
+    from activities.heartbeat import heartbeating
 
     @functools.wraps(fn)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
         try:
-            return await fn(*args, **kwargs)
+            async with heartbeating():
+                return await fn(*args, **kwargs)
         except AgentWorkerError as err:
             raise ApplicationError(
                 str(err),

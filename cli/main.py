@@ -1,6 +1,7 @@
 """``agent-worker``: run the embedded server, workers, and tasks from a terminal.
 
-Commands: dev, worker, start, status, inbox, approve, edit, reject, cancel, demo, sandbox-image, reap.
+Commands: dev, worker, start, status, inbox, approve, edit, reject, cancel, demo, revoke, grant,
+sandbox-image, reap.
 The Temporal connection comes from the SDK's environment configuration (``TEMPORAL_ADDRESS``, ...)
 unless ``--address`` / ``--namespace`` are given.
 """
@@ -78,6 +79,16 @@ def _parser() -> argparse.ArgumentParser:
     cancel = sub.add_parser("cancel", help="cancel a task (its sandbox is destroyed)")
     cancel.add_argument("task_id")
 
+    for verb, text in (("revoke", "revoke a principal's permission"), ("grant", "lift a revocation")):
+        p = sub.add_parser(verb, help=f"{text} (the default authorizer's list in the data dir)")
+        p.set_defaults(verb=verb)
+        p.add_argument("principal")
+        p.add_argument("--tool", default="*", help="one tool's permission (default: every tool)")
+        if verb == "revoke":
+            p.add_argument(
+                "--reason", default="revoked", help="recorded, and shown where it blocks an action"
+            )
+
     image = sub.add_parser("sandbox-image", help="build the default Docker sandbox image locally (cached)")
     image.add_argument("--tag", help="default: AGENT_WORKER_DOCKER_IMAGE or agent-worker-sandbox:bookworm")
     image.add_argument("--rebuild", action="store_true")
@@ -95,6 +106,25 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--id", help="task id (default: demo-monthly-report-<time>)")
     demo.add_argument("--headless", action="store_true", help="start the dev server without its UI")
     return parser
+
+
+def _permissions(args: Any) -> int:
+    from activities.authz import SqliteAuthorizer
+    from cli.tasks import CliError
+
+    config = WorkerConfig.from_env(os.environ)
+    if config.authorizer:
+        raise CliError(f"permissions live in the configured authorizer ({config.authorizer}), not here")
+    authorizer = SqliteAuthorizer(config.authz_db)
+    scope = "every tool" if args.tool == "*" else args.tool
+    if args.verb == "revoke":
+        authorizer.revoke(args.principal, args.tool, args.reason)
+        print(f"revoked {args.principal}'s permission for {scope}: approved actions not yet run are blocked")
+    elif authorizer.grant(args.principal, args.tool):
+        print(f"lifted the revocation of {args.principal} for {scope}")
+    else:
+        print(f"{args.principal} had no revocation for {scope}")
+    return 0
 
 
 async def _client(args: Any, address: str | None = None) -> Any:
@@ -117,6 +147,8 @@ async def _run(args: Any) -> int:
         config = WorkerConfig.from_env(os.environ, task_queue=args.task_queue, data_dir=args.data_dir)
         await run_worker(config, client_overrides={"target_host": args.address, "namespace": args.namespace})
         return 0
+    if args.command in ("revoke", "grant"):
+        return _permissions(args)
     if args.command == "sandbox-image":
         from cli.sandboxes import cmd_sandbox_image
 

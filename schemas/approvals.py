@@ -74,6 +74,10 @@ class DecisionRecord(BaseModel):
     reason: str | None = None
     via: str = "signal"
     decided_at: datetime
+    revoked_at: datetime | None = Field(
+        default=None, description="Set when the principal lost the permission before the action ran."
+    )
+    revoked_reason: str | None = None
 
 
 class IgnoredDecision(BaseModel):

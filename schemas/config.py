@@ -52,6 +52,21 @@ class WorkerConfig(BaseModel):
     e2b_domain: str | None = None
     e2b_template: str = "base"
     process_isolation: Literal["auto", "bwrap", "none"] = "auto"
+    business_backend: Literal["sqlite", "postgres", "http"] = Field(
+        default="sqlite", description="Where business writes go (sqlite is the embedded default)."
+    )
+    business_dsn: SecretStr | None = Field(
+        default=None, description="PostgreSQL DSN for business_backend=postgres."
+    )
+    business_url: str | None = Field(default=None, description="Base URL for business_backend=http.")
+    business_writer: str | None = Field(
+        default=None, description="A custom writer as 'module:factory'; the factory gets the config."
+    )
+    authorizer: str | None = Field(
+        default=None,
+        description="A custom authorizer as 'module:factory' (gets the config); default: the SQLite "
+        "revocation list in the data dir (agent-worker revoke / grant).",
+    )
     log_format: Literal["console", "json"] = "console"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     max_concurrent_activities: int = Field(default=64, ge=1)
@@ -86,6 +101,11 @@ class WorkerConfig(BaseModel):
     def business_db(self) -> Path:
         """The SQLite business store of the embedded default."""
         return self.data_dir / "business.db"
+
+    @property
+    def authz_db(self) -> Path:
+        """The default authorizer's revocation list."""
+        return self.data_dir / "authz.db"
 
     @property
     def journal_dir(self) -> Path:

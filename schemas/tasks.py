@@ -95,6 +95,11 @@ class PolicySpec(BaseModel):
         description="After a rejection the model always sees the message; 'end' then ends the "
         "task as rejected, 'continue' lets the agent carry on.",
     )
+    on_revoked: Literal["reapprove", "hand_off"] = Field(
+        default="reapprove",
+        description="When the approver lost the permission before the action ran: ask for approval "
+        "again, or hand the task off.",
+    )
 
 
 class Budgets(BaseModel):
@@ -152,6 +157,7 @@ class BatchItem(BaseModel):
     policy_reason: str = ""
     request_id: str | None = None
     result: ActionResult | None = None
+    authorized: bool = Field(default=False, description="Re-authorized right before it ran.")
 
 
 class Usage(BaseModel):

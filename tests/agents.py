@@ -12,8 +12,15 @@ from agents import Agent, function_tool
 from agents.items import TResponseOutputItem
 from agents.testing import assistant_message, function_call
 
-from activities.agent import AgentRegistration, ConversationModel, delegate_tool, sandbox_tool, tool_outputs
-from schemas.actions import Delegation, SandboxCommand
+from activities.agent import (
+    AgentRegistration,
+    ConversationModel,
+    delegate_tool,
+    sandbox_tool,
+    tool_outputs,
+    write_tool,
+)
+from schemas.actions import BusinessWrite, Delegation, SandboxCommand
 
 # Where the `notes` model logs each call it really makes (set by the crash test).
 CALL_LOG_ENV = "AW_TEST_CALL_LOG"
@@ -132,6 +139,36 @@ class ManagerScript(ConversationModel):
         ]
 
 
+@write_tool
+def record_value(value: str) -> BusinessWrite:
+    """Record a value in the business system.
+
+    Args:
+        value: The value.
+    """
+    return BusinessWrite(record_type="value", payload={"value": value})
+
+
+class RecorderScript(ConversationModel):
+    """Records the value after 'record:' in the prompt; with 'first run: SCRIPT' it proposes that
+    command in the same turn, before the write."""
+
+    def respond(self, instructions: str | None, items: list[dict[str, Any]]) -> list[TResponseOutputItem]:
+        outputs = tool_outputs(items)
+        if "record_value" in outputs:
+            receipt = json.loads(outputs["record_value"]) if outputs["record_value"].startswith("{") else {}
+            if receipt.get("outcome") == "committed":
+                return [assistant_message(f"recorded as {receipt['record_id']}")]
+            return [assistant_message(f"not recorded: {outputs['record_value']}")]
+        prompt = _user_texts(items)[0]
+        value = re.search(r"record: (\S+)", prompt).group(1)  # type: ignore[union-attr]
+        calls = []
+        if match := re.search(r"first run: (.+?);", prompt):
+            calls.append(function_call("run_shell", {"script": match.group(1)}, call_id="call_first"))
+        calls.append(function_call("record_value", {"value": value}, call_id="call_record"))
+        return calls
+
+
 def _shell_agent(name: str) -> Agent:
     return Agent(name=name, instructions="Run what you are asked.", tools=[run_shell])
 
@@ -146,6 +183,11 @@ registrations = [
     AgentRegistration(name="counter", build=lambda: _shell_agent("counter"), scripted_model=CountScript),
     AgentRegistration(
         name="plain", build=lambda: Agent(name="plain", instructions="Answer briefly."), scripted_model=None
+    ),
+    AgentRegistration(
+        name="recorder",
+        build=lambda: Agent(name="recorder", instructions="Record values.", tools=[run_shell, record_value]),
+        scripted_model=RecorderScript,
     ),
     AgentRegistration(
         name="manager",

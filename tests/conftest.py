@@ -12,6 +12,7 @@ from temporalio.client import Client
 from activities.sandbox.docker import docker_available
 from cli.sandbox_image import build_image
 from schemas.config import WorkerConfig
+from tests.postgres_server import PostgresServer, start_postgres
 from tests.support import DevServer, TaskEnv, connect, launch_dev_server, make_config, running_worker
 from worker import configure_logging
 
@@ -33,6 +34,14 @@ def docker_image() -> str:
         problem = docker_available(image)
     assert problem is None, f"the Docker tests need a daemon and the sandbox image: {problem}"
     return image
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """A throwaway PostgreSQL server (fails, never skips, when PostgreSQL is not installed)."""
+    server = start_postgres()
+    yield server
+    server.close()
 
 
 @pytest.fixture(scope="session")

@@ -28,7 +28,7 @@ from cli.devserver import start_dev_server
 from examples import EXAMPLES
 from schemas.config import DEFAULT_AGENTS, WorkerConfig
 from schemas.tasks import TaskPhase, TaskResult, TaskStatus
-from worker import build_worker
+from worker import build_workers
 from workflows import AgentTaskWorkflow
 
 REPO = Path(__file__).resolve().parent.parent
@@ -110,17 +110,26 @@ class TaskEnv:
         return LocalArtifactStore(self.config.artifact_dir)
 
     def worker_env(self) -> dict[str, str]:
-        """Environment for a worker subprocess serving this env."""
-        return {
+        """Environment for a worker subprocess serving this env (the same configuration)."""
+        config = self.config
+        env = {
             **os.environ,
             "TEMPORAL_ADDRESS": self.address,
             "AGENT_WORKER_TASK_QUEUE": self.task_queue,
-            "AGENT_WORKER_DATA_DIR": str(self.config.data_dir),
-            "AGENT_WORKER_AGENTS": ",".join(self.config.agents),
+            "AGENT_WORKER_DATA_DIR": str(config.data_dir),
+            "AGENT_WORKER_AGENTS": ",".join(config.agents),
             "AGENT_WORKER_MODEL_PROVIDER": "scripted",
-            "AGENT_WORKER_SANDBOX_BACKEND": self.config.sandbox_backend,
+            "AGENT_WORKER_SANDBOX_BACKEND": config.sandbox_backend,
+            "AGENT_WORKER_BUSINESS_BACKEND": config.business_backend,
             "PYTHONPATH": str(REPO),
         }
+        if config.business_dsn is not None:
+            env["AGENT_WORKER_BUSINESS_DSN"] = config.business_dsn.get_secret_value()
+        if config.business_url:
+            env["AGENT_WORKER_BUSINESS_URL"] = config.business_url
+        if config.business_writer:
+            env["AGENT_WORKER_BUSINESS_WRITER"] = config.business_writer
+        return env
 
     async def start(
         self, spec: dict[str, Any], task_id: str | None = None
@@ -177,8 +186,10 @@ def make_config(data_dir: Path, **overrides: Any) -> WorkerConfig:
 
 @contextlib.asynccontextmanager
 async def running_worker(client: Client, config: WorkerConfig) -> AsyncIterator[None]:
-    """An in-process worker on ``config.task_queue`` for the duration of the block."""
-    async with build_worker(client, config):
+    """In-process workers on ``config.task_queue`` (and its ``.business`` queue) for the block."""
+    async with contextlib.AsyncExitStack() as running:
+        for worker in build_workers(client, config):
+            await running.enter_async_context(worker)
         yield
 
 

@@ -251,7 +251,32 @@ class AgentTaskWorkflow:
     # ---- approvals -----------------------------------------------------------------------------
 
     async def settle_batch(self) -> None:
-        """Wait for every decision the batch needs, then run its actions and queue their results."""
+        """Wait for every decision the batch needs, then run its actions (each approved one
+        re-authorized right before it runs) and queue their results."""
+        while True:
+            await self.wait_for_decisions()
+            self.set_phase(TaskPhase.RUNNING)
+            reopened = False
+            for item in self.state.batch:
+                if item.result is not None:
+                    continue
+                if not await self.approvals.reauthorize(item):
+                    reopened = True  # the approver lost the permission: the request is open again
+                    break
+                item.result = await self.effects.run(item)
+            if not reopened:
+                break
+        results = [item.result for item in self.state.batch if item.result is not None]
+        self.state.pending_results.extend(results)
+        self.state.batch = []
+        assert self.spec is not None
+        rejected = [r for r in results if r.status is ActionStatus.REJECTED]
+        if rejected and self.spec.policy.on_reject == "end":
+            self.state.end_after_turn = TaskPhase.REJECTED
+            self.state.reason = rejected[0].output
+
+    async def wait_for_decisions(self) -> None:
+        """Wait (durably, until the first deadline) until no request is pending."""
         while self.approvals.pending():
             self.set_phase(TaskPhase.AWAITING_APPROVAL)
             first_deadline = min(r.deadline for r in self.approvals.pending())
@@ -267,18 +292,6 @@ class AgentTaskWorkflow:
                     self.emit(EventType.APPROVAL_EXPIRED, request_ids=expired)
                     raise HandOff(f"approval deadline passed for {', '.join(expired)}") from None
             await self.maybe_continue_as_new()
-        self.set_phase(TaskPhase.RUNNING)
-        for item in self.state.batch:
-            if item.result is None:
-                item.result = await self.effects.run(item)
-        results = [item.result for item in self.state.batch if item.result is not None]
-        self.state.pending_results.extend(results)
-        self.state.batch = []
-        assert self.spec is not None
-        rejected = [r for r in results if r.status is ActionStatus.REJECTED]
-        if rejected and self.spec.policy.on_reject == "end":
-            self.state.end_after_turn = TaskPhase.REJECTED
-            self.state.reason = rejected[0].output
 
     @workflow.signal(name="submit_decision")
     def submit_decision(self, raw: Any) -> None:

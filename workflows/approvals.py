@@ -9,13 +9,26 @@ from typing import TYPE_CHECKING, Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionRecord, IgnoredDecision
+    from activities.authz import AuthzActivities
+    from schemas.approvals import (
+        ApprovalDecision,
+        ApprovalRequest,
+        DecisionKind,
+        DecisionRecord,
+        IgnoredDecision,
+    )
+    from schemas.authz import AuthzRequest
     from schemas.events import EventType
     from schemas.tasks import BatchItem
+    from workflows import options
     from workflows.decisions import find_request, why_not
+    from workflows.effects import HandOff
 
 if TYPE_CHECKING:
     from workflows.agent_task import AgentTaskWorkflow
+
+# Patch ids are public contracts too: histories in flight carry them.
+REAUTHORIZE_PATCH = "reauthorize-approved-actions"
 
 
 class ApprovalDesk:
@@ -49,6 +62,59 @@ class ApprovalDesk:
             approvers=approvers,
             deadline=request.deadline.isoformat(),
         )
+
+    async def reauthorize(self, item: BatchItem) -> bool:
+        """Ask the authorizer, right before ``item`` runs, whether its approver still holds the
+        permission. False when revoked: the request is open again (or the task hands off)."""
+        record = self.decision_for(item)
+        if record is None or record.decision is DecisionKind.REJECT or item.authorized:
+            return True
+        # Tasks that started before re-authorization existed keep running as they began.
+        if not workflow.patched(REAUTHORIZE_PATCH):
+            return True
+        task = self.task
+        assert task.spec is not None
+        answer = await workflow.execute_activity_method(
+            AuthzActivities.check,
+            AuthzRequest(
+                task_id=task.task_id,
+                tenant=task.spec.tenant,
+                principal=record.principal,
+                tool=item.action.tool,
+                version=record.version,
+                effect=item.action.effect.value,
+            ),
+            **options.AUTHZ.kwargs(task_queue=options.business_queue()),
+        )
+        task.emit(
+            EventType.AUTHZ_CHECKED,
+            request_id=record.request_id,
+            principal=record.principal,
+            allowed=answer.allowed,
+            reason=answer.reason,
+        )
+        if answer.allowed:
+            item.authorized = True
+            return True
+        record.revoked_at, record.revoked_reason = workflow.now(), answer.reason
+        task.emit(
+            EventType.AUTHZ_REVOKED,
+            request_id=record.request_id,
+            principal=record.principal,
+            reason=answer.reason,
+        )
+        if task.spec.policy.on_revoked == "hand_off":
+            raise HandOff(f"approval of {record.request_id} no longer holds: {answer.reason}")
+        request = find_request(task.state.requests, record.request_id)
+        assert request is not None
+        self.request(item, request.approvers)
+        return False
+
+    def decision_for(self, item: BatchItem) -> DecisionRecord | None:
+        """The accepted decision on ``item``'s current request, if any."""
+        if item.request_id is None:
+            return None
+        return next((d for d in self.task.state.decisions if d.request_id == item.request_id), None)
 
     def pending(self) -> list[ApprovalRequest]:
         """Requests still waiting for a decision."""

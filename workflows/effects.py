@@ -24,7 +24,7 @@ with workflow.unsafe.imports_passed_through():
         SandboxCommand,
         action_version,
     )
-    from schemas.approvals import DecisionKind, DecisionRecord
+    from schemas.approvals import DecisionKind
     from schemas.artifacts import InputFile
     from schemas.events import EventType
     from schemas.sandbox import CreateSandboxInput, ExecInput, SandboxRef
@@ -67,7 +67,7 @@ class EffectRunner:
         action = item.action
         if item.verdict is PolicyVerdict.DENY:
             return _result(action, ActionStatus.DENIED, f"denied by policy: {item.policy_reason}")
-        record = self._decision(item)
+        record = self.task.approvals.decision_for(item)
         if record is not None and record.decision is DecisionKind.REJECT:
             message = f"rejected by {record.principal}: {record.reason or 'no reason given'}"
             return _result(action, ActionStatus.REJECTED, message)
@@ -110,11 +110,6 @@ class EffectRunner:
             output_ref=output_ref,
             edited_arguments=arguments if status is ActionStatus.EDITED else None,
         )
-
-    def _decision(self, item: BatchItem) -> DecisionRecord | None:
-        if item.request_id is None:
-            return None
-        return next(d for d in self.task.state.decisions if d.request_id == item.request_id)
 
     # ---- sandbox -------------------------------------------------------------------------------
 
@@ -259,43 +254,56 @@ class EffectRunner:
     # ---- business writes -----------------------------------------------------------------------
 
     async def write(self, action: ProposedAction, plan: BusinessWrite) -> str | None:
-        """Write once under the action's operation key; an unknown outcome is looked up, not retried
-        blindly. Returns the model-visible receipt, or None when nothing was written."""
+        """Write once under the action's operation key. An unknown outcome is looked up before
+        anything else: found, it is recorded; not found, the write is sent again under the same key.
+        A conflict, a system that stays down, or a lookup that stays unavailable hands the task off.
+        Returns the model-visible receipt, or None when nothing was written."""
         spec = spec_of(self.task)
         key = operation_key(self.task.task_id, action.call_id)
-        self.task.set_phase(TaskPhase.COMMITTING)
-        self.task.emit(
-            EventType.WRITE_ATTEMPTED, call_id=action.call_id, operation_key=key, record_type=plan.record_type
+        write_input = WriteInput(
+            operation_key=key,
+            task_id=self.task.task_id,
+            tenant=spec.tenant,
+            record_type=plan.record_type,
+            payload=plan.payload,
         )
-        try:
-            receipt = await workflow.execute_activity_method(
-                BusinessActivities.write,
-                WriteInput(
-                    operation_key=key,
-                    task_id=self.task.task_id,
-                    tenant=spec.tenant,
-                    record_type=plan.record_type,
-                    payload=plan.payload,
-                ),
-                **options.BUSINESS_WRITE.kwargs(),
-            )
-        except ActivityError as err:
-            if is_cancelled_exception(err):
-                raise
-            if _non_retryable(err):
-                # A deterministic refusal (e.g. the key holds another payload): nothing new was written.
-                self.task.set_phase(TaskPhase.RUNNING)
-                return json.dumps({"outcome": "failed", "operation_key": key, "error": _message(err)})
-            self.task.emit(EventType.WRITE_UNKNOWN, operation_key=key, error=_message(err))
+        self.task.set_phase(TaskPhase.COMMITTING)
+        receipt: WriteReceipt | None = None
+        for round_ in range(1, options.MAX_WRITE_ROUNDS + 1):
+            self.task.emit(EventType.WRITE_ATTEMPTED, call_id=action.call_id, operation_key=key, round=round_)
+            try:
+                receipt = await workflow.execute_activity_method(
+                    BusinessActivities.write,
+                    write_input,
+                    **options.BUSINESS_WRITE.kwargs(task_queue=options.business_queue()),
+                )
+                break
+            except ActivityError as err:
+                if is_cancelled_exception(err):
+                    raise
+                code, message = _code(err), _message(err)
+            if code == "write_conflict":
+                self.task.emit(EventType.WRITE_CONFLICT, operation_key=key, error=message)
+                raise HandOff(f"write {key} conflicts with what the business system holds: {message}")
+            if code != "write_unknown":
+                raise HandOff(f"write {key} did not happen, the business system is unavailable: {message}")
+            self.task.emit(EventType.WRITE_UNKNOWN, operation_key=key, error=message)
             self.task.set_phase(TaskPhase.RECONCILING)
             found = await self.lookup(key)
             if found is None:
-                raise HandOff(f"write {key}: outcome unknown and the lookup failed") from err
-            if found.outcome is not WriteOutcome.COMMITTED:
-                self.task.set_phase(TaskPhase.RUNNING)
-                return None
-            receipt = found
+                raise HandOff(f"write {key}: outcome unknown and the lookup stayed unavailable")
+            if found.outcome is WriteOutcome.COMMITTED:
+                receipt = found
+                break
+            self.task.set_phase(TaskPhase.COMMITTING)  # not found: send it again, same key
+        if receipt is None:
+            raise HandOff(f"write {key} did not settle after {options.MAX_WRITE_ROUNDS} rounds")
         self.task.set_phase(TaskPhase.RUNNING)
+        if receipt.outcome is WriteOutcome.REJECTED:
+            self.task.emit(EventType.WRITE_REJECTED, operation_key=key, detail=receipt.detail)
+            return json.dumps(
+                {"outcome": "rejected", "operation_key": key, "detail": receipt.detail}, sort_keys=True
+            )
         self.task.state.writes.append(
             WriteEvidence(call_id=action.call_id, operation_key=key, receipt=receipt)
         )
@@ -307,21 +315,18 @@ class EffectRunner:
             replayed=receipt.replayed,
         )
         return json.dumps(
-            {
-                "outcome": receipt.outcome.value,
-                "record_id": receipt.record_id,
-                "operation_key": key,
-                "detail": receipt.detail,
-            },
+            {"outcome": receipt.outcome.value, "record_id": receipt.record_id, "operation_key": key},
             sort_keys=True,
         )
 
     async def lookup(self, key: str) -> WriteReceipt | None:
         """The committed receipt under ``key``; an UNKNOWN-outcome receipt when nothing is there;
-        None when the lookup itself failed."""
+        None when the lookup itself stayed unavailable."""
         try:
             result = await workflow.execute_activity_method(
-                BusinessActivities.lookup, LookupInput(operation_key=key), **options.BUSINESS_LOOKUP.kwargs()
+                BusinessActivities.lookup,
+                LookupInput(operation_key=key),
+                **options.BUSINESS_LOOKUP.kwargs(task_queue=options.business_queue()),
             )
         except ActivityError as err:
             if is_cancelled_exception(err):
@@ -362,6 +367,6 @@ def _message(err: ActivityError | ChildWorkflowError) -> str:
     return cause.message if isinstance(cause, ApplicationError) else str(cause or err)
 
 
-def _non_retryable(err: ActivityError) -> bool:
+def _code(err: ActivityError) -> str | None:
     cause = err.cause
-    return isinstance(cause, ApplicationError) and cause.non_retryable
+    return cause.type if isinstance(cause, ApplicationError) else None

@@ -6,8 +6,14 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.workflow import ActivityCancellationType
+
+BUSINESS_QUEUE_SUFFIX = ".business"
+# Every activity heartbeats every 2 s (activities.errors.activity_boundary): a worker that dies is
+# noticed, and its work retried elsewhere, within this.
+HEARTBEAT = timedelta(seconds=10)
 
 
 @dataclass(frozen=True)
@@ -19,13 +25,18 @@ class ActivityOptions:
     heartbeat: timedelta | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def kwargs(self, start_to_close: timedelta | None = None) -> dict[str, Any]:
-        """The options as keyword arguments, optionally with a longer start-to-close timeout."""
+    def kwargs(
+        self, start_to_close: timedelta | None = None, task_queue: str | None = None
+    ) -> dict[str, Any]:
+        """The options as keyword arguments, optionally with a longer start-to-close timeout or on
+        another task queue."""
         options: dict[str, Any] = {
             "start_to_close_timeout": start_to_close or self.start_to_close,
             "retry_policy": self.retry,
             **self.extra,
         }
+        if task_queue is not None:
+            options["task_queue"] = task_queue
         if self.heartbeat is not None:
             options["heartbeat_timeout"] = self.heartbeat
         return options
@@ -42,19 +53,32 @@ def _retry(attempts: int, *, max_interval: float = 30.0) -> RetryPolicy:
 
 # A turn repeats its in-flight model call when retried; completed calls are not repeated (journal).
 # Turns heartbeat every 2 s, so a dead worker is noticed within the heartbeat timeout.
-TURN = ActivityOptions(timedelta(minutes=10), _retry(5), heartbeat=timedelta(seconds=10))
-PLAN = ActivityOptions(timedelta(seconds=30), _retry(3))
-INGEST = ActivityOptions(timedelta(minutes=2), _retry(5))
-SANDBOX_CREATE = ActivityOptions(timedelta(minutes=5), _retry(5))
+TURN = ActivityOptions(timedelta(minutes=10), _retry(5), heartbeat=HEARTBEAT)
+PLAN = ActivityOptions(timedelta(seconds=30), _retry(3), heartbeat=HEARTBEAT)
+INGEST = ActivityOptions(timedelta(minutes=2), _retry(5), heartbeat=HEARTBEAT)
+SANDBOX_CREATE = ActivityOptions(timedelta(minutes=5), _retry(5), heartbeat=HEARTBEAT)
 # Waiting for cancellation to complete means the command really is killed before the workflow moves on.
 SANDBOX_EXEC = ActivityOptions(
     timedelta(minutes=2),
     _retry(3),
-    heartbeat=timedelta(seconds=10),
+    heartbeat=HEARTBEAT,
     extra={"cancellation_type": ActivityCancellationType.WAIT_CANCELLATION_COMPLETED},
 )
-SANDBOX_DESTROY = ActivityOptions(timedelta(minutes=2), _retry(10))
-# Writes are safe to retry: the operation key makes a repeat return the first receipt.
-BUSINESS_WRITE = ActivityOptions(timedelta(seconds=60), _retry(10))
-BUSINESS_LOOKUP = ActivityOptions(timedelta(seconds=30), _retry(10))
+SANDBOX_DESTROY = ActivityOptions(timedelta(minutes=2), _retry(10), heartbeat=HEARTBEAT)
+# A write is retried only when it certainly did not apply (the system was down); a retried attempt
+# looks its key up first. An unknown outcome is not retried: the workflow reconciles it by lookup.
+BUSINESS_WRITE = ActivityOptions(timedelta(seconds=60), _retry(10), heartbeat=HEARTBEAT)
+# Lookups retry within the task's patience (about five minutes), then the task hands off.
+BUSINESS_LOOKUP = ActivityOptions(timedelta(seconds=30), _retry(12), heartbeat=HEARTBEAT)
+AUTHZ = ActivityOptions(timedelta(seconds=30), _retry(10), heartbeat=HEARTBEAT)
+# Rounds of write, lookup, write again under the same key before a human takes over.
+MAX_WRITE_ROUNDS = 5
+
+
+def business_queue() -> str:
+    """The task queue of business writes, lookups and authorization checks: the workflow's own queue
+    plus ``.business``, so that only the workers polling it hold business credentials."""
+    return f"{workflow.info().task_queue}{BUSINESS_QUEUE_SUFFIX}"
+
+
 EXEC_GRACE = timedelta(seconds=30)

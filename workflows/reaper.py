@@ -10,6 +10,7 @@ from temporalio.common import RetryPolicy
 with workflow.unsafe.imports_passed_through():
     from activities.sandbox.reaper import ReaperActivities
     from schemas.sandbox import ReapInput, ReapResult
+    from workflows import options
 
 REAP_TIMEOUT = timedelta(minutes=10)
 
@@ -24,5 +25,6 @@ class SandboxReaperWorkflow:
             ReaperActivities.reap,
             input,
             start_to_close_timeout=REAP_TIMEOUT,
+            heartbeat_timeout=options.HEARTBEAT,
             retry_policy=RetryPolicy(maximum_attempts=3),
         )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -10,6 +9,7 @@ from agents import Agent, FunctionTool
 from agents.models.interface import Model
 
 from activities.errors import ToolPlanError, UnknownAgent
+from activities.loading import load_object
 
 
 @dataclass(frozen=True)
@@ -49,13 +49,7 @@ class AgentRegistry:
         """
         found: list[AgentRegistration] = []
         for path in paths:
-            module_name, _, attribute = path.partition(":")
-            if not module_name or not attribute:
-                raise ValueError(f"agent path {path!r} must look like 'package.module:attribute'")
-            try:
-                value = getattr(importlib.import_module(module_name), attribute)
-            except (ImportError, AttributeError) as err:
-                raise ValueError(f"cannot load agent registration {path!r}: {err}") from err
+            value = load_object(path, "agent registration")
             values = value if isinstance(value, list | tuple) else [value]
             if not all(isinstance(v, AgentRegistration) for v in values):
                 raise ValueError(f"{path!r} does not hold AgentRegistration objects")

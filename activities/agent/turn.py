@@ -33,8 +33,7 @@ from activities.agent.tools import (
     unbind_turn,
 )
 from activities.artifacts import LocalArtifactStore
-from activities.errors import ToolPlanError, TurnError, translate_errors
-from activities.heartbeat import heartbeating
+from activities.errors import ToolPlanError, TurnError, activity_boundary
 from schemas.actions import ActionResult, ActionStatus, ProposedAction, action_version
 from schemas.config import WorkerConfig
 from schemas.turns import PlanInput, PlanResult, TurnInput, TurnResult, TurnUsage
@@ -55,7 +54,7 @@ class AgentActivities:
         self.journal = ModelCallJournal(config.journal_dir)
 
     @activity.defn(name="agent.turn")
-    @translate_errors
+    @activity_boundary
     async def turn(self, input: TurnInput) -> TurnResult:
         """Run the agent until it answers or proposes effectful calls."""
         registration = self.registry.get(input.agent)
@@ -75,27 +74,26 @@ class AgentActivities:
         context = {"task_id": input.task_id}
         token = bind_turn(services)
         try:
-            async with heartbeating():
-                start = await self._start(agent, input, context, registration.max_model_calls, outputs)
-                try:
-                    result = await Runner.run(
-                        agent,
-                        start,
-                        context=context,
-                        run_config=run_config,
-                        max_turns=registration.max_model_calls,
-                    )
-                except MaxTurnsExceeded:
-                    raise TurnError(
-                        f"agent {input.agent!r} made more than {registration.max_model_calls} model calls "
-                        "in one turn without finishing or proposing an action",
-                        operation="agent.turn",
-                    ) from None
-                except Exception as err:
-                    failure = provider_failure(err)
-                    if failure is None:
-                        raise
-                    raise failure from err
+            start = await self._start(agent, input, context, registration.max_model_calls, outputs)
+            try:
+                result = await Runner.run(
+                    agent,
+                    start,
+                    context=context,
+                    run_config=run_config,
+                    max_turns=registration.max_model_calls,
+                )
+            except MaxTurnsExceeded:
+                raise TurnError(
+                    f"agent {input.agent!r} made more than {registration.max_model_calls} model calls "
+                    "in one turn without finishing or proposing an action",
+                    operation="agent.turn",
+                ) from None
+            except Exception as err:
+                failure = provider_failure(err)
+                if failure is None:
+                    raise
+                raise failure from err
         finally:
             unbind_turn(token)
         usage = TurnUsage(
@@ -191,7 +189,7 @@ class AgentActivities:
         return state
 
     @activity.defn(name="agent.plan")
-    @translate_errors
+    @activity_boundary
     async def plan(self, input: PlanInput) -> PlanResult:
         """Plan an effectful call with (edited) arguments; invalid arguments are an answer, not an error."""
         agent = self.registry.get(input.agent).build()

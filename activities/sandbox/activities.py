@@ -9,8 +9,7 @@ from collections.abc import Mapping
 from temporalio import activity
 
 from activities.artifacts import LocalArtifactStore
-from activities.errors import SandboxError, translate_errors
-from activities.heartbeat import heartbeating
+from activities.errors import SandboxError, activity_boundary
 from activities.sandbox.base import Sandbox
 from schemas.digests import canonical_json
 from schemas.sandbox import (
@@ -53,7 +52,7 @@ class SandboxActivities:
             ) from None
 
     @activity.defn(name="sandbox.create")
-    @translate_errors
+    @activity_boundary
     async def create(self, input: CreateSandboxInput) -> SandboxRef:
         """Create the task's sandbox with its inputs copied in (digests verified), or find it."""
         backend = self._backend(input.spec.backend, "sandbox.create")
@@ -61,13 +60,12 @@ class SandboxActivities:
         return await backend.create(input, files)
 
     @activity.defn(name="sandbox.exec")
-    @translate_errors
+    @activity_boundary
     async def exec(self, input: ExecInput) -> CommandRecord:
         """Run one command; full output becomes artifacts, the record keeps a capped copy."""
         backend = self._backend(input.sandbox.backend, "sandbox.exec")
         started = time.monotonic()
-        async with heartbeating():
-            outcome = await backend.exec(input)
+        outcome = await backend.exec(input)
         exit_code, timed_out, out, err = outcome.exit_code, outcome.timed_out, outcome.stdout, outcome.stderr
         duration_ms = int((time.monotonic() - started) * 1000)
         limit = input.spec.output_limit_bytes
@@ -109,7 +107,7 @@ class SandboxActivities:
         )
 
     @activity.defn(name="sandbox.destroy")
-    @translate_errors
+    @activity_boundary
     async def destroy(self, input: DestroySandboxInput) -> DestroySandboxResult:
         """Remove the task's sandbox. Idempotent: destroying a gone sandbox is not an error."""
         backend = self._backend(input.sandbox.backend, "sandbox.destroy")

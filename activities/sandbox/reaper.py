@@ -16,7 +16,7 @@ from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.errors import translate_errors
+from activities.errors import activity_boundary
 from activities.sandbox.base import Sandbox, SandboxInfo
 from schemas.sandbox import ReapedSandbox, ReapInput, ReapResult, SandboxRef
 
@@ -80,7 +80,7 @@ class ReaperActivities:
         self.reaper = reaper
 
     @activity.defn(name="sandbox.reap")
-    @translate_errors
+    @activity_boundary
     async def reap(self, input: ReapInput) -> ReapResult:
         """Remove sandboxes whose task is closed or unknown."""
         return await self.reaper.reap(input)

@@ -1,27 +1,17 @@
-"""Business writes and lookups: the ``business.*`` activities and the SQLite store of the embedded
-default.
-
-A write carries an operation key derived in the workflow (task id + action call id). The key is
-unique in the store and the payload's digest is stored beside it: the same key with the same payload
-returns the original receipt (a retry commits nothing new), the same key with a different payload is
-a conflict, never an overwrite. ``lookup`` answers whether a key was committed, which is how an
-unknown outcome is reconciled before any retry.
-"""
+"""The SQLite business store: the embedded default, one row per operation key (see ``base.py`` for
+the contract). The key is unique and the payload's digest is stored beside it."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Protocol
 
-from temporalio import activity
-
-from activities.errors import WriteConflict, WriteError, translate_errors
-from schemas.digests import canonical_json, digest_bytes
-from schemas.writes import LookupInput, LookupResult, WriteInput, WriteOutcome, WriteReceipt
+from activities.business.base import payload_digest, record_id_for
+from activities.errors import WriteConflict, WriteUnavailable, WriteUnknown
+from schemas.digests import canonical_json
+from schemas.writes import WriteInput, WriteOutcome, WriteReceipt
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS business_records (
@@ -35,18 +25,6 @@ CREATE TABLE IF NOT EXISTS business_records (
     committed_at   TEXT NOT NULL
 )
 """
-
-
-class BusinessWriter(Protocol):
-    """A business system that honours operation keys."""
-
-    def write(self, input: WriteInput) -> WriteReceipt:
-        """Commit the payload under the operation key, or return the receipt it already has."""
-        ...
-
-    def lookup(self, operation_key: str) -> WriteReceipt | None:
-        """The receipt committed under ``operation_key``, or None."""
-        ...
 
 
 class SqliteBusinessStore:
@@ -64,10 +42,15 @@ class SqliteBusinessStore:
 
     def write(self, input: WriteInput) -> WriteReceipt:
         payload = canonical_json(input.payload)
-        digest = digest_bytes(payload)
-        db = self._connect()
+        digest = payload_digest(input)
         try:
+            db = self._connect()
             db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as err:
+            # Nothing was sent: the database could not be opened or locked for writing.
+            raise WriteUnavailable(f"sqlite unavailable: {err}") from err
+        committing = False
+        try:
             existing = self._select(db, input.operation_key)
             if existing is not None:
                 db.execute("COMMIT")
@@ -79,7 +62,7 @@ class SqliteBusinessStore:
                     )
                 return existing.model_copy(update={"replayed": True})
             now = datetime.now(UTC)
-            record_id = "rec-" + input.operation_key.removeprefix("op-")[:16]
+            record_id = record_id_for(input.operation_key)
             db.execute(
                 "INSERT INTO business_records VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (
@@ -93,12 +76,12 @@ class SqliteBusinessStore:
                     now.isoformat(),
                 ),
             )
+            committing = True
             db.execute("COMMIT")
         except sqlite3.Error as err:
-            # The commit may or may not have reached the file: only a lookup can tell.
-            raise WriteError(
-                f"sqlite write failed: {err}", code="write_unknown", operation="business.write"
-            ) from err
+            if committing:  # the commit may or may not have reached the file: only a lookup can tell
+                raise WriteUnknown(f"sqlite commit failed: {err}") from err
+            raise WriteUnavailable(f"sqlite write failed before commit: {err}") from err
         finally:
             db.close()
         return WriteReceipt(
@@ -111,11 +94,14 @@ class SqliteBusinessStore:
         )
 
     def lookup(self, operation_key: str) -> WriteReceipt | None:
-        db = self._connect()
         try:
-            return self._select(db, operation_key)
-        finally:
-            db.close()
+            db = self._connect()
+            try:
+                return self._select(db, operation_key)
+            finally:
+                db.close()
+        except sqlite3.Error as err:
+            raise WriteUnavailable(f"sqlite lookup failed: {err}", operation="business.lookup") from err
 
     def payload(self, operation_key: str) -> dict | None:
         """The payload committed under ``operation_key``, or None."""
@@ -157,23 +143,3 @@ class SqliteBusinessStore:
             payload_digest=row[2],
             committed_at=datetime.fromisoformat(row[3]),
         )
-
-
-class BusinessActivities:
-    """``business.write`` and ``business.lookup`` over one ``BusinessWriter``."""
-
-    def __init__(self, writer: BusinessWriter) -> None:
-        self.writer = writer
-
-    @activity.defn(name="business.write")
-    @translate_errors
-    async def write(self, input: WriteInput) -> WriteReceipt:
-        """Commit one write under its operation key (a repeat returns the first receipt)."""
-        return await asyncio.to_thread(self.writer.write, input)
-
-    @activity.defn(name="business.lookup")
-    @translate_errors
-    async def lookup(self, input: LookupInput) -> LookupResult:
-        """Whether the operation key was committed, with its receipt."""
-        receipt = await asyncio.to_thread(self.writer.lookup, input.operation_key)
-        return LookupResult(operation_key=input.operation_key, found=receipt is not None, receipt=receipt)
