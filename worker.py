@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import os
 import signal
 import sys
@@ -31,6 +30,7 @@ from activities.agent import AgentActivities, AgentRegistry
 from activities.artifacts import ArtifactActivities, LocalArtifactStore
 from activities.authz import Authorizer, AuthzActivities, SqliteAuthorizer
 from activities.business import BusinessActivities, BusinessWriter, SqliteBusinessStore, load_writer
+from activities.events import EventActivities, EventSink, JsonlEventSink
 from activities.loading import load_object
 from activities.sandbox import ProcessSandbox, Sandbox, SandboxActivities
 from activities.sandbox.docker import DockerSandbox, docker_available
@@ -38,6 +38,8 @@ from activities.sandbox.reaper import ReaperActivities, SandboxReaper
 from schemas import visibility
 from schemas.config import ConfigError, WorkerConfig
 from schemas.sandbox import SandboxBackend
+from telemetry import configure_logging
+from telemetry.metrics import prometheus_runtime
 from workflows import AgentTaskWorkflow, SandboxReaperWorkflow
 from workflows.options import BUSINESS_QUEUE_SUFFIX
 
@@ -53,56 +55,6 @@ _INDEXED_TYPES = {
     "Bool": IndexedValueType.INDEXED_VALUE_TYPE_BOOL,
     "KeywordList": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD_LIST,
 }
-
-
-def configure_logging(config: WorkerConfig) -> None:
-    """structlog for people (console) or machines (JSON), on stderr so stdout stays for command
-    output; stdlib logs (the SDK's) go through it."""
-    renderer: Any = (
-        structlog.processors.JSONRenderer()
-        if config.log_format == "json"
-        # Plain tracebacks: a rich one prints every local (huge run states, maybe secrets).
-        else structlog.dev.ConsoleRenderer(
-            colors=sys.stderr.isatty(), exception_formatter=structlog.dev.plain_traceback
-        )
-    )
-    shared: list[Any] = [
-        structlog.contextvars.merge_contextvars,
-        structlog.stdlib.add_log_level,
-        structlog.stdlib.add_logger_name,
-        structlog.processors.TimeStamper(fmt="iso", utc=True),
-    ]
-    structlog.configure(
-        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
-        logger_factory=structlog.stdlib.LoggerFactory(),
-        wrapper_class=structlog.stdlib.BoundLogger,
-        cache_logger_on_first_use=True,
-    )
-    handler = _StderrHandler()
-    handler.setFormatter(
-        structlog.stdlib.ProcessorFormatter(
-            foreign_pre_chain=shared,
-            processors=[
-                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                renderer,
-            ],
-        )
-    )
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(config.log_level.upper())
-
-
-class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    """Writes to whatever ``sys.stderr`` is at the time of each record."""
-
-    @property  # type: ignore[override]
-    def stream(self) -> Any:
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, _value: Any) -> None:
-        pass
 
 
 async def connect(**overrides: Any) -> Client:
@@ -200,6 +152,13 @@ def build_writer(config: WorkerConfig) -> BusinessWriter:
     return SqliteBusinessStore(config.business_db)
 
 
+def build_event_sink(config: WorkerConfig) -> EventSink:
+    """Where task events are delivered."""
+    if config.event_sink:
+        return load_object(config.event_sink, "event sink")(config=config)
+    return JsonlEventSink(config.events_dir)
+
+
 def build_authorizer(config: WorkerConfig) -> Authorizer:
     """The authorizer asked right before approved actions run."""
     if config.authorizer:
@@ -221,6 +180,7 @@ def build_workers(client: Client, config: WorkerConfig) -> list[Worker]:
     sandbox = SandboxActivities(backends, store, default)
     reaper = ReaperActivities(SandboxReaper(list(backends.values()), client))
     artifacts = ArtifactActivities(store)
+    events = EventActivities(build_event_sink(config))
     business = BusinessActivities(build_writer(config))
     authz = AuthzActivities(build_authorizer(config))
     common: dict[str, Any] = {
@@ -241,8 +201,10 @@ def build_workers(client: Client, config: WorkerConfig) -> list[Worker]:
             sandbox.destroy,
             reaper.reap,
             artifacts.ingest,
+            events.publish,
         ],
         max_concurrent_workflow_tasks=config.max_concurrent_workflow_tasks,
+        max_cached_workflows=config.max_cached_workflows,
         # A dead worker's tasks move to another worker after this (the SDK's default is 10 s).
         sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
         **common,
@@ -265,7 +227,7 @@ async def run_worker(
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    client = await connect(**(client_overrides or {}))
+    client = await connect(runtime=prometheus_runtime(config.metrics_bind), **(client_overrides or {}))
     await ensure_search_attributes(client)
     workers = build_workers(client, config)
     log.info(
@@ -275,6 +237,7 @@ async def run_worker(
         agents=config.agents,
         model="openai" if config.uses_openai else "scripted",
         business=config.business_writer or config.business_backend,
+        metrics=f"http://{config.metrics_bind}/metrics" if config.metrics_bind else "off",
         pid=os.getpid(),
     )
     async with contextlib.AsyncExitStack() as running:

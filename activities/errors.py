@@ -29,6 +29,8 @@ from collections.abc import Awaitable, Callable
 from typing import Literal, ParamSpec, TypeVar
 
 import pydantic
+import structlog
+from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 Retryable = Literal["yes", "no", "unknown"]
@@ -153,16 +155,26 @@ T = TypeVar("T")
 
 
 def activity_boundary(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
-    """The edge of every activity: heartbeat while it runs (so a dead worker is noticed within the
-    heartbeat timeout and cancellations arrive), and translate the package's errors (and invalid
-    payloads) into ``ApplicationError``s."""
+    """The edge of every activity: bind the task id, run id, activity and attempt to every log line,
+    heartbeat while it runs (so a dead worker is noticed within the heartbeat timeout and cancellations
+    arrive), and translate the package's errors (and invalid payloads) into ``ApplicationError``s."""
     from activities.heartbeat import heartbeating
 
     @functools.wraps(fn)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        context = {}
+        if activity.in_activity():
+            info = activity.info()
+            context = {
+                "task_id": info.workflow_id,
+                "run_id": info.workflow_run_id,
+                "activity": info.activity_type,
+                "attempt": info.attempt,
+            }
         try:
-            async with heartbeating():
-                return await fn(*args, **kwargs)
+            with structlog.contextvars.bound_contextvars(**context):
+                async with heartbeating():
+                    return await fn(*args, **kwargs)
         except AgentWorkerError as err:
             raise ApplicationError(
                 str(err),

@@ -1,7 +1,7 @@
 """``agent-worker``: run the embedded server, workers, and tasks from a terminal.
 
-Commands: dev, worker, start, status, inbox, approve, edit, reject, cancel, demo, revoke, grant,
-sandbox-image, reap.
+Commands: dev, worker, start, status, inbox, approve, edit, reject, cancel, evidence, verify, demo,
+revoke, grant, sandbox-image, reap.
 The Temporal connection comes from the SDK's environment configuration (``TEMPORAL_ADDRESS``, ...)
 unless ``--address`` / ``--namespace`` are given.
 """
@@ -50,6 +50,11 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("task_id")
     status.add_argument("--json", action="store_true")
 
+    events = sub.add_parser("events", help="a task's event timeline (readable, or JSON lines)")
+    events.add_argument("task_id")
+    events.add_argument("--follow", action="store_true", help="keep printing new events until the task ends")
+    events.add_argument("--json", action="store_true", help="one JSON event per line")
+
     inbox = sub.add_parser("inbox", help="every task waiting for approval")
     inbox.add_argument("--tenant")
     inbox.add_argument("--json", action="store_true")
@@ -78,6 +83,13 @@ def _parser() -> argparse.ArgumentParser:
 
     cancel = sub.add_parser("cancel", help="cancel a task (its sandbox is destroyed)")
     cancel.add_argument("task_id")
+
+    evidence = sub.add_parser("evidence", help="write a closed task's evidence bundle (manifest + artifacts)")
+    evidence.add_argument("task_id")
+    evidence.add_argument("-o", "--output", type=Path, help="bundle directory (default: evidence-<task id>)")
+
+    verify = sub.add_parser("verify", help="check a bundle against the artifact store and business system")
+    verify.add_argument("bundle", type=Path)
 
     for verb, text in (("revoke", "revoke a principal's permission"), ("grant", "lift a revocation")):
         p = sub.add_parser(verb, help=f"{text} (the default authorizer's list in the data dir)")
@@ -134,7 +146,7 @@ async def _client(args: Any, address: str | None = None) -> Any:
 
 
 async def _run(args: Any) -> int:
-    from cli import tasks
+    from cli import evidence, tasks
 
     if args.command == "demo":
         from cli.demo import run_demo
@@ -149,11 +161,17 @@ async def _run(args: Any) -> int:
         return 0
     if args.command in ("revoke", "grant"):
         return _permissions(args)
+    if args.command == "verify":
+        return evidence.cmd_verify(args)
     if args.command == "sandbox-image":
         from cli.sandboxes import cmd_sandbox_image
 
         return cmd_sandbox_image(args)
     client = await _client(args)
+    if args.command == "events":
+        from cli.events import cmd_events
+
+        return await cmd_events(client, args)
     if args.command == "reap":
         from cli.sandboxes import cmd_reap
 
@@ -166,6 +184,7 @@ async def _run(args: Any) -> int:
         "edit": tasks.cmd_decide,
         "reject": tasks.cmd_decide,
         "cancel": tasks.cmd_cancel,
+        "evidence": evidence.cmd_evidence,
     }[args.command]
     return await handler(client, args)
 
@@ -182,7 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         os.execv(argv_[0], argv_)
     from cli.tasks import CliError
-    from worker import configure_logging
+    from telemetry import configure_logging
 
     try:
         configure_logging(WorkerConfig.from_env(os.environ))

@@ -62,6 +62,14 @@ class WorkerConfig(BaseModel):
     business_writer: str | None = Field(
         default=None, description="A custom writer as 'module:factory'; the factory gets the config."
     )
+    metrics_bind: str | None = Field(
+        default=None, description="host:port of the Prometheus /metrics endpoint (SDK and task metrics)."
+    )
+    event_sink: str | None = Field(
+        default=None,
+        description="A custom event sink as 'module:factory' (gets the config); default: JSON lines per "
+        "task under <data dir>/events/.",
+    )
     authorizer: str | None = Field(
         default=None,
         description="A custom authorizer as 'module:factory' (gets the config); default: the SQLite "
@@ -71,6 +79,11 @@ class WorkerConfig(BaseModel):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     max_concurrent_activities: int = Field(default=64, ge=1)
     max_concurrent_workflow_tasks: int = Field(default=64, ge=1)
+    max_cached_workflows: int = Field(
+        default=1000,
+        ge=0,
+        description="Workflows kept in memory; 0 replays every workflow task from history.",
+    )
     agents_tracing: bool = Field(
         default=False, description="Export OpenAI Agents SDK traces (needs OPENAI_API_KEY)."
     )
@@ -101,6 +114,11 @@ class WorkerConfig(BaseModel):
     def business_db(self) -> Path:
         """The SQLite business store of the embedded default."""
         return self.data_dir / "business.db"
+
+    @property
+    def events_dir(self) -> Path:
+        """The default event sink's directory: one JSON-lines file per task."""
+        return self.data_dir / "events"
 
     @property
     def authz_db(self) -> Path:

@@ -62,3 +62,17 @@ class Event(BaseModel):
     data: dict[str, Any] = Field(default_factory=dict)
 
     model_config = {"populate_by_name": True, "serialize_by_alias": True}
+
+
+class PublishEventsInput(BaseModel):
+    """Input of ``events.publish``: a task's events, in order."""
+
+    task_id: str
+    events: list[Event]
+
+
+class PublishEventsResult(BaseModel):
+    """Output of ``events.publish``."""
+
+    delivered: int
+    new: int = Field(description="How many the sink did not hold yet.")

@@ -221,6 +221,7 @@ class TaskState(BaseModel):
     reason: str | None = None
     request_seq: int = 0
     event_seq: int = 0
+    delivered_seq: int = Field(default=0, description="The last event delivered to the event sink.")
     events: list[Event] = Field(default_factory=list)
     started_at: datetime | None = None
 

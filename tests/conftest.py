@@ -12,9 +12,9 @@ from temporalio.client import Client
 from activities.sandbox.docker import docker_available
 from cli.sandbox_image import build_image
 from schemas.config import WorkerConfig
+from telemetry import configure_logging
 from tests.postgres_server import PostgresServer, start_postgres
 from tests.support import DevServer, TaskEnv, connect, launch_dev_server, make_config, running_worker
-from worker import configure_logging
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -31,8 +31,8 @@ EXPECTED = {
 def test_the_committed_histories_are_all_there() -> None:
     """Approve, edit, reject, sub-tasks, follow-up input, budgets, continue-as-new and provider
     retries each have a committed history."""
-    assert EXPECTED <= {p.stem for p in HISTORIES.glob("*.json")}
-    assert EXPECTED <= {p.stem for p in (HISTORIES / "pre-reauthorize").glob("*.json")}
+    for folder in (HISTORIES, HISTORIES / "pre-deliver-events", HISTORIES / "pre-reauthorize"):
+        assert EXPECTED <= {p.stem for p in folder.glob("*.json")}, folder
 
 
 # tests/histories/ holds histories of the current code; each subfolder, those recorded before a

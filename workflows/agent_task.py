@@ -19,6 +19,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflow
 with workflow.unsafe.imports_passed_through():
     from activities.agent.turn import AgentActivities
     from activities.artifacts import ArtifactActivities
+    from activities.events import EventActivities
     from activities.sandbox.activities import SandboxActivities
     from schemas import visibility
     from schemas.actions import ActionResult, ActionStatus
@@ -27,7 +28,7 @@ with workflow.unsafe.imports_passed_through():
         DecisionOutcome,
     )
     from schemas.artifacts import IngestInput
-    from schemas.events import Event, EventType
+    from schemas.events import Event, EventType, PublishEventsInput
     from schemas.sandbox import DestroySandboxInput
     from schemas.tasks import (
         BatchItem,
@@ -42,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from schemas.turns import TurnInput
     from schemas.validation import InvalidPayload, parse_decision, parse_follow_up, parse_task_input
+    from telemetry import metrics
     from workflows import options
     from workflows.approvals import ApprovalDesk
     from workflows.budgets import exhausted
@@ -50,6 +52,10 @@ with workflow.unsafe.imports_passed_through():
     from workflows.policy import evaluate
 
 EVENT_TAIL = 100
+# Undelivered events that trigger a delivery between steps (it also happens before every wait for a
+# human, before continue-as-new, and at the end).
+DELIVERY_BATCH = 25
+DELIVER_EVENTS_PATCH = "deliver-events"
 # What a person reading the worker's log wants to see; every event is in the status query anyway.
 _LOGGED_AT_INFO = frozenset(
     {
@@ -81,6 +87,7 @@ class AgentTaskWorkflow:
         self.state: TaskState = (task.state if task and task.state else None) or TaskState()
         self.effects = EffectRunner(self)
         self.approvals = ApprovalDesk(self)
+        self.delivering = False
 
     # ---- entry ---------------------------------------------------------------------------------
 
@@ -93,14 +100,19 @@ class AgentTaskWorkflow:
                 self.input_error or "invalid task input", type="InvalidTaskInput", non_retryable=True
             )
         spec = self.spec
+        # Tasks that started before event delivery existed keep running as they began.
+        self.delivering = workflow.patched(DELIVER_EVENTS_PATCH)
         if self.state.phase is TaskPhase.RECEIVED:
             self.state.started_at = workflow.now()
             self.emit(EventType.TASK_STARTED, agent=spec.agent, tenant=spec.tenant)
+            metrics.workflow_counter("agent_worker_tasks_started", agent=spec.agent, tenant=spec.tenant)
         self.publish()
         try:
             if self.state.phase in (TaskPhase.RECEIVED, TaskPhase.INITIALIZING):
                 await self.initialize()
             while not self.state.phase.terminal:
+                if self.undelivered() >= DELIVERY_BATCH:
+                    await self.deliver_events()
                 await self.maybe_continue_as_new()
                 if self.state.batch:
                     await self.settle_batch()
@@ -151,6 +163,7 @@ class AgentTaskWorkflow:
         await workflow.wait_condition(workflow.all_handlers_finished)
         self.emit(EventType.CONTINUED_AS_NEW, history_length=workflow.info().get_current_history_length())
         self.state.usage.runs += 1
+        await self.deliver_events()
         workflow.continue_as_new(TaskInput(spec=self.spec, state=self.state))
 
     # ---- turns ---------------------------------------------------------------------------------
@@ -279,6 +292,9 @@ class AgentTaskWorkflow:
         """Wait (durably, until the first deadline) until no request is pending."""
         while self.approvals.pending():
             self.set_phase(TaskPhase.AWAITING_APPROVAL)
+            await self.deliver_events()  # a waiting task's events are all in the sink
+            if not self.approvals.pending():
+                break  # decided while the events were being delivered
             first_deadline = min(r.deadline for r in self.approvals.pending())
             remaining = (first_deadline - workflow.now()).total_seconds()
             try:
@@ -391,6 +407,11 @@ class AgentTaskWorkflow:
         await self.release_sandbox()
         self.set_phase(phase)
         self.emit(EventType.TASK_FINISHED, phase=phase.value, reason=reason)
+        assert self.spec is not None
+        metrics.workflow_counter(
+            "agent_worker_tasks_finished", agent=self.spec.agent, tenant=self.spec.tenant, phase=phase.value
+        )
+        await self.deliver_events()
 
     async def release_sandbox(self) -> None:
         sandbox = self.state.sandbox
@@ -447,6 +468,7 @@ class AgentTaskWorkflow:
         previous = self.state.phase
         self.state.phase = phase
         self.emit(EventType.PHASE_CHANGED, previous=previous.value, phase=phase.value)
+        metrics.workflow_counter("agent_worker_phase_entered", phase=phase.value)
         self.publish()
 
     def publish(self) -> None:
@@ -479,6 +501,34 @@ class AgentTaskWorkflow:
     def details(self, text: str) -> None:
         workflow.set_current_details(text)
 
+    def undelivered(self) -> int:
+        return self.state.event_seq - self.state.delivered_seq if self.delivering else 0
+
+    async def deliver_events(self) -> None:
+        """Deliver the events the sink does not have yet, in order (``events.publish``). Shielded, so
+        the last events of a cancelled task are delivered too."""
+        if not self.undelivered():
+            return
+        events = [e for e in self.state.events if e.seq > self.state.delivered_seq]
+        await asyncio.shield(
+            workflow.execute_activity_method(
+                EventActivities.publish,
+                PublishEventsInput(task_id=self.task_id, events=events),
+                **options.EVENTS.kwargs(),
+            )
+        )
+        self.state.delivered_seq = events[-1].seq
+        self.trim_events()
+
+    def trim_events(self) -> None:
+        """Keep the state's tail bounded, dropping only events already delivered."""
+        excess = len(self.state.events) - EVENT_TAIL
+        if excess <= 0:
+            return
+        if self.delivering:
+            excess = sum(1 for e in self.state.events[:excess] if e.seq <= self.state.delivered_seq)
+        del self.state.events[:excess]
+
     def emit(self, type: EventType, **data: Any) -> None:
         """Record an event in the state's bounded tail (and the replay-safe workflow log)."""
         self.state.event_seq += 1
@@ -492,7 +542,7 @@ class AgentTaskWorkflow:
             data=data,
         )
         self.state.events.append(event)
-        del self.state.events[:-EVENT_TAIL]
+        self.trim_events()
         log = workflow.logger.info if type in _LOGGED_AT_INFO else workflow.logger.debug
         log("%s %s", type.value, data)
 

@@ -20,6 +20,7 @@ with workflow.unsafe.imports_passed_through():
     from schemas.authz import AuthzRequest
     from schemas.events import EventType
     from schemas.tasks import BatchItem
+    from telemetry import metrics
     from workflows import options
     from workflows.decisions import find_request, why_not
     from workflows.effects import HandOff
@@ -54,6 +55,7 @@ class ApprovalDesk:
         )
         item.request_id = request.request_id
         state.requests.append(request)
+        metrics.workflow_counter("agent_worker_approvals_requested", tool=item.action.tool)
         self.task.emit(
             EventType.APPROVAL_REQUESTED,
             request_id=request.request_id,
@@ -146,6 +148,11 @@ class ApprovalDesk:
             decided_at=workflow.now(),
         )
         self.task.state.decisions.append(record)
+        metrics.workflow_counter(
+            "agent_worker_approvals_decided", tool=record.tool, decision=record.decision.value
+        )
+        waited = (record.decided_at - request.requested_at).total_seconds()
+        metrics.workflow_histogram("agent_worker_approval_wait_seconds", waited, tool=record.tool)
         self.task.emit(
             EventType.APPROVAL_DECIDED,
             request_id=request.request_id,
@@ -174,4 +181,5 @@ class ApprovalDesk:
         self.task.state.ignored.append(
             IgnoredDecision(reason=reason, via=via, received_at=workflow.now(), **fields)
         )
+        metrics.workflow_counter("agent_worker_approvals_ignored")
         self.task.emit(EventType.APPROVAL_IGNORED, reason=reason, via=via, **fields)

@@ -46,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
         WriteReceipt,
         operation_key,
     )
+    from telemetry import metrics
     from workflows import options
 
 if TYPE_CHECKING:
@@ -284,10 +285,12 @@ class EffectRunner:
                 code, message = _code(err), _message(err)
             if code == "write_conflict":
                 self.task.emit(EventType.WRITE_CONFLICT, operation_key=key, error=message)
+                metrics.workflow_counter("agent_worker_writes", outcome="conflict")
                 raise HandOff(f"write {key} conflicts with what the business system holds: {message}")
             if code != "write_unknown":
                 raise HandOff(f"write {key} did not happen, the business system is unavailable: {message}")
             self.task.emit(EventType.WRITE_UNKNOWN, operation_key=key, error=message)
+            metrics.workflow_counter("agent_worker_writes", outcome="unknown")
             self.task.set_phase(TaskPhase.RECONCILING)
             found = await self.lookup(key)
             if found is None:
@@ -299,6 +302,7 @@ class EffectRunner:
         if receipt is None:
             raise HandOff(f"write {key} did not settle after {options.MAX_WRITE_ROUNDS} rounds")
         self.task.set_phase(TaskPhase.RUNNING)
+        metrics.workflow_counter("agent_worker_writes", outcome=receipt.outcome.value)
         if receipt.outcome is WriteOutcome.REJECTED:
             self.task.emit(EventType.WRITE_REJECTED, operation_key=key, detail=receipt.detail)
             return json.dumps(
@@ -333,6 +337,7 @@ class EffectRunner:
                 raise
             return None
         self.task.emit(EventType.WRITE_RECONCILED, operation_key=key, found=result.found)
+        metrics.workflow_counter("agent_worker_reconciliations", found=result.found)
         if result.receipt is None:
             return WriteReceipt(operation_key=key, outcome=WriteOutcome.UNKNOWN, detail="not found by lookup")
         return result.receipt

@@ -71,6 +71,8 @@ BUSINESS_WRITE = ActivityOptions(timedelta(seconds=60), _retry(10), heartbeat=HE
 # Lookups retry within the task's patience (about five minutes), then the task hands off.
 BUSINESS_LOOKUP = ActivityOptions(timedelta(seconds=30), _retry(12), heartbeat=HEARTBEAT)
 AUTHZ = ActivityOptions(timedelta(seconds=30), _retry(10), heartbeat=HEARTBEAT)
+# Event delivery keeps retrying (a sink that is down only delays it); events wait in the state.
+EVENTS = ActivityOptions(timedelta(seconds=30), _retry(20, max_interval=60.0), heartbeat=HEARTBEAT)
 # Rounds of write, lookup, write again under the same key before a human takes over.
 MAX_WRITE_ROUNDS = 5
 

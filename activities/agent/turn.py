@@ -37,6 +37,7 @@ from activities.errors import ToolPlanError, TurnError, activity_boundary
 from schemas.actions import ActionResult, ActionStatus, ProposedAction, action_version
 from schemas.config import WorkerConfig
 from schemas.turns import PlanInput, PlanResult, TurnInput, TurnResult, TurnUsage
+from telemetry import metrics
 
 log = structlog.get_logger(__name__)
 
@@ -96,12 +97,24 @@ class AgentActivities:
                 raise failure from err
         finally:
             unbind_turn(token)
+        fresh = model.calls - model.replayed
+        metrics.activity_counter("agent_worker_model_calls", fresh, model=model_name, replayed=False)
+        metrics.activity_counter("agent_worker_model_calls", model.replayed, model=model_name, replayed=True)
+        metrics.activity_counter(
+            "agent_worker_model_tokens", model.usage.input_tokens, model=model_name, kind="input"
+        )
+        metrics.activity_counter(
+            "agent_worker_model_tokens", model.usage.output_tokens, model=model_name, kind="output"
+        )
         usage = TurnUsage(
             model_calls=model.calls,
             replayed_calls=model.replayed,
             input_tokens=model.usage.input_tokens,
             output_tokens=model.usage.output_tokens,
             cost_usd=self.config.cost_usd(model.usage.input_tokens, model.usage.output_tokens),
+        )
+        metrics.activity_counter(
+            "agent_worker_model_cost_microusd", round(usage.cost_usd * 1e6), model=model_name
         )
         if not result.interruptions:
             conversation_ref = await asyncio.to_thread(self.store.put_json, result.to_input_list())

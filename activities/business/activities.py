@@ -30,7 +30,15 @@ class BusinessActivities:
             if found is not None:
                 log.info("retried write was already committed", operation_key=input.operation_key)
                 return found.model_copy(update={"replayed": True})
-        return await asyncio.to_thread(self.writer.write, input)
+        receipt = await asyncio.to_thread(self.writer.write, input)
+        log.info(
+            "write done",
+            operation_key=input.operation_key,
+            outcome=receipt.outcome.value,
+            record_id=receipt.record_id,
+            replayed=receipt.replayed,
+        )
+        return receipt
 
     @activity.defn(name="business.lookup")
     @activity_boundary

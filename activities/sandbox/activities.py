@@ -6,6 +6,7 @@ import asyncio
 import time
 from collections.abc import Mapping
 
+import structlog
 from temporalio import activity
 
 from activities.artifacts import LocalArtifactStore
@@ -21,6 +22,9 @@ from schemas.sandbox import (
     SandboxBackend,
     SandboxRef,
 )
+from telemetry import metrics
+
+log = structlog.get_logger(__name__)
 
 
 class SandboxActivities:
@@ -57,7 +61,11 @@ class SandboxActivities:
         """Create the task's sandbox with its inputs copied in (digests verified), or find it."""
         backend = self._backend(input.spec.backend, "sandbox.create")
         files = {ref.name: await asyncio.to_thread(self.store.get, ref.digest) for ref in input.inputs}
-        return await backend.create(input, files)
+        ref = await backend.create(input, files)
+        log.info(
+            "sandbox ready", sandbox_id=ref.sandbox_id, backend=ref.backend.value, isolation=ref.isolation
+        )
+        return ref
 
     @activity.defn(name="sandbox.exec")
     @activity_boundary
@@ -68,6 +76,14 @@ class SandboxActivities:
         outcome = await backend.exec(input)
         exit_code, timed_out, out, err = outcome.exit_code, outcome.timed_out, outcome.stdout, outcome.stderr
         duration_ms = int((time.monotonic() - started) * 1000)
+        result = "timed_out" if outcome.timed_out else "oom" if outcome.oom_killed else "exited"
+        log.info("command finished", exit_code=outcome.exit_code, outcome=result, duration_ms=duration_ms)
+        metrics.activity_histogram(
+            "agent_worker_sandbox_exec_milliseconds",
+            duration_ms,
+            backend=input.sandbox.backend.value,
+            outcome=result,
+        )
         limit = input.spec.output_limit_bytes
         outputs, missing = [], []
         for name in input.command.collect:

@@ -1,0 +1,290 @@
+"""Evidence bundles: ``evidence`` writes a closed task's evidence to a directory anyone can keep, and
+``verify`` checks a bundle against the artifact store and the business system.
+
+A bundle (schema ``agent-worker.evidence/v1``)::
+
+    evidence-<task id>/
+        manifest.json      the outcome (task id, phase, final output, reason), generated_at, the
+                           task's ``Evidence`` as JSON, and ``files``: each referenced artifact's copy
+        artifacts/<hex>    the bytes of every referenced artifact, named by its sha256 hex digest
+
+``verify`` prints one line per item, ``ok``, ``FAIL`` (with why) or ``UNKNOWN`` (the evidence itself
+lists it as missing), and exits 0 only when every item is ok.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+import pydantic
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.artifacts import LocalArtifactStore
+from activities.business import BusinessWriter
+from activities.errors import ArtifactCorrupt, ArtifactNotFound
+from cli.tasks import INBOX_QUERY_TIMEOUT, CliError, query_status
+from schemas.artifacts import ArtifactRef
+from schemas.config import WorkerConfig
+from schemas.digests import digest_bytes
+from schemas.tasks import Evidence, TaskResult
+from schemas.writes import WriteEvidence, WriteOutcome
+from worker import build_writer
+
+SCHEMA = "agent-worker.evidence/v1"
+MANIFEST = "manifest.json"
+COPIES = "artifacts"
+
+
+def referenced(evidence: Evidence) -> Iterator[tuple[str, str, ArtifactRef]]:
+    """Every artifact the evidence refers to, as ``(kind, name, ref)``; a digest may repeat."""
+    for ref in evidence.inputs:
+        yield "input", ref.name, ref
+    for ref in evidence.artifacts:
+        yield "artifact", ref.name, ref
+    for command in evidence.commands:
+        yield "command", command.stdout_artifact.name, command.stdout_artifact
+        yield "command", command.stderr_artifact.name, command.stderr_artifact
+        if command.tool_output is not None:
+            yield "command", command.tool_output.name, command.tool_output
+        for ref in command.outputs:
+            yield "command", f"{command.call_id}/{ref.name}", ref
+
+
+def _hex(digest: str) -> str:
+    return digest.split(":", 1)[1]
+
+
+async def fetch_result(client: Client, task_id: str) -> TaskResult:
+    """The closed task's ``TaskResult``.
+
+    Raises:
+        CliError: there is no such task, it is still running, or it ended without a result
+            (cancelled, terminated, timed out, failed).
+    """
+    handle = client.get_workflow_handle(task_id, result_type=TaskResult)
+    try:
+        description = await handle.describe()
+    except RPCError as err:
+        if err.status is RPCStatusCode.NOT_FOUND:
+            raise CliError(f"no task {task_id!r}") from None
+        raise CliError(f"cannot reach task {task_id}: {err.message}") from None
+    if description.status is WorkflowExecutionStatus.RUNNING:
+        try:
+            phase = (await query_status(handle, rpc_timeout=INBOX_QUERY_TIMEOUT)).phase.value
+        except Exception:  # the phase only adorns the message; no worker may be answering
+            phase = "running"
+        raise CliError(f"task {task_id} is still running ({phase}); its evidence is final once it ends")
+    if description.status is not WorkflowExecutionStatus.COMPLETED:
+        ended = description.status.name.lower() if description.status else "unknown"
+        raise CliError(f"task {task_id} ended {ended} without a result, so it has no evidence to bundle")
+    return await handle.result()
+
+
+def write_bundle(result: TaskResult, directory: Path, store: LocalArtifactStore) -> list[str]:
+    """Write the manifest and a verified copy of each referenced artifact into ``directory``.
+
+    Returns:
+        Why each artifact that could not be copied was not (the store lacks it or it was altered);
+        the manifest lists them under ``not_copied``.
+    """
+    copies = directory / COPIES
+    copies.mkdir(parents=True, exist_ok=True)
+    files, not_copied = [], []
+    for kind, name, ref in referenced(result.evidence):
+        path = copies / _hex(ref.digest)
+        files.append({"kind": kind, "name": name, "digest": ref.digest, "path": f"{COPIES}/{path.name}"})
+        if path.exists():
+            continue
+        try:
+            path.write_bytes(store.get(ref.digest))
+        except (ArtifactNotFound, ArtifactCorrupt) as err:
+            not_copied.append(f"{kind} {name}: {err}")
+    manifest: dict[str, Any] = {
+        "schema": SCHEMA,
+        "task_id": result.task_id,
+        "phase": result.phase.value,
+        "final_output": result.final_output,
+        "reason": result.reason,
+        "generated_at": datetime.now(UTC).isoformat(),
+        "evidence": result.evidence.model_dump(mode="json"),
+        "usage": result.usage.model_dump(mode="json"),
+        "files": files,
+        "not_copied": not_copied,
+    }
+    (directory / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+    return not_copied
+
+
+def _summary(result: TaskResult, directory: Path, not_copied: list[str]) -> list[str]:
+    evidence = result.evidence
+    copies = list((directory / COPIES).iterdir())
+    size = sum(p.stat().st_size for p in copies)
+    lines = [
+        f"task {result.task_id} ended {result.phase.value}" + (f": {result.reason}" if result.reason else ""),
+        f"wrote {directory}: {MANIFEST} and {len(copies)} artifact copies ({size} bytes)",
+        f"  inputs {len(evidence.inputs)}, artifacts {len(evidence.artifacts)}, commands "
+        f"{len(evidence.commands)}, approvals {len(evidence.approvals)}, writes {len(evidence.writes)}, "
+        f"delegations {len(evidence.delegations)}",
+    ]
+    lines += [
+        f"  approval {d.request_id}: {d.decision.value} by {d.principal} on {d.version}"
+        for d in evidence.approvals
+    ]
+    lines += [
+        f"  write {w.operation_key}: {w.receipt.outcome.value} as {w.receipt.record_id}, confirmed by "
+        f"lookup: {'yes' if w.confirmed else 'UNKNOWN' if w.confirmed is None else 'NO'}"
+        for w in evidence.writes
+    ]
+    lines += [f"  MISSING: {m}" for m in evidence.missing]
+    lines += [f"  NOT COPIED: {why}" for why in not_copied]
+    lines.append(f"check it with: agent-worker verify {directory}")
+    return lines
+
+
+def _refuse_nonempty(directory: Path) -> None:
+    # A bundle mixed with an older one's copies could not be told apart from it.
+    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+        raise CliError(f"{directory} exists and is not an empty directory; choose another with -o", 2)
+
+
+async def cmd_evidence(client: Client, args: Any, out: TextIO | None = None) -> int:
+    """``evidence TASK_ID [-o DIR]``: 0 when every referenced artifact was copied, else 1."""
+    out = out or sys.stdout
+    config = WorkerConfig.from_env(os.environ)
+    directory: Path = args.output or Path("evidence-" + args.task_id.replace("/", "_"))
+    await asyncio.to_thread(_refuse_nonempty, directory)
+    result = await fetch_result(client, args.task_id)
+    store = LocalArtifactStore(config.artifact_dir)
+    not_copied = await asyncio.to_thread(write_bundle, result, directory, store)
+    print("\n".join(_summary(result, directory, not_copied)), file=out)
+    return 1 if not_copied else 0
+
+
+@dataclass
+class Check:
+    """The verdict on one item of a bundle."""
+
+    verdict: str  # "ok", "FAIL" or "UNKNOWN"
+    kind: str
+    name: str
+    why: str = ""
+
+    def line(self) -> str:
+        head = f"{self.verdict:<3} {self.kind} {self.name}"
+        return f"{head}: {self.why}" if self.why else head
+
+
+def check_artifact(kind: str, name: str, ref: ArtifactRef, store: LocalArtifactStore, copies: Path) -> Check:
+    """The artifact must be in the store unaltered, and its bundle copy must hold the same bytes."""
+    problems = []
+    try:
+        data = store.get(ref.digest)
+        if len(data) != ref.size:
+            problems.append(f"size differs (store {len(data)} B, evidence {ref.size} B)")
+    except ArtifactNotFound:
+        problems.append(f"missing from the store ({ref.digest})")
+    except ArtifactCorrupt:
+        problems.append(f"altered in the store: bytes no longer match {ref.digest}")
+    copy = copies / _hex(ref.digest)
+    if not copy.is_file():
+        problems.append("missing from the bundle")
+    elif digest_bytes(copy.read_bytes()) != ref.digest:
+        problems.append(f"bundle copy altered: digest differs from {ref.digest}")
+    return Check("FAIL" if problems else "ok", kind, name, "; ".join(problems))
+
+
+def check_write(write: WriteEvidence, writer: BusinessWriter | str) -> Check:
+    """A committed receipt must be found by lookup with the same payload digest and record id; a
+    rejected one must have committed nothing. ``writer`` is a string when it cannot be used (why)."""
+    receipt, key = write.receipt, write.operation_key
+    if receipt.outcome is WriteOutcome.UNKNOWN:
+        return Check("UNKNOWN", "write", key, "the evidence records the outcome as unknown")
+    if isinstance(writer, str):
+        return Check("FAIL", "write", key, writer)
+    try:
+        found = writer.lookup(key)
+    except Exception as err:  # any adapter's failure is this item's verdict, not verify's crash
+        return Check("FAIL", "write", key, f"lookup failed: {err}")
+    if found is not None and found.outcome is not WriteOutcome.COMMITTED:
+        found = None
+    if receipt.outcome is WriteOutcome.REJECTED:
+        if found is not None:
+            return Check(
+                "FAIL", "write", key, f"rejected in the evidence, but committed as {found.record_id}"
+            )
+        return Check("ok", "write", key)
+    if found is None:
+        return Check("FAIL", "write", key, "receipt not found in the business system")
+    if found.payload_digest != receipt.payload_digest:
+        why = f"payload digest differs (business {found.payload_digest}, evidence {receipt.payload_digest})"
+        return Check("FAIL", "write", key, why)
+    if found.record_id != receipt.record_id:
+        why = f"record id differs (business {found.record_id}, evidence {receipt.record_id})"
+        return Check("FAIL", "write", key, why)
+    return Check("ok", "write", key)
+
+
+def _writer(config: WorkerConfig) -> BusinessWriter | str:
+    # Opening the embedded store creates it: a wrong data dir must fail, not verify an empty new file.
+    embedded = not config.business_writer and config.business_backend == "sqlite"
+    if embedded and not config.business_db.exists():
+        return f"no business database at {config.business_db} (is AGENT_WORKER_DATA_DIR right?)"
+    return build_writer(config)
+
+
+def load_manifest(bundle: Path) -> dict[str, Any]:
+    """The bundle's manifest, its evidence validated.
+
+    Raises:
+        CliError: (exit 2) no manifest, not JSON, another schema, or evidence that does not parse.
+    """
+    try:
+        manifest = json.loads((bundle / MANIFEST).read_text())
+    except OSError as err:
+        raise CliError(f"{bundle}: no readable {MANIFEST} ({err.strerror})", 2) from None
+    except json.JSONDecodeError as err:
+        raise CliError(f"{bundle / MANIFEST}: not valid JSON ({err.msg}, line {err.lineno})", 2) from None
+    if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
+        raise CliError(f"{bundle / MANIFEST}: not an {SCHEMA} manifest", 2)
+    try:
+        manifest["evidence"] = Evidence.model_validate(manifest.get("evidence"))
+    except pydantic.ValidationError as err:
+        raise CliError(f"{bundle / MANIFEST}: evidence does not parse: {err}", 2) from None
+    return manifest
+
+
+def verify_bundle(bundle: Path, config: WorkerConfig) -> list[Check]:
+    """Every check of ``verify``, in manifest order."""
+    evidence: Evidence = load_manifest(bundle)["evidence"]
+    store = LocalArtifactStore(config.artifact_dir)
+    checks = [check_artifact(*item, store, bundle / COPIES) for item in referenced(evidence)]
+    if evidence.writes:
+        writer = _writer(config)
+        checks += [check_write(write, writer) for write in evidence.writes]
+    checks += [Check("UNKNOWN", "missing", m, "listed as missing by the evidence") for m in evidence.missing]
+    return checks
+
+
+def cmd_verify(args: Any, out: TextIO | None = None) -> int:
+    """``verify BUNDLE``: 0 when every item holds, 1 otherwise."""
+    out = out or sys.stdout
+    checks = verify_bundle(args.bundle, WorkerConfig.from_env(os.environ))
+    for check in checks:
+        print(check.line(), file=out)
+    counts = {v: sum(c.verdict == v for c in checks) for v in ("ok", "FAIL", "UNKNOWN")}
+    holds = counts["ok"] == len(checks)
+    print(
+        f"{'verified' if holds else 'NOT verified'}: {len(checks)} items, {counts['ok']} ok, "
+        f"{counts['FAIL']} failed, {counts['UNKNOWN']} unknown",
+        file=out,
+    )
+    return 0 if holds else 1

@@ -1,0 +1,52 @@
+"""JSON Schema files for clients in other languages: ``python -m schemas.export`` writes them to
+``schemas/jsonschema/``; a test regenerates them and fails when they drift from the models."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionOutcome
+from schemas.events import Event
+from schemas.tasks import FollowUp, TaskInput, TaskResult, TaskSpec, TaskStatus
+
+OUT = Path(__file__).parent / "jsonschema"
+
+# File name -> model: what a client sends (spec, input, decision, follow-up) and reads back.
+EXPORTED: dict[str, type[BaseModel]] = {
+    "event.v1.schema.json": Event,
+    "task-spec.schema.json": TaskSpec,
+    "task-input.schema.json": TaskInput,
+    "approval-decision.schema.json": ApprovalDecision,
+    "approval-request.schema.json": ApprovalRequest,
+    "decision-outcome.schema.json": DecisionOutcome,
+    "follow-up.schema.json": FollowUp,
+    "task-status.schema.json": TaskStatus,
+    "task-result.schema.json": TaskResult,
+}
+
+
+def render() -> dict[str, str]:
+    """Every schema file's text, as the models say it should be."""
+    return {
+        name: json.dumps(
+            model.model_json_schema(by_alias=True, mode="serialization"), indent=2, sort_keys=True
+        )
+        + "\n"
+        for name, model in EXPORTED.items()
+    }
+
+
+def main() -> int:
+    OUT.mkdir(exist_ok=True)
+    for name, text in render().items():
+        (OUT / name).write_text(text)
+        print(f"wrote {OUT / name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

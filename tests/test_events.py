@@ -1,0 +1,96 @@
+"""Task events reach the sink exactly once, in order, whatever happens to the workers; the CLI shows
+the timeline; the event schema shipped for other languages matches the models."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from activities.events import JsonlEventSink
+from cli.main import main as cli_main
+from schemas.tasks import TaskPhase, TaskResult, TaskStatus
+from tests.support import TaskEnv, example_spec, spawn_worker
+
+
+async def test_event_stream_is_exactly_once_in_order_across_a_crash_and_a_replay(
+    config_env: TaskEnv, tmp_path: Path
+) -> None:
+    """Worker killed while the task waits; the next worker caches nothing, so it replays the whole
+    history on every step; the sink still holds every event once, in order, the same as the task's
+    own record."""
+    env = config_env
+    first = spawn_worker(env, tmp_path / "worker-1.log")
+    try:
+        handle = await env.start(example_spec())
+        [request] = (await env.awaiting_approval(handle)).pending
+        sink = JsonlEventSink(env.config.events_dir)
+        # Delivered before the wait for a human began.
+        assert [e.type.value for e in sink.read(handle.id)][-1] == "phase.changed"
+        os.kill(first.pid, signal.SIGKILL)
+        await asyncio.to_thread(first.wait, 10)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    second = spawn_worker(env, tmp_path / "worker-2.log", AGENT_WORKER_MAX_CACHED_WORKFLOWS="0")
+    try:
+        await handle.signal(
+            "submit_decision",
+            {
+                "request_id": request.request_id,
+                "version": request.version,
+                "decision": "approve",
+                "principal": "finance-lead",
+            },
+        )
+        result: TaskResult = await asyncio.wait_for(handle.result(), 90)
+        status = await handle.query("status", result_type=TaskStatus)
+    finally:
+        second.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(second.wait, 30)
+    assert result.phase is TaskPhase.COMPLETED
+    stored = list(JsonlEventSink(env.config.events_dir).read(handle.id))
+    seqs = [e.seq for e in stored]
+    print(f"\nsink: {len(stored)} events, seq 1..{seqs[-1]}, unique ids {len({e.event_id for e in stored})}")
+    assert seqs == list(range(1, len(stored) + 1))  # every event once, in order
+    assert len({e.event_id for e in stored}) == len(stored)
+    assert stored[0].type.value == "task.started" and stored[-1].type.value == "task.finished"
+    assert stored[-1].seq == status.last_events[-1].seq  # nothing the task recorded is missing
+    tail = {e.seq: e for e in status.last_events}
+    assert all(e == tail[e.seq] for e in stored if e.seq in tail)
+
+
+async def test_events_command_prints_the_timeline(env: TaskEnv, capsys: pytest.CaptureFixture[str]) -> None:
+    """`agent-worker events ID` shows the phases in order; `--json` gives one event per line."""
+    os.environ["AGENT_WORKER_DATA_DIR"] = str(env.config.data_dir)
+    try:
+        handle = await env.start({"agent": "shell", "prompt": "run: echo hi"})
+        await asyncio.wait_for(handle.result(), 60)
+        assert await asyncio.to_thread(cli_main, ["--address", env.address, "events", handle.id]) == 0
+        text = capsys.readouterr().out
+        assert (
+            await asyncio.to_thread(cli_main, ["--address", env.address, "events", handle.id, "--json"]) == 0
+        )
+        lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    finally:
+        del os.environ["AGENT_WORKER_DATA_DIR"]
+    assert text.index("task.started") < text.index("sandbox.exec") < text.index("task.finished")
+    assert [e["seq"] for e in lines] == list(range(1, len(lines) + 1))
+    assert lines[0]["schema"] == "agent-worker.event/v1"
+
+
+def test_the_committed_json_schemas_match_the_models() -> None:
+    """`schemas/jsonschema/` is what the models generate today (run `python -m schemas.export`)."""
+    from schemas.export import OUT, render
+
+    expected = render()
+    assert sorted(p.name for p in OUT.glob("*.json")) == sorted(expected)
+    for name, text in expected.items():
+        assert (OUT / name).read_text() == text, f"{name} is stale: run python -m schemas.export"
+    event = json.loads(expected["event.v1.schema.json"])
+    assert event["properties"]["schema"]["const"] == "agent-worker.event/v1"
+    assert set(event["required"]) >= {"event_id", "task_id", "seq", "type", "at", "phase"}

@@ -1,0 +1,102 @@
+"""The worker serves Prometheus metrics: the Temporal SDK's and this package's named task metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+import urllib.request
+from pathlib import Path
+
+from schemas.tasks import TaskPhase, TaskResult
+from tests.support import TaskEnv, example_spec, free_port, spawn_worker
+
+OURS = [
+    "agent_worker_tasks_started",
+    "agent_worker_tasks_finished",
+    "agent_worker_phase_entered",
+    "agent_worker_approvals_requested",
+    "agent_worker_approvals_decided",
+    "agent_worker_approval_wait_seconds",
+    "agent_worker_model_calls",
+    "agent_worker_model_tokens",
+    "agent_worker_sandbox_exec_milliseconds",
+    "agent_worker_writes",
+    "agent_worker_reconciliations",
+]
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        return response.read().decode()
+
+
+def value(text: str, name: str, **labels: str) -> float:
+    """The sum of a metric's samples whose labels include ``labels``."""
+    total = 0.0
+    for line in text.splitlines():
+        match = re.match(rf"^{name}(?:_total)?\{{(.*)\}} ([0-9.e+-]+)$", line)
+        if match and all(f'{k}="{v}"' in match.group(1) for k, v in labels.items()):
+            total += float(match.group(2))
+    return total
+
+
+async def test_metrics_endpoint_serves_task_and_sdk_metrics(config_env: TaskEnv, tmp_path: Path) -> None:
+    """After one approved example task the endpoint reports it started and completed, one approval
+    requested and decided, model calls and tokens, a sandbox command, a committed write, and the
+    SDK's own workflow metrics."""
+    env, port = config_env, free_port()
+    worker = spawn_worker(env, tmp_path / "worker.log", AGENT_WORKER_METRICS_BIND=f"127.0.0.1:{port}")
+    try:
+        handle = await env.start(example_spec())
+        [request] = (await env.awaiting_approval(handle)).pending
+        await handle.execute_update(
+            "decide",
+            {
+                "request_id": request.request_id,
+                "version": request.version,
+                "decision": "approve",
+                "principal": "finance-lead",
+            },
+        )
+        result: TaskResult = await asyncio.wait_for(handle.result(), 60)
+        assert result.phase is TaskPhase.COMPLETED
+        text = ""
+        for _ in range(50):  # the SDK exports on an interval
+            text = await asyncio.to_thread(scrape, port)
+            if value(text, "agent_worker_tasks_finished", phase="completed") >= 1:
+                break
+            await asyncio.sleep(0.2)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(worker.wait, 30)
+    missing = [name for name in OURS if name not in text]
+    assert missing == [], missing
+    assert value(text, "agent_worker_tasks_started", agent="monthly-report", tenant="acme") == 1
+    assert value(text, "agent_worker_tasks_finished", phase="completed") == 1
+    assert value(text, "agent_worker_approvals_requested", tool="submit_report") == 1
+    assert value(text, "agent_worker_approvals_decided", decision="approve") == 1
+    assert value(text, "agent_worker_model_calls", replayed="false") == result.usage.model_calls
+    assert value(text, "agent_worker_model_tokens", kind="input") == result.usage.input_tokens
+    assert value(text, "agent_worker_writes", outcome="committed") == 1
+    assert "temporal_workflow_completed" in text or "temporal_workflow_endtoend_latency" in text
+
+
+async def test_activity_log_lines_carry_the_task_context(config_env: TaskEnv, tmp_path: Path) -> None:
+    """With JSON logs, every line an activity writes names the task id, run id and activity."""
+    import json
+
+    env = config_env
+    log = tmp_path / "worker.log"
+    worker = spawn_worker(env, log, AGENT_WORKER_LOG_FORMAT="json")
+    try:
+        handle = await env.start({"agent": "shell", "prompt": "run: echo hi"})
+        await asyncio.wait_for(handle.result(), 60)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(worker.wait, 30)
+    lines = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+    from_activities = [line for line in lines if line.get("activity")]
+    assert from_activities, "no activity logged anything"
+    assert all(line["task_id"] == handle.id and line["run_id"] for line in from_activities)
+    assert {"sandbox.create"} <= {line["activity"] for line in from_activities}
