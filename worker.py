@@ -38,7 +38,7 @@ from activities.sandbox.reaper import ReaperActivities, SandboxReaper
 from schemas import visibility
 from schemas.config import ConfigError, WorkerConfig
 from schemas.sandbox import SandboxBackend
-from telemetry import configure_logging
+from telemetry import configure_logging, configure_tracing, tracing_interceptors
 from telemetry.metrics import prometheus_runtime
 from workflows import AgentTaskWorkflow, SandboxReaperWorkflow
 from workflows.options import BUSINESS_QUEUE_SUFFIX
@@ -57,12 +57,15 @@ _INDEXED_TYPES = {
 }
 
 
-async def connect(**overrides: Any) -> Client:
-    """Connect to Temporal as the SDK's environment configuration says (default localhost:7233)."""
+async def connect(*, interceptors: Sequence[Any] = (), **overrides: Any) -> Client:
+    """Connect to Temporal as the SDK's environment configuration says (default localhost:7233).
+    Workers made from the client inherit its ``interceptors`` (tracing)."""
     connect_config: dict[str, Any] = dict(ClientConfig.load_client_connect_config())
     connect_config.setdefault("target_host", DEFAULT_ADDRESS)
     connect_config.update({k: v for k, v in overrides.items() if v is not None})
-    return await Client.connect(**connect_config, data_converter=pydantic_data_converter)
+    return await Client.connect(
+        **connect_config, data_converter=pydantic_data_converter, interceptors=list(interceptors)
+    )
 
 
 async def ensure_search_attributes(client: Client) -> None:
@@ -170,7 +173,7 @@ def build_workers(client: Client, config: WorkerConfig) -> list[Worker]:
     """Two workers in one process: task workflows with their agent, sandbox and artifact activities
     on ``config.task_queue``; business writes, lookups and authorization checks on
     ``<task queue>.business`` (run that one only where business credentials may live)."""
-    if not config.agents_tracing:
+    if not (config.agents_tracing or config.otel_endpoint):
         from agents import set_tracing_disabled
 
         set_tracing_disabled(True)
@@ -227,7 +230,13 @@ async def run_worker(
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    client = await connect(runtime=prometheus_runtime(config.metrics_bind), **(client_overrides or {}))
+    # Before the workers: it turns the Agents SDK's tracing into OpenTelemetry spans.
+    provider = configure_tracing(endpoint=config.otel_endpoint, agents_to_openai=config.agents_tracing)
+    client = await connect(
+        interceptors=tracing_interceptors(provider),
+        runtime=prometheus_runtime(config.metrics_bind),
+        **(client_overrides or {}),
+    )
     await ensure_search_attributes(client)
     workers = build_workers(client, config)
     log.info(
@@ -245,6 +254,8 @@ async def run_worker(
             await running.enter_async_context(worker)
         await stop.wait()
         log.info("shutting down: draining in-flight work", grace_seconds=GRACEFUL_SHUTDOWN.total_seconds())
+    if provider is not None:
+        provider.shutdown()  # flush the last batch of spans
     log.info("worker stopped")
 
 

@@ -62,6 +62,10 @@ class WorkerConfig(BaseModel):
     business_writer: str | None = Field(
         default=None, description="A custom writer as 'module:factory'; the factory gets the config."
     )
+    otel_endpoint: str | None = Field(
+        default=None,
+        description="OTLP/HTTP collector base URL for traces (also OTEL_EXPORTER_OTLP_ENDPOINT).",
+    )
     metrics_bind: str | None = Field(
         default=None, description="host:port of the Prometheus /metrics endpoint (SDK and task metrics)."
     )
@@ -162,6 +166,7 @@ class WorkerConfig(BaseModel):
             ("OPENAI_BASE_URL", "openai_base_url"),
             ("E2B_API_KEY", "e2b_api_key"),
             ("E2B_DOMAIN", "e2b_domain"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "otel_endpoint"),
         ):
             if env.get(env_key) and field not in values:
                 values[field] = env[env_key]

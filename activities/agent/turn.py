@@ -65,7 +65,7 @@ class AgentActivities:
         run_config = RunConfig(
             model=model,
             model_settings=no_sdk_retries(),  # Temporal owns retries
-            tracing_disabled=not self.config.agents_tracing,
+            # The worker decides, process-wide, whether agent spans go anywhere (OTel, OpenAI).
             workflow_name=f"agent-worker:{input.agent}",
         )
         outputs = await asyncio.to_thread(self._tool_outputs, input.results)
