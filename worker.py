@@ -35,6 +35,7 @@ from activities.loading import load_object
 from activities.sandbox import ProcessSandbox, Sandbox, SandboxActivities
 from activities.sandbox.docker import DockerSandbox, docker_available
 from activities.sandbox.reaper import ReaperActivities, SandboxReaper
+from activities.tenants import TenantActivities, TenantAdmission
 from schemas import visibility
 from schemas.config import ConfigError, WorkerConfig
 from schemas.sandbox import SandboxBackend
@@ -184,6 +185,7 @@ def build_workers(client: Client, config: WorkerConfig) -> list[Worker]:
     reaper = ReaperActivities(SandboxReaper(list(backends.values()), client))
     artifacts = ArtifactActivities(store)
     events = EventActivities(build_event_sink(config))
+    tenants = TenantActivities(TenantAdmission(config.admission_db, config.tenant_caps, client))
     business = BusinessActivities(build_writer(config))
     authz = AuthzActivities(build_authorizer(config))
     common: dict[str, Any] = {
@@ -205,6 +207,8 @@ def build_workers(client: Client, config: WorkerConfig) -> list[Worker]:
             reaper.reap,
             artifacts.ingest,
             events.publish,
+            tenants.admit,
+            tenants.release,
         ],
         max_concurrent_workflow_tasks=config.max_concurrent_workflow_tasks,
         max_cached_workflows=config.max_cached_workflows,

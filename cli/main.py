@@ -78,6 +78,10 @@ def _parser() -> argparse.ArgumentParser:
             action="store_true",
             help="send as the submit_decision signal instead of the decide update",
         )
+        p.add_argument(
+            "--sign", action="store_true", help="sign with the principal's key (agent-worker keys new)"
+        )
+        p.add_argument("--keys-dir", type=Path, help="where private keys live (default ~/.agent-worker/keys)")
         if kind == "edit":
             p.add_argument("--args", required=True, help="JSON object of the arguments to change")
 
@@ -101,6 +105,11 @@ def _parser() -> argparse.ArgumentParser:
                 "--reason", default="revoked", help="recorded, and shown where it blocks an action"
             )
 
+    keys = sub.add_parser("keys", help="Ed25519 keys for signed approvals")
+    keys.add_argument("action", choices=["new", "show"])
+    keys.add_argument("principal")
+    keys.add_argument("--keys-dir", type=Path, help="default ~/.agent-worker/keys")
+
     image = sub.add_parser("sandbox-image", help="build the default Docker sandbox image locally (cached)")
     image.add_argument("--tag", help="default: AGENT_WORKER_DOCKER_IMAGE or agent-worker-sandbox:bookworm")
     image.add_argument("--rebuild", action="store_true")
@@ -118,6 +127,20 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--id", help="task id (default: demo-monthly-report-<time>)")
     demo.add_argument("--headless", action="store_true", help="start the dev server without its UI")
     return parser
+
+
+def _keys(args: Any) -> int:
+    from security.signing import DEFAULT_KEY_DIR, load_private_key, new_private_key, public_key_text
+
+    key_dir = args.keys_dir or DEFAULT_KEY_DIR
+    if args.action == "new":
+        key = new_private_key(args.principal, key_dir)
+        print(f"private key: {key_dir / (args.principal + '.key')} (keep it; mode 0600)")
+    else:
+        key = load_private_key(args.principal, key_dir)
+    print(f"public key for {args.principal}: {public_key_text(key)}")
+    print(f'register it in the task policy: "signers": {{"{args.principal}": "{public_key_text(key)}"}}')
+    return 0
 
 
 def _permissions(args: Any) -> int:
@@ -161,6 +184,8 @@ async def _run(args: Any) -> int:
         return 0
     if args.command in ("revoke", "grant"):
         return _permissions(args)
+    if args.command == "keys":
+        return _keys(args)
     if args.command == "verify":
         return evidence.cmd_verify(args)
     if args.command == "sandbox-image":

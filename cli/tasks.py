@@ -268,6 +268,14 @@ async def cmd_decide(client: Client, args: Any, out: TextIO | None = None) -> in
         decision = parse_decision(raw)
     except InvalidPayload as err:
         raise CliError(str(err), 2) from None
+    if args.sign:
+        from security.signing import DEFAULT_KEY_DIR, load_private_key, sign
+
+        try:
+            key = load_private_key(args.principal, args.keys_dir or DEFAULT_KEY_DIR)
+        except (OSError, ValueError) as err:
+            raise CliError(f"cannot sign as {args.principal}: {err}", 2) from None
+        decision = decision.model_copy(update={"signature": sign(key, args.task_id, decision)})
     answer = await send_decision(client, args.task_id, decision, as_signal=args.signal)
     if answer is None:
         print(

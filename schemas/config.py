@@ -66,6 +66,10 @@ class WorkerConfig(BaseModel):
         default=None,
         description="OTLP/HTTP collector base URL for traces (also OTEL_EXPORTER_OTLP_ENDPOINT).",
     )
+    tenant_caps: dict[str, int] = Field(
+        default_factory=dict,
+        description="Running tasks allowed per tenant, e.g. 'acme=5,*=100' ('*': every other tenant).",
+    )
     metrics_bind: str | None = Field(
         default=None, description="host:port of the Prometheus /metrics endpoint (SDK and task metrics)."
     )
@@ -125,6 +129,11 @@ class WorkerConfig(BaseModel):
         return self.data_dir / "events"
 
     @property
+    def admission_db(self) -> Path:
+        """The running set behind tenant caps."""
+        return self.data_dir / "admission.db"
+
+    @property
     def authz_db(self) -> Path:
         """The default authorizer's revocation list."""
         return self.data_dir / "authz.db"
@@ -160,7 +169,7 @@ class WorkerConfig(BaseModel):
             field = key[len(ENV_PREFIX) :].lower()
             if field not in cls.model_fields:
                 raise ConfigError(f"{key}: unknown setting (known: {_known_settings()})")
-            values[field] = [p.strip() for p in raw.split(",") if p.strip()] if field == "agents" else raw
+            values[field] = _parse_env_value(field, raw)
         for env_key, field in (
             ("OPENAI_API_KEY", "openai_api_key"),
             ("OPENAI_BASE_URL", "openai_base_url"),
@@ -176,6 +185,16 @@ class WorkerConfig(BaseModel):
         except ValidationError as err:
             problems = "; ".join(f"{ENV_PREFIX}{str(e['loc'][0]).upper()}: {e['msg']}" for e in err.errors())
             raise ConfigError(f"invalid configuration: {problems}") from None
+
+
+def _parse_env_value(field: str, raw: str) -> object:
+    """Lists and maps are comma-separated in the environment (``a,b``; ``k=v,k2=v2``)."""
+    if field == "agents":
+        return [p.strip() for p in raw.split(",") if p.strip()]
+    if field == "tenant_caps":
+        pairs = [p.strip().split("=", 1) for p in raw.split(",") if p.strip()]
+        return {k.strip(): v.strip() for k, *rest in pairs for v in rest or [""]}
+    return raw
 
 
 def _known_settings() -> str:

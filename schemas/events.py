@@ -20,6 +20,7 @@ class EventType(StrEnum):
     """Every kind of event a task emits."""
 
     TASK_STARTED = "task.started"
+    TASK_REFUSED = "task.refused"
     PHASE_CHANGED = "phase.changed"
     TURN_STARTED = "turn.started"
     TURN_FINISHED = "turn.finished"
@@ -32,6 +33,7 @@ class EventType(StrEnum):
     SANDBOX_CREATED = "sandbox.created"
     SANDBOX_EXEC = "sandbox.exec"
     SANDBOX_DESTROYED = "sandbox.destroyed"
+    SANDBOX_LOST = "sandbox.lost"
     AUTHZ_CHECKED = "authz.checked"
     AUTHZ_REVOKED = "authz.revoked"
     WRITE_ATTEMPTED = "write.attempted"

@@ -95,11 +95,27 @@ class PolicySpec(BaseModel):
         description="After a rejection the model always sees the message; 'end' then ends the "
         "task as rejected, 'continue' lets the agent carry on.",
     )
+    signers: dict[str, str] = Field(
+        default_factory=dict,
+        description="Each signing principal's Ed25519 public key (base64; `agent-worker keys new`).",
+    )
+    require_signatures: bool = Field(
+        default=False, description="Ignore decisions without a valid signature from a registered key."
+    )
     on_revoked: Literal["reapprove", "hand_off"] = Field(
         default="reapprove",
         description="When the approver lost the permission before the action ran: ask for approval "
         "again, or hand the task off.",
     )
+
+    @model_validator(mode="after")
+    def _signers_for_approvers(self) -> PolicySpec:
+        if self.require_signatures:
+            approvers = {a for rule in self.rules for a in rule.approvers} | set(self.default_approvers)
+            unkeyed = sorted(approvers - set(self.signers))
+            if unkeyed:
+                raise ValueError(f"require_signatures needs a key in signers for: {', '.join(unkeyed)}")
+        return self
 
 
 class Budgets(BaseModel):
@@ -216,6 +232,8 @@ class TaskState(BaseModel):
     commands: list[CommandRecord] = Field(default_factory=list)
     writes: list[WriteEvidence] = Field(default_factory=list)
     delegations: list[DelegationRecord] = Field(default_factory=list)
+    lost_sandboxes: list[str] = Field(default_factory=list, description="Sandboxes that vanished mid-task.")
+    admitted: bool = Field(default=False, description="Holds a place under its tenant's cap.")
     usage: Usage = Field(default_factory=Usage)
     final_output: str | None = None
     reason: str | None = None
@@ -270,7 +288,8 @@ class TaskStatus(BaseModel):
 
 
 class TaskResult(BaseModel):
-    """The workflow's result."""
+    """The workflow's result. ``evidence_complete`` is False whenever anything the evidence should
+    hold is missing: a completed task is then never reported as plain success."""
 
     task_id: str
     phase: TaskPhase
@@ -278,3 +297,4 @@ class TaskResult(BaseModel):
     reason: str | None = None
     evidence: Evidence
     usage: Usage
+    evidence_complete: bool = True

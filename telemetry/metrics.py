@@ -9,6 +9,7 @@ name                                       kind       labels
 ========================================  =========  ==========================================
 agent_worker_tasks_started                 counter    agent, tenant
 agent_worker_tasks_finished                counter    agent, tenant, phase
+agent_worker_tasks_refused                 counter    tenant (over its cap of running tasks)
 agent_worker_phase_entered                 counter    phase
 agent_worker_approvals_requested           counter    tool
 agent_worker_approvals_decided             counter    tool, decision (pending = requested - decided)

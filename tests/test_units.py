@@ -185,16 +185,19 @@ def test_why_not_explains_each_ignored_decision() -> None:
         ([request], _decision(request, decision="edit", edited_args={"bonus": "1"}), "have: bonus"),
     ]
     for requests, decision, words in cases:
-        reason = why_not(requests, decision)
+        reason = why_not(requests, decision, "t", PolicySpec())
         assert reason is not None and words in reason, (decision, reason)
 
 
 def test_why_not_accepts_valid_decisions() -> None:
     """A current decision by an allowed principal, including an edit of known arguments, applies."""
     request = _request()
-    assert why_not([request], _decision(request)) is None
-    assert why_not([request], _decision(request, decision="reject", reason="no")) is None
-    assert why_not([request], _decision(request, decision="edit", edited_args={"total": "9"})) is None
+    assert why_not([request], _decision(request), "t", PolicySpec()) is None
+    assert why_not([request], _decision(request, decision="reject", reason="no"), "t", PolicySpec()) is None
+    assert (
+        why_not([request], _decision(request, decision="edit", edited_args={"total": "9"}), "t", PolicySpec())
+        is None
+    )
 
 
 def test_artifact_put_is_idempotent(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.artifacts import ArtifactActivities
     from activities.events import EventActivities
     from activities.sandbox.activities import SandboxActivities
+    from activities.tenants import TenantActivities
     from schemas import visibility
     from schemas.actions import ActionResult, ActionStatus
     from schemas.approvals import (
@@ -41,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
         TaskState,
         TaskStatus,
     )
+    from schemas.tenants import AdmitInput, ReleaseInput
     from schemas.turns import TurnInput
     from schemas.validation import InvalidPayload, parse_decision, parse_follow_up, parse_task_input
     from telemetry import metrics
@@ -56,6 +58,7 @@ EVENT_TAIL = 100
 # human, before continue-as-new, and at the end).
 DELIVERY_BATCH = 25
 DELIVER_EVENTS_PATCH = "deliver-events"
+TENANT_ADMISSION_PATCH = "tenant-admission"
 # What a person reading the worker's log wants to see; every event is in the status query anyway.
 _LOGGED_AT_INFO = frozenset(
     {
@@ -100,6 +103,15 @@ class AgentTaskWorkflow:
                 self.input_error or "invalid task input", type="InvalidTaskInput", non_retryable=True
             )
         spec = self.spec
+        if self.state.schema_version > TaskState.model_fields["schema_version"].default:
+            # State written by newer code: this code cannot know what it means. Stop, explained.
+            self.state.reason = (
+                f"task state schema {self.state.schema_version} is newer than this worker understands "
+                f"({TaskState.model_fields['schema_version'].default}); run it on a newer worker"
+            )
+            self.state.phase = TaskPhase.HANDED_OFF
+            self.publish()
+            return self.result()
         # Tasks that started before event delivery existed keep running as they began.
         self.delivering = workflow.patched(DELIVER_EVENTS_PATCH)
         if self.state.phase is TaskPhase.RECEIVED:
@@ -108,6 +120,8 @@ class AgentTaskWorkflow:
             metrics.workflow_counter("agent_worker_tasks_started", agent=spec.agent, tenant=spec.tenant)
         self.publish()
         try:
+            if self.state.phase is TaskPhase.RECEIVED and not await self.admit():
+                return self.result()
             if self.state.phase in (TaskPhase.RECEIVED, TaskPhase.INITIALIZING):
                 await self.initialize()
             while not self.state.phase.terminal:
@@ -137,6 +151,25 @@ class AgentTaskWorkflow:
         raise ApplicationError(
             f"task failed: {self.state.reason}", type="TaskFailed", non_retryable=True
         ) from err
+
+    async def admit(self) -> bool:
+        """Take a place under the tenant's cap of running tasks; a refused start ends the task
+        ``rejected``, explained."""
+        assert self.spec is not None
+        if not workflow.patched(TENANT_ADMISSION_PATCH):
+            return True
+        answer = await workflow.execute_activity_method(
+            TenantActivities.admit,
+            AdmitInput(task_id=self.task_id, tenant=self.spec.tenant),
+            **options.ADMISSION.kwargs(),
+        )
+        if answer.admitted:
+            self.state.admitted = True
+            return True
+        self.emit(EventType.TASK_REFUSED, tenant=self.spec.tenant, running=answer.running, cap=answer.cap)
+        metrics.workflow_counter("agent_worker_tasks_refused", tenant=self.spec.tenant)
+        await self.end(TaskPhase.REJECTED, f"refused at start: {answer.reason}")
+        return False
 
     async def initialize(self) -> None:
         assert self.spec is not None
@@ -352,7 +385,8 @@ class AgentTaskWorkflow:
         if self.input_error:
             raise ValueError(self.input_error)
         decision = parse_decision(raw)
-        reason = why_not(self.state.requests, decision)
+        assert self.spec is not None
+        reason = why_not(self.state.requests, decision, self.task_id, self.spec.policy)
         if reason is not None:
             raise ValueError(reason)
 
@@ -405,6 +439,13 @@ class AgentTaskWorkflow:
         for request in self.approvals.pending():
             request.decided = True
         await self.release_sandbox()
+        if self.state.admitted:
+            await asyncio.shield(
+                workflow.execute_activity_method(
+                    TenantActivities.release, ReleaseInput(task_id=self.task_id), **options.ADMISSION.kwargs()
+                )
+            )
+            self.state.admitted = False
         self.set_phase(phase)
         self.emit(EventType.TASK_FINISHED, phase=phase.value, reason=reason)
         assert self.spec is not None
@@ -435,6 +476,7 @@ class AgentTaskWorkflow:
             for w in state.writes
             if w.confirmed is not True
         ]
+        missing += state.lost_sandboxes
         missing += [
             f"command {c.call_id} output artifacts missing: {', '.join(c.missing_outputs)}"
             for c in state.commands
@@ -451,13 +493,15 @@ class AgentTaskWorkflow:
         )
 
     def result(self) -> TaskResult:
+        evidence = self.evidence()
         return TaskResult(
             task_id=self.task_id,
             phase=self.state.phase,
             final_output=self.state.final_output,
             reason=self.state.reason,
-            evidence=self.evidence(),
+            evidence=evidence,
             usage=self.state.usage,
+            evidence_complete=evidence.complete,
         )
 
     # ---- visibility ----------------------------------------------------------------------------

@@ -19,7 +19,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from schemas.authz import AuthzRequest
     from schemas.events import EventType
-    from schemas.tasks import BatchItem
+    from schemas.tasks import BatchItem, PolicySpec
     from telemetry import metrics
     from workflows import options
     from workflows.decisions import find_request, why_not
@@ -127,7 +127,10 @@ class ApprovalDesk:
 
     def apply(self, decision: ApprovalDecision, via: str) -> str | None:
         """Apply a decision or record why it is ignored; returns that reason (None when applied)."""
-        reason = self.task.input_error or why_not(self.task.state.requests, decision)
+        spec = self.task.spec
+        reason = self.task.input_error or why_not(
+            self.task.state.requests, decision, self.task.task_id, spec.policy if spec else PolicySpec()
+        )
         if reason is None and self._batch_item(decision.request_id) is None:
             reason = f"request {decision.request_id} no longer waits for a decision"
         if reason is not None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionKind
+from schemas.tasks import PolicySpec
+from security.signing import signature_problem
 
 
 def find_request(requests: Iterable[ApprovalRequest], request_id: str) -> ApprovalRequest | None:
@@ -13,7 +15,9 @@ def find_request(requests: Iterable[ApprovalRequest], request_id: str) -> Approv
     return next((r for r in requests if r.request_id == request_id), None)
 
 
-def why_not(requests: Iterable[ApprovalRequest], decision: ApprovalDecision) -> str | None:
+def why_not(
+    requests: Iterable[ApprovalRequest], decision: ApprovalDecision, task_id: str, policy: PolicySpec
+) -> str | None:
     """Why ``decision`` must be ignored, or None when it may be applied."""
     request = find_request(requests, decision.request_id)
     if request is None:
@@ -35,4 +39,6 @@ def why_not(requests: Iterable[ApprovalRequest], decision: ApprovalDecision) -> 
         unknown = sorted(set(decision.edited_args) - set(request.action.arguments))
         if unknown:
             return f"edited_args names arguments the action does not have: {', '.join(unknown)}"
-    return None
+    return signature_problem(
+        task_id, decision, policy.signers.get(decision.principal), policy.require_signatures
+    )

@@ -53,6 +53,10 @@ if TYPE_CHECKING:
     from workflows.agent_task import AgentTaskWorkflow
 
 
+# Patch ids are public contracts: histories in flight carry them.
+REBUILD_SANDBOX_PATCH = "rebuild-lost-sandbox"
+
+
 class HandOff(Exception):
     """Raised inside the workflow to end the task ``handed_off``: a human must take over."""
 
@@ -137,6 +141,20 @@ class EffectRunner:
             )
         return state.sandbox
 
+    def sandbox_lost(self, sandbox: SandboxRef, error: str) -> None:
+        """The sandbox vanished (removed from outside, its host died): forget it, so the next command
+        gets a new one built from the task's inputs, and record that the work done in it is gone."""
+        state = self.task.state
+        lost_after = [c.call_id for c in state.commands if c.sandbox_id == sandbox.sandbox_id]
+        state.sandbox = None
+        state.lost_sandboxes.append(
+            f"sandbox {sandbox.sandbox_id} was lost after {len(lost_after)} command(s) "
+            f"({', '.join(lost_after) or 'none'}): files they made there are gone"
+        )
+        self.task.emit(
+            EventType.SANDBOX_LOST, sandbox_id=sandbox.sandbox_id, commands=lost_after, error=error
+        )
+
     async def exec(self, action: ProposedAction, command: SandboxCommand) -> tuple[str, str | None]:
         """Run the command; returns the model-visible result (a preview) and its full version's digest."""
         state, spec = self.task.state, spec_of(self.task)
@@ -147,25 +165,38 @@ class EffectRunner:
                 limit=spec.budgets.max_sandbox_seconds,
             )
             raise HandOff(f"sandbox time budget exhausted ({spec.budgets.max_sandbox_seconds:g} s)")
-        sandbox = await self.ensure_sandbox()
         timeout = command.timeout_seconds or spec.sandbox.command_timeout_seconds
-        try:
-            record = await workflow.execute_activity_method(
-                SandboxActivities.exec,
-                ExecInput(
-                    task_id=self.task.task_id,
-                    call_id=action.call_id,
-                    sandbox=sandbox,
-                    spec=spec.sandbox,
-                    command=command,
-                ),
-                **options.SANDBOX_EXEC.kwargs(start_to_close=timedelta(seconds=timeout) + options.EXEC_GRACE),
-            )
-        except ActivityError as err:
-            if is_cancelled_exception(err):
-                raise
-            self.task.emit(EventType.SANDBOX_EXEC, call_id=action.call_id, error=_message(err))
-            return json.dumps({"error": _message(err)}), None
+        rebuilt = False
+        while True:
+            sandbox = await self.ensure_sandbox()
+            try:
+                record = await workflow.execute_activity_method(
+                    SandboxActivities.exec,
+                    ExecInput(
+                        task_id=self.task.task_id,
+                        call_id=action.call_id,
+                        sandbox=sandbox,
+                        spec=spec.sandbox,
+                        command=command,
+                    ),
+                    **options.SANDBOX_EXEC.kwargs(
+                        start_to_close=timedelta(seconds=timeout) + options.EXEC_GRACE
+                    ),
+                )
+                break
+            except ActivityError as err:
+                if is_cancelled_exception(err):
+                    raise
+                if (
+                    _code(err) == "sandbox_missing"
+                    and not rebuilt
+                    and workflow.patched(REBUILD_SANDBOX_PATCH)
+                ):
+                    self.sandbox_lost(sandbox, _message(err))
+                    rebuilt = True
+                    continue  # rebuilt from the task's inputs; run the command again
+                self.task.emit(EventType.SANDBOX_EXEC, call_id=action.call_id, error=_message(err))
+                return json.dumps({"error": _message(err)}), None
         state.commands.append(record)
         state.artifacts.extend(a for a in record.outputs if a not in state.artifacts)
         state.usage.sandbox_seconds += record.duration_ms / 1000
@@ -323,14 +354,16 @@ class EffectRunner:
             sort_keys=True,
         )
 
-    async def lookup(self, key: str) -> WriteReceipt | None:
+    async def lookup(
+        self, key: str, patience: options.ActivityOptions = options.BUSINESS_LOOKUP
+    ) -> WriteReceipt | None:
         """The committed receipt under ``key``; an UNKNOWN-outcome receipt when nothing is there;
         None when the lookup itself stayed unavailable."""
         try:
             result = await workflow.execute_activity_method(
                 BusinessActivities.lookup,
                 LookupInput(operation_key=key),
-                **options.BUSINESS_LOOKUP.kwargs(task_queue=options.business_queue()),
+                **patience.kwargs(task_queue=options.business_queue()),
             )
         except ActivityError as err:
             if is_cancelled_exception(err):
@@ -349,7 +382,7 @@ class EffectRunner:
             return
         self.task.set_phase(TaskPhase.RECONCILING)
         for evidence in writes:
-            found = await self.lookup(evidence.operation_key)
+            found = await self.lookup(evidence.operation_key, options.CONFIRM_LOOKUP)
             if found is not None:
                 evidence.confirmed = (
                     found.outcome is WriteOutcome.COMMITTED

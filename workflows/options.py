@@ -70,6 +70,10 @@ SANDBOX_DESTROY = ActivityOptions(timedelta(minutes=2), _retry(10), heartbeat=HE
 BUSINESS_WRITE = ActivityOptions(timedelta(seconds=60), _retry(10), heartbeat=HEARTBEAT)
 # Lookups retry within the task's patience (about five minutes), then the task hands off.
 BUSINESS_LOOKUP = ActivityOptions(timedelta(seconds=30), _retry(12), heartbeat=HEARTBEAT)
+# Confirming writes at completion is evidence gathering: when the system stays down the task
+# completes marked evidence-incomplete rather than waiting minutes.
+CONFIRM_LOOKUP = ActivityOptions(timedelta(seconds=30), _retry(4, max_interval=5.0), heartbeat=HEARTBEAT)
+ADMISSION = ActivityOptions(timedelta(seconds=30), _retry(10), heartbeat=HEARTBEAT)
 AUTHZ = ActivityOptions(timedelta(seconds=30), _retry(10), heartbeat=HEARTBEAT)
 # Event delivery keeps retrying (a sink that is down only delays it); events wait in the state.
 EVENTS = ActivityOptions(timedelta(seconds=30), _retry(20, max_interval=60.0), heartbeat=HEARTBEAT)

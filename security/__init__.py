@@ -1,0 +1,21 @@
+"""Security: payload encryption (a Temporal payload codec and its codec server) and signed approvals."""
+
+from security.codec import (
+    DecryptionError,
+    EncryptionCodec,
+    EncryptionError,
+    KeySpecError,
+    data_converter,
+    new_key,
+    parse_keys,
+)
+
+__all__ = [
+    "DecryptionError",
+    "EncryptionCodec",
+    "EncryptionError",
+    "KeySpecError",
+    "data_converter",
+    "new_key",
+    "parse_keys",
+]

@@ -1,0 +1,334 @@
+"""Payload encryption on a real dev server: what the server stores, key rotation, refusals, and the
+codec server the Temporal UI and CLI decode through."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import subprocess
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+from google.protobuf import json_format
+from google.protobuf.message import Message
+from temporalio.api.common.v1 import Payload
+from temporalio.client import Client, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import DataConverter
+from temporalio.worker import Replayer
+
+from cli.devserver import temporal_binary
+from schemas.tasks import TaskPhase, TaskResult
+from security.codec import (
+    DecryptionError,
+    EncryptionCodec,
+    KeySpecError,
+    data_converter,
+    new_key,
+    parse_keys,
+)
+from security.codec_server import CodecServer
+from tests.support import TaskEnv, example_spec, running_worker
+from workflows import AgentTaskWorkflow
+
+EXPECTED_TOTAL = "9633.99"
+# Indexed by the server, so never encoded.
+UNENCODED_FIELDS = {"search_attributes"}
+# The SDK core records `workflow.patched` markers itself, bypassing the codec: their details (the patch
+# id) are the only other plaintext payloads.
+PATCH_MARKER = "core_patch"
+KEY_A = base64.b64decode(new_key())
+KEY_B = base64.b64decode(new_key())
+TOKEN = "codec-token-" + uuid.uuid4().hex
+UI_ORIGIN = "http://localhost:8233"
+
+
+def canary_spec(canary: str) -> dict[str, Any]:
+    """The monthly-report example with the canary in its prompt and in an extra inline input file."""
+    spec = example_spec()
+    spec["prompt"] += f" Internal reference: {canary}."
+    spec["inputs"].append({"name": "notes.txt", "content": f"Confidential note: {canary}\n"})
+    return spec
+
+
+async def connect_with(address: str, converter: DataConverter) -> Client:
+    return await Client.connect(address, data_converter=converter)
+
+
+async def approve_to_completion(env: TaskEnv, handle: WorkflowHandle[Any, TaskResult]) -> TaskResult:
+    [request] = (await env.awaiting_approval(handle)).pending
+    outcome = await handle.execute_update(
+        "decide",
+        {
+            "request_id": request.request_id,
+            "version": request.version,
+            "decision": "approve",
+            "principal": "finance-lead",
+        },
+    )
+    assert outcome["accepted"] is True
+    return await asyncio.wait_for(handle.result(), 60)
+
+
+def payloads_in(message: Message, skip: set[str] = UNENCODED_FIELDS) -> Iterator[Payload]:
+    """Every ``Payload`` anywhere inside a proto message, outside the ``skip`` fields."""
+    if isinstance(message, Payload):
+        yield message
+        return
+    for field, value in message.ListFields():
+        if field.type != field.TYPE_MESSAGE or field.name in skip:
+            continue
+        if field.message_type.GetOptions().map_entry:
+            values = list(value.values())
+        else:
+            values = list(value) if field.is_repeated else [value]
+        for item in values:
+            if isinstance(item, Message):
+                yield from payloads_in(item, skip)
+
+
+async def history_of(client: Client, workflow_id: str) -> tuple[bytes, list[Payload]]:
+    """The history as the server returns it: its raw bytes, and its payloads (patch markers aside)."""
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    raw = b"".join(event.SerializeToString() for event in history.events)
+    payloads = [
+        p
+        for event in history.events
+        if event.marker_recorded_event_attributes.marker_name != PATCH_MARKER
+        for p in payloads_in(event)
+    ]
+    return raw, payloads
+
+
+def key_ids(payloads: list[Payload]) -> set[str]:
+    return {p.metadata["encryption-key-id"].decode() for p in payloads if "encryption-key-id" in p.metadata}
+
+
+@pytest.mark.parametrize("encrypted", [True, False], ids=["codec-on", "codec-off"])
+async def test_canary_never_reaches_the_server_with_the_codec_on(
+    config_env: TaskEnv, encrypted: bool
+) -> None:
+    """With the codec on, a secret in the prompt and in an inline input file is nowhere in the history
+    the server stores, while the task still runs to completion through an approval and replays; with
+    it off, the same secret is there in plain text."""
+    canary = f"canary-{uuid.uuid4().hex}"
+    converter = data_converter({"A": KEY_A}, "A") if encrypted else pydantic_data_converter
+    client = await connect_with(config_env.address, converter)
+    env = TaskEnv(client=client, config=config_env.config, address=config_env.address)
+    async with running_worker(client, env.config):
+        handle = await env.start(canary_spec(canary))
+        result = await approve_to_completion(env, handle)
+
+    assert result.phase is TaskPhase.COMPLETED
+    assert result.final_output and EXPECTED_TOTAL in result.final_output
+    assert {a.name for a in result.evidence.inputs} >= {"notes.txt"}
+    raw, payloads = await history_of(client, handle.id)
+    assert len(payloads) > 10  # inputs, activity results, the update, the workflow result
+    if encrypted:
+        assert canary.encode() not in raw
+        assert [p for p in payloads if p.metadata["encoding"] != b"binary/encrypted"] == []
+        assert key_ids(payloads) == {"A"}
+        history = await handle.fetch_history()
+        await Replayer(workflows=[AgentTaskWorkflow], data_converter=converter).replay_workflow(history)
+    else:
+        assert canary.encode() in raw
+        assert key_ids(payloads) == set()
+
+
+async def test_payloads_written_under_an_old_key_decode_after_rotation(config_env: TaskEnv) -> None:
+    """A task started while key A was current finishes on workers whose current key is B (keys A and B):
+    the start input stays under A, everything written afterwards is under B."""
+    address = config_env.address
+    old = await connect_with(address, data_converter({"A": KEY_A}, "A"))
+    handle = await TaskEnv(client=old, config=config_env.config, address=address).start(canary_spec("rot"))
+
+    rotated = await connect_with(address, data_converter({"A": KEY_A, "B": KEY_B}, "B"))
+    env = TaskEnv(client=rotated, config=config_env.config, address=address)
+    async with running_worker(rotated, env.config):
+        result = await approve_to_completion(
+            env, rotated.get_workflow_handle(handle.id, result_type=TaskResult)
+        )
+
+    assert result.phase is TaskPhase.COMPLETED
+    history = await rotated.get_workflow_handle(handle.id).fetch_history()
+    [start_input] = history.events[0].workflow_execution_started_event_attributes.input.payloads
+    assert key_ids([start_input]) == {"A"}
+    _, payloads = await history_of(rotated, handle.id)
+    assert key_ids(payloads) == {"A", "B"}
+    assert key_ids(payloads[1:]) == {"B"}
+
+
+async def test_unknown_key_id_and_tampered_ciphertext_fail_clearly() -> None:
+    """Decoding refuses a payload under a key id it lacks and a payload whose ciphertext was altered,
+    each with an error naming the key id, instead of returning anything."""
+    written = data_converter({"A": KEY_A}, "A")
+    [payload] = await written.encode([{"secret": "s3cret"}])
+
+    with pytest.raises(DecryptionError, match="key id 'A', which this codec does not have") as unknown:
+        await data_converter({"B": KEY_B}, "B").decode([payload])
+    assert unknown.value.key_id == "A"
+
+    tampered = Payload()
+    tampered.CopyFrom(payload)
+    tampered.data = payload.data[:-1] + bytes([payload.data[-1] ^ 1])
+    with pytest.raises(DecryptionError, match="key id 'A' failed authentication"):
+        await written.decode([tampered])
+
+    # The same key id bound to a different key fails authentication too: never garbage.
+    with pytest.raises(DecryptionError, match="key id 'A' failed authentication"):
+        await data_converter({"A": KEY_B}, "A").decode([payload])
+    # Plaintext payloads (e.g. from a client without the codec) pass through.
+    [plain] = await pydantic_data_converter.encode([{"x": 1}])
+    assert await written.decode([plain], [dict]) == [{"x": 1}]
+    assert await written.decode([payload], [dict]) == [{"secret": "s3cret"}]
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("", "no encryption keys given"),
+        ("A", "entry 1: expected 'KEY_ID:BASE64KEY'"),
+        (f"A:{new_key()},{new_key()}", "entry 2: expected 'KEY_ID:BASE64KEY'"),
+        (f"A:{new_key()},A:{new_key()}", r"entry 2 \('A'\): key id repeated"),
+        ("A:not base64!", r"entry 1 \('A'\): key is not valid base64"),
+        (f"A:{base64.b64encode(b'x' * 16).decode()}", r"entry 1 \('A'\): key is 16 bytes, AES-256 needs 32"),
+        (f"bad id:{new_key()}", r"entry 1 \('bad id'\): key ids are"),
+    ],
+)
+def test_key_lists_are_checked_without_echoing_keys(spec: str, message: str) -> None:
+    """A malformed ``AGENT_WORKER_ENCRYPTION_KEYS`` entry is named by position and key id, and the
+    error never contains key material."""
+    with pytest.raises(KeySpecError, match=message) as err:
+        parse_keys(spec)
+    for entry in spec.split(","):
+        secret = entry.rpartition(":")[2]
+        if len(secret) > 8:
+            assert secret not in str(err.value)
+
+
+def test_converter_settings_that_would_silently_store_plaintext_are_refused() -> None:
+    """A key id without keys, several keys without a current one, or a current id that is not among the
+    keys are errors; no keys means the plain pydantic converter, one key needs no id."""
+    with pytest.raises(KeySpecError, match="key id 'A' given, but no encryption keys"):
+        data_converter(None, "A")
+    with pytest.raises(KeySpecError, match="several encryption keys"):
+        data_converter({"A": KEY_A, "B": KEY_B}, None)
+    with pytest.raises(KeySpecError, match="'C' is not among the keys"):
+        data_converter({"A": KEY_A}, "C")
+    assert data_converter(None, None) is pydantic_data_converter
+    codec = data_converter(parse_keys(f"A:{base64.b64encode(KEY_A).decode()}"), None).payload_codec
+    assert isinstance(codec, EncryptionCodec) and codec.current == "A"
+
+
+def post(url: str, body: Mapping[str, Any], headers: Mapping[str, str] = {}) -> tuple[int, dict[str, Any]]:
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json", **headers}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def preflight(base_url: str, origin: str) -> Mapping[str, str]:
+    """The headers of a CORS preflight for ``POST /decode`` from ``origin``."""
+    request = urllib.request.Request(
+        f"{base_url}/decode",
+        method="OPTIONS",
+        headers={
+            "Origin": origin,
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization,content-type,x-namespace",
+        },
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 204
+        return dict(response.headers)
+
+
+def temporal_show(address: str, workflow_id: str, *codec_args: str) -> subprocess.CompletedProcess[str]:
+    """`temporal workflow show -o json` (its payloads in proto JSON: data base64)."""
+    return subprocess.run(
+        [temporal_binary(), "workflow", "show", "--address", address, "-w", workflow_id, "-o", "json",
+         *codec_args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )  # fmt: skip
+
+
+def shown_payload_data(output: str) -> bytes:
+    """The data of every payload in `temporal workflow show -o json` output, base64-decoded."""
+    found: list[bytes] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if set(node) <= {"metadata", "data"} and "metadata" in node:
+                found.append(base64.b64decode(node.get("data", "")))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(json.loads(output))
+    return b"\n".join(found)
+
+
+async def test_codec_server_decodes_for_token_holders_only(config_env: TaskEnv) -> None:
+    """The codec server decodes a payload fetched from the server's history for a client with the
+    token, refuses one without it (401), and lets `temporal workflow show --codec-endpoint` show the
+    decrypted canary."""
+    canary = f"canary-{uuid.uuid4().hex}"
+    converter = data_converter({"A": KEY_A}, "A")
+    client = await connect_with(config_env.address, converter)
+    env = TaskEnv(client=client, config=config_env.config, address=config_env.address)
+    handle = await env.start(canary_spec(canary))  # no worker: the start event is enough
+    try:
+        history = await handle.fetch_history()
+        [encrypted] = history.events[0].workflow_execution_started_event_attributes.input.payloads
+        body = {"payloads": [json_format.MessageToDict(encrypted)]}
+        assert converter.payload_codec is not None
+        codec = converter.payload_codec
+        with CodecServer(codec, host="127.0.0.1", port=0, token=TOKEN, ui_origin=UI_ORIGIN) as server:
+            status, decoded = post(
+                f"{server.url}/default/decode",
+                body,
+                {"Authorization": f"Bearer {TOKEN}", "X-Namespace": "default"},
+            )
+            assert status == 200
+            [plain] = decoded["payloads"]
+            assert base64.b64decode(plain["metadata"]["encoding"]) == b"json/plain"
+            spec = json.loads(base64.b64decode(plain["data"]))
+            assert canary in spec["prompt"]
+
+            assert post(f"{server.url}/decode", body)[0] == 401
+            assert post(f"{server.url}/decode", body, {"Authorization": "Bearer wrong"})[0] == 401
+            # The browser's preflight (no credentials) is answered for the UI's origin only.
+            assert preflight(server.url, UI_ORIGIN)["Access-Control-Allow-Origin"] == UI_ORIGIN
+            assert preflight(server.url, "https://evil.example").get("Access-Control-Allow-Origin") is None
+
+            shown = await asyncio.to_thread(
+                temporal_show,
+                env.address,
+                handle.id,
+                "--codec-endpoint",
+                server.url + "/{namespace}",
+                "--codec-auth",
+                f"Bearer {TOKEN}",
+            )
+            assert shown.returncode == 0, shown.stderr
+            assert canary.encode() in shown_payload_data(shown.stdout)
+        # Without the codec server the CLI sees only ciphertext.
+        raw = await asyncio.to_thread(temporal_show, env.address, handle.id)
+        assert raw.returncode == 0, raw.stderr
+        assert b"Confidential note" not in shown_payload_data(raw.stdout)
+        assert canary not in raw.stdout
+    finally:
+        await handle.terminate("test over")
