@@ -21,10 +21,10 @@ import structlog
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.envconfig import ClientConfig
 from temporalio.service import RPCError
-from temporalio.worker import Worker
+from temporalio.worker import Worker, WorkerDeploymentConfig
 
 from activities.agent import AgentActivities, AgentRegistry
 from activities.artifacts import ArtifactActivities, LocalArtifactStore
@@ -39,10 +39,12 @@ from activities.tenants import TenantActivities, TenantAdmission
 from schemas import visibility
 from schemas.config import ConfigError, WorkerConfig
 from schemas.sandbox import SandboxBackend
+from security.codec import converter_from_env
 from telemetry import configure_logging, configure_tracing, tracing_interceptors
+from telemetry.health import Health, serve_health
 from telemetry.metrics import prometheus_runtime
 from workflows import AgentTaskWorkflow, SandboxReaperWorkflow
-from workflows.options import BUSINESS_QUEUE_SUFFIX
+from workflows.options import AGENT_QUEUE_SUFFIX, BUSINESS_QUEUE_SUFFIX, SANDBOX_QUEUE_SUFFIX
 
 log = structlog.get_logger("agent_worker.worker")
 
@@ -60,13 +62,17 @@ _INDEXED_TYPES = {
 
 async def connect(*, interceptors: Sequence[Any] = (), **overrides: Any) -> Client:
     """Connect to Temporal as the SDK's environment configuration says (default localhost:7233).
-    Workers made from the client inherit its ``interceptors`` (tracing)."""
+    Workers made from the client inherit its ``interceptors`` (tracing) and its data converter: payload
+    encryption when ``AGENT_WORKER_ENCRYPTION_KEYS`` is set (clients and workers must share the keys).
+
+    Raises:
+        KeySpecError: the encryption settings are malformed.
+    """
     connect_config: dict[str, Any] = dict(ClientConfig.load_client_connect_config())
     connect_config.setdefault("target_host", DEFAULT_ADDRESS)
     connect_config.update({k: v for k, v in overrides.items() if v is not None})
-    return await Client.connect(
-        **connect_config, data_converter=pydantic_data_converter, interceptors=list(interceptors)
-    )
+    connect_config.setdefault("data_converter", converter_from_env(os.environ))
+    return await Client.connect(**connect_config, interceptors=list(interceptors))
 
 
 async def ensure_search_attributes(client: Client) -> None:
@@ -171,58 +177,84 @@ def build_authorizer(config: WorkerConfig) -> Authorizer:
 
 
 def build_workers(client: Client, config: WorkerConfig) -> list[Worker]:
-    """Two workers in one process: task workflows with their agent, sandbox and artifact activities
-    on ``config.task_queue``; business writes, lookups and authorization checks on
-    ``<task queue>.business`` (run that one only where business credentials may live)."""
-    if not (config.agents_tracing or config.otel_endpoint):
+    """The Temporal workers of this process, one per role in ``config.roles``, each on its own queue:
+
+    - ``workflows``: task workflows, the reaper workflow, and light activities (input ingest, event
+      delivery, tenant admission) on ``config.task_queue``;
+    - ``agent``: agent turns on ``<queue>.agent`` (holds the model provider's key);
+    - ``sandbox``: sandbox commands and the reaper on ``<queue>.sandbox`` (needs Docker or E2B);
+    - ``business``: writes, lookups and authorization checks on ``<queue>.business`` (holds the
+      business system's credentials).
+
+    Only what a role needs is built: a workflows-only worker never touches Docker or the business
+    system.
+    """
+    roles = config.role_set
+    if "agent" in roles and not (config.agents_tracing or config.otel_endpoint):
         from agents import set_tracing_disabled
 
         set_tracing_disabled(True)
     store = LocalArtifactStore(config.artifact_dir)
-    agent = AgentActivities(AgentRegistry.from_import_paths(config.agents), store, config)
-    backends, default = build_sandboxes(config)
-    sandbox = SandboxActivities(backends, store, default)
-    reaper = ReaperActivities(SandboxReaper(list(backends.values()), client))
-    artifacts = ArtifactActivities(store)
-    events = EventActivities(build_event_sink(config))
-    tenants = TenantActivities(TenantAdmission(config.admission_db, config.tenant_caps, client))
-    business = BusinessActivities(build_writer(config))
-    authz = AuthzActivities(build_authorizer(config))
     common: dict[str, Any] = {
         "max_concurrent_activities": config.max_concurrent_activities,
         "graceful_shutdown_timeout": GRACEFUL_SHUTDOWN,
         # Heartbeats carry cancellation back: a cancelled sandbox command dies within seconds.
         "max_heartbeat_throttle_interval": HEARTBEAT_THROTTLE,
     }
-    tasks = Worker(
-        client,
-        task_queue=config.task_queue,
-        workflows=[AgentTaskWorkflow, SandboxReaperWorkflow],
-        activities=[
-            agent.turn,
-            agent.plan,
-            sandbox.create,
-            sandbox.exec,
-            sandbox.destroy,
-            reaper.reap,
-            artifacts.ingest,
-            events.publish,
-            tenants.admit,
-            tenants.release,
-        ],
-        max_concurrent_workflow_tasks=config.max_concurrent_workflow_tasks,
-        max_cached_workflows=config.max_cached_workflows,
-        # A dead worker's tasks move to another worker after this (the SDK's default is 10 s).
-        sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
-        **common,
-    )
-    writes = Worker(
-        client,
-        task_queue=config.task_queue + BUSINESS_QUEUE_SUFFIX,
-        activities=[business.write, business.lookup, authz.check],
-        **common,
-    )
-    return [tasks, writes]
+    if config.deployment_name and config.build_id:
+        # Auto-upgrade: runs move to the new version's workers at their next workflow task; changes
+        # that need it are guarded by workflow.patched (and checked with `agent-worker replay`).
+        common["deployment_config"] = WorkerDeploymentConfig(
+            version=WorkerDeploymentVersion(config.deployment_name, config.build_id),
+            use_worker_versioning=True,
+            default_versioning_behavior=VersioningBehavior.AUTO_UPGRADE,
+        )
+    elif config.build_id:
+        common["build_id"] = config.build_id
+    queue = config.task_queue
+    role_activities: dict[str, list[Any]] = {}
+    if "agent" in roles:
+        agent = AgentActivities(AgentRegistry.from_import_paths(config.agents), store, config)
+        role_activities[AGENT_QUEUE_SUFFIX] = [agent.turn, agent.plan]
+    if "sandbox" in roles:
+        backends, default = build_sandboxes(config)
+        sandbox = SandboxActivities(backends, store, default)
+        reaper = ReaperActivities(SandboxReaper(list(backends.values()), client))
+        role_activities[SANDBOX_QUEUE_SUFFIX] = [sandbox.create, sandbox.exec, sandbox.destroy, reaper.reap]
+    if "business" in roles:
+        business = BusinessActivities(build_writer(config))
+        authz = AuthzActivities(build_authorizer(config))
+        role_activities[BUSINESS_QUEUE_SUFFIX] = [business.write, business.lookup, authz.check]
+    workers = [
+        Worker(client, task_queue=queue + suffix, activities=activities, **common)
+        for suffix, activities in role_activities.items()
+    ]
+    if "workflows" in roles:
+        artifacts = ArtifactActivities(store)
+        events = EventActivities(build_event_sink(config))
+        tenants = TenantActivities(TenantAdmission(config.admission_db, config.tenant_caps, client))
+        # Runs begun before the queues were split may still have agent or sandbox work scheduled on
+        # the task queue itself: this process serves it there too when it has those roles.
+        legacy = [
+            a
+            for suffix in (AGENT_QUEUE_SUFFIX, SANDBOX_QUEUE_SUFFIX)
+            for a in role_activities.get(suffix, [])
+        ]
+        workers.insert(
+            0,
+            Worker(
+                client,
+                task_queue=queue,
+                workflows=[AgentTaskWorkflow, SandboxReaperWorkflow],
+                activities=[artifacts.ingest, events.publish, tenants.admit, tenants.release, *legacy],
+                max_concurrent_workflow_tasks=config.max_concurrent_workflow_tasks,
+                max_cached_workflows=config.max_cached_workflows,
+                # A dead worker's tasks move to another worker after this (the SDK's default is 10 s).
+                sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
+                **common,
+            ),
+        )
+    return workers
 
 
 async def run_worker(
@@ -241,11 +273,16 @@ async def run_worker(
         runtime=prometheus_runtime(config.metrics_bind),
         **(client_overrides or {}),
     )
-    await ensure_search_attributes(client)
+    health = Health(roles=sorted(config.role_set))
+    health_server = await serve_health(config.health_bind, health) if config.health_bind else None
+    if "workflows" in config.role_set:
+        await ensure_search_attributes(client)
     workers = build_workers(client, config)
+    health.task_queues = [w.task_queue for w in workers]
     log.info(
         "worker started",
-        task_queues=[w.task_queue for w in workers],
+        roles=health.roles,
+        task_queues=health.task_queues,
         namespace=client.namespace,
         agents=config.agents,
         model="openai" if config.uses_openai else "scripted",
@@ -253,11 +290,22 @@ async def run_worker(
         metrics=f"http://{config.metrics_bind}/metrics" if config.metrics_bind else "off",
         pid=os.getpid(),
     )
-    async with contextlib.AsyncExitStack() as running:
-        for worker in workers:
-            await running.enter_async_context(worker)
-        await stop.wait()
-        log.info("shutting down: draining in-flight work", grace_seconds=GRACEFUL_SHUTDOWN.total_seconds())
+    try:
+        async with contextlib.AsyncExitStack() as running:
+            for worker in workers:
+                await running.enter_async_context(worker)
+            health.state = "serving"
+            await stop.wait()
+            # Leaving the stack shuts each worker down: polling stops at once, in-flight workflow tasks
+            # finish, in-flight activities get the grace period (then are cancelled, and retried by
+            # another worker); cached workflows move on after the sticky timeout.
+            health.state = "draining"
+            log.info(
+                "shutting down: draining in-flight work", grace_seconds=GRACEFUL_SHUTDOWN.total_seconds()
+            )
+    finally:
+        if health_server is not None:
+            health_server.close()
     if provider is not None:
         provider.shutdown()  # flush the last batch of spans
     log.info("worker stopped")

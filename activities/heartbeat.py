@@ -12,8 +12,9 @@ from temporalio import activity
 
 @contextlib.asynccontextmanager
 async def heartbeating(every: float = 2.0, details: Callable[[], Any] | None = None) -> AsyncIterator[None]:
-    """Heartbeat every ``every`` seconds while the block runs (no-op outside an activity)."""
-    if not activity.in_activity():
+    """Heartbeat every ``every`` seconds while the block runs (no-op outside an activity, and in a
+    local activity, which has no heartbeats)."""
+    if not activity.in_activity() or activity.info().is_local:
         yield
         return
 

@@ -38,6 +38,16 @@ def _parser() -> argparse.ArgumentParser:
     worker = sub.add_parser("worker", help="run a worker until SIGINT/SIGTERM")
     worker.add_argument("--task-queue", help=f"default: AGENT_WORKER_TASK_QUEUE or {DEFAULT_TASK_QUEUE}")
     worker.add_argument("--data-dir", type=Path, help="default: AGENT_WORKER_DATA_DIR or .agent-worker")
+    worker.add_argument(
+        "--role",
+        action="append",
+        choices=["all", "workflows", "agent", "sandbox", "business"],
+        help="what to run (repeatable; default: AGENT_WORKER_ROLES or all): workflows, agent turns, "
+        "sandbox commands, business writes, each on its own task queue",
+    )
+    worker.add_argument(
+        "--health", metavar="HOST:PORT", help="serve GET /healthz here (AGENT_WORKER_HEALTH_BIND)"
+    )
 
     start = sub.add_parser("start", help="start a task from a TaskSpec JSON file or an example")
     start.add_argument("file", nargs="?", help="TaskSpec (or TaskInput) JSON file")
@@ -179,7 +189,13 @@ async def _run(args: Any) -> int:
     if args.command == "worker":
         from worker import run_worker
 
-        config = WorkerConfig.from_env(os.environ, task_queue=args.task_queue, data_dir=args.data_dir)
+        config = WorkerConfig.from_env(
+            os.environ,
+            task_queue=args.task_queue,
+            data_dir=args.data_dir,
+            roles=args.role,
+            health_bind=args.health,
+        )
         await run_worker(config, client_overrides={"target_host": args.address, "namespace": args.namespace})
         return 0
     if args.command in ("revoke", "grant"):
@@ -226,6 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         os.execv(argv_[0], argv_)
     from cli.tasks import CliError
+    from security.codec import EncryptionError
     from telemetry import configure_logging
 
     try:
@@ -236,6 +253,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return getattr(err, "code", 2)
     except KeyboardInterrupt:
         return 130
+    except EncryptionError as err:
+        print(f"agent-worker: cannot decrypt: {err}", file=sys.stderr)
+        return 2
+    except KeyError as err:
+        if "binary/encrypted" not in str(err):
+            raise
+        print(
+            "agent-worker: this task's payloads are encrypted; set AGENT_WORKER_ENCRYPTION_KEYS "
+            "(and AGENT_WORKER_ENCRYPTION_KEY_ID) to the keys the workers use",
+            file=sys.stderr,
+        )
+        return 2
     except RuntimeError as err:
         if "Failed client connect" in str(err):
             print(f"agent-worker: cannot connect to Temporal: {err}", file=sys.stderr)

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
 ENV_PREFIX = "AGENT_WORKER_"
 DEFAULT_TASK_QUEUE = "agent-tasks"
@@ -29,6 +29,25 @@ class WorkerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     task_queue: str = Field(default=DEFAULT_TASK_QUEUE, min_length=1)
+    roles: list[Literal["all", "workflows", "agent", "sandbox", "business"]] = Field(
+        default_factory=lambda: ["all"],
+        min_length=1,
+        description="What this worker runs, each on its own task queue: 'workflows' (and light "
+        "activities) on the task queue, 'agent' turns on <queue>.agent, 'sandbox' commands on "
+        "<queue>.sandbox (needs Docker), 'business' writes on <queue>.business (holds the "
+        "credentials); 'all' is every role.",
+    )
+    health_bind: str | None = Field(
+        default=None,
+        description="host:port of the health endpoint (GET /healthz: 200 serving, 503 draining).",
+    )
+    deployment_name: str | None = Field(
+        default=None,
+        description="Worker Deployment name for Temporal worker versioning (with build_id).",
+    )
+    build_id: str | None = Field(
+        default=None, description="This worker's build id within its deployment (e.g. the git sha)."
+    )
     data_dir: Path = Path(".agent-worker")
     agents: list[str] = Field(
         default_factory=lambda: list(DEFAULT_AGENTS),
@@ -70,6 +89,17 @@ class WorkerConfig(BaseModel):
         default_factory=dict,
         description="Running tasks allowed per tenant, e.g. 'acme=5,*=100' ('*': every other tenant).",
     )
+    encryption_keys: SecretStr | None = Field(
+        default=None,
+        description="Payload encryption keys as 'KEY_ID:BASE64KEY,...' (AES-256); keep old keys while "
+        "histories written under them are open. Unset: payloads are stored as plain JSON.",
+    )
+    encryption_key_id: str | None = Field(
+        default=None, description="The key id new payloads are encrypted with (needed with several keys)."
+    )
+    codec_token: SecretStr | None = Field(
+        default=None, description="Bearer token the codec server (python -m security.codec_server) requires."
+    )
     metrics_bind: str | None = Field(
         default=None, description="host:port of the Prometheus /metrics endpoint (SDK and task metrics)."
     )
@@ -106,6 +136,19 @@ class WorkerConfig(BaseModel):
         default=0.0, ge=0, description="USD per million input tokens, for cost estimates and budgets."
     )
     price_output_per_mtok: float = Field(default=0.0, ge=0, description="USD per million output tokens.")
+
+    @model_validator(mode="after")
+    def _deployment_needs_both(self) -> WorkerConfig:
+        if (self.deployment_name is None) != (self.build_id is None):
+            raise ValueError("deployment_name and build_id go together: set both or neither")
+        return self
+
+    @property
+    def role_set(self) -> frozenset[str]:
+        """The roles this worker runs, with 'all' spelled out."""
+        if "all" in self.roles:
+            return frozenset({"workflows", "agent", "sandbox", "business"})
+        return frozenset(self.roles)
 
     def cost_usd(self, input_tokens: int, output_tokens: int) -> float:
         """Estimated cost of a model's tokens at the configured prices (0 for scripted models)."""
@@ -183,13 +226,16 @@ class WorkerConfig(BaseModel):
         try:
             return cls.model_validate(values)
         except ValidationError as err:
-            problems = "; ".join(f"{ENV_PREFIX}{str(e['loc'][0]).upper()}: {e['msg']}" for e in err.errors())
+            problems = "; ".join(
+                f"{ENV_PREFIX}{str(e['loc'][0]).upper()}: {e['msg']}" if e["loc"] else e["msg"]
+                for e in err.errors()
+            )
             raise ConfigError(f"invalid configuration: {problems}") from None
 
 
 def _parse_env_value(field: str, raw: str) -> object:
     """Lists and maps are comma-separated in the environment (``a,b``; ``k=v,k2=v2``)."""
-    if field == "agents":
+    if field in ("agents", "roles"):
         return [p.strip() for p in raw.split(",") if p.strip()]
     if field == "tenant_caps":
         pairs = [p.strip().split("=", 1) for p in raw.split(",") if p.strip()]

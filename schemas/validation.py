@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from schemas.approvals import ApprovalDecision
-from schemas.tasks import FollowUp, TaskInput
+from schemas.tasks import FollowUp, TaskInput, TaskState
 
 
 class InvalidPayload(ValueError):
@@ -41,6 +41,12 @@ def parse_task_input(raw: Any) -> TaskInput:
     """
     if isinstance(raw, dict) and "spec" not in raw:
         raw = {"spec": raw}
+    state = raw.get("state") if isinstance(raw, dict) else None
+    version = state.get("schema_version") if isinstance(state, dict) else None
+    if type(version) is int and version > TaskState.model_fields["schema_version"].default:
+        # State written by newer code need not parse here; its version alone says this worker must
+        # not continue it (the workflow hands the task off, and the full state stays in the history).
+        raw = {**raw, "state": {"schema_version": version}}
     return _parse(TaskInput, raw, "task input")
 
 

@@ -46,6 +46,8 @@ KEY_BYTES = 32
 NONCE_BYTES = 12
 TAG_BYTES = 16
 # Key ids travel in payload metadata and in the ``KID:KEY,...`` list: keep them plain.
+ENV_KEYS = "AGENT_WORKER_ENCRYPTION_KEYS"
+ENV_KEY_ID = "AGENT_WORKER_ENCRYPTION_KEY_ID"
 KEY_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
@@ -213,6 +215,21 @@ def data_converter(keys: Mapping[str, bytes] | None, current: str | None) -> Dat
         payload_codec=EncryptionCodec(keys, current),
         failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
     )
+
+
+def converter_from_env(env: Mapping[str, str]) -> DataConverter:
+    """The data converter ``AGENT_WORKER_ENCRYPTION_KEYS`` / ``AGENT_WORKER_ENCRYPTION_KEY_ID`` ask for
+    (plain pydantic JSON when no keys are set). Clients and workers must agree on it.
+
+    Raises:
+        KeySpecError: naming the variable, when the keys or key id are malformed.
+    """
+    spec = env.get(ENV_KEYS, "").strip()
+    current = env.get(ENV_KEY_ID, "").strip() or None
+    try:
+        return data_converter(parse_keys(spec) if spec else None, current)
+    except KeySpecError as err:
+        raise KeySpecError(f"{ENV_KEYS} / {ENV_KEY_ID}: {err}") from None
 
 
 def new_key() -> str:

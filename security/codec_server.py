@@ -43,7 +43,7 @@ from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.converter import PayloadCodec
 
-from security.codec import EncryptionError
+from security.codec import ENV_KEYS, EncryptionError
 
 log = structlog.get_logger("agent_worker.codec_server")
 
@@ -52,8 +52,6 @@ DEFAULT_PORT = 8081
 # A history page the UI decodes at once stays far below this; anything bigger is refused unread.
 MAX_BODY_BYTES = 64 * 1024 * 1024
 ALLOWED_HEADERS = "Authorization, Content-Type, X-Namespace"
-ENV_KEYS = "AGENT_WORKER_ENCRYPTION_KEYS"
-ENV_KEY_ID = "AGENT_WORKER_ENCRYPTION_KEY_ID"
 ENV_TOKEN = "AGENT_WORKER_CODEC_TOKEN"
 
 _Operation = Callable[[Sequence[Payload]], Awaitable[list[Payload]]]
@@ -293,7 +291,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     from pydantic import ValidationError
 
     from schemas.config import ENV_PREFIX, WorkerConfig
-    from security.codec import KeySpecError, data_converter, parse_keys
+    from security.codec import KeySpecError, converter_from_env
     from telemetry import configure_logging
 
     parser = argparse.ArgumentParser(
@@ -322,9 +320,9 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     if not spec.strip():
         return fail(f"{ENV_KEYS} is not set (a 'KEY_ID:BASE64KEY,...' list)")
     try:
-        codec = data_converter(parse_keys(spec), env.get(ENV_KEY_ID) or None).payload_codec
+        codec = converter_from_env(env).payload_codec
     except KeySpecError as err:
-        return fail(f"{ENV_KEYS} / {ENV_KEY_ID}: {err}")
+        return fail(str(err))
     assert codec is not None
     token = env.get(ENV_TOKEN) or None
     if token is None and not _is_loopback(args.host):

@@ -6,6 +6,7 @@
 - ``lost``: the write commits, then the response is lost (the caller sees ``WriteUnknown``);
 - ``crash``: the write commits, then the worker process is SIGKILLed before the activity completes;
 - ``down``: the system is down for the first attempt (``WriteUnavailable``; nothing applied);
+- ``lookups-down``: writes work, every lookup finds the system down (confirming evidence fails);
 - ``random:SEED``: chosen from the key and the seed: ``lost`` 30%, ``down`` 30%, ``crash`` 2.5%,
   none 37.5% (crashes are rarer because each one takes a worker and its in-flight work down).
 
@@ -53,7 +54,7 @@ class FaultyWriter:
 
     def write(self, input: WriteInput) -> WriteReceipt:
         fault = fault_for(input.operation_key, self.spec)
-        if fault == "none" or not self._first_time(input.operation_key):
+        if fault in ("none", "lookups-down") or not self._first_time(input.operation_key):
             return self.inner.write(input)
         if fault == "down":
             raise WriteUnavailable("injected: the business system is down")
@@ -63,6 +64,8 @@ class FaultyWriter:
         raise WriteUnknown(f"injected: response lost after commit ({receipt.record_id})")
 
     def lookup(self, operation_key: str) -> WriteReceipt | None:
+        if self.spec == "lookups-down":
+            raise WriteUnavailable("injected: lookups find the business system down")
         return self.inner.lookup(operation_key)
 
 

@@ -59,9 +59,12 @@ class DevServer:
             os.killpg(self.proc.pid, signal.SIGKILL)
 
 
-def launch_dev_server(directory: Path, dynamic_config: dict[str, str] | None = None) -> DevServer:
-    """Start the embedded dev server (WAL, search attributes) on a free port under ``directory``."""
-    port = free_port()
+def launch_dev_server(
+    directory: Path, dynamic_config: dict[str, str] | None = None, port: int | None = None
+) -> DevServer:
+    """Start the embedded dev server (WAL, search attributes) under ``directory``, on ``port`` or a
+    free one (the same directory and port restart a server on its database)."""
+    port = port or free_port()
     db = directory / "temporal.db"
     proc = start_dev_server(
         port=port,

@@ -23,6 +23,7 @@ from cli.main import main as cli_main
 from cli.sandboxes import REAPER_SCHEDULE_ID, schedule_reaper
 from schemas.sandbox import CreateSandboxInput, ReapInput, SandboxBackend, SandboxSpec
 from schemas.tasks import TaskPhase, TaskResult, TaskStatus
+from tests.matrix import Record, leftover_sandboxes, record
 from tests.support import DevServer, TaskEnv, example_spec, make_config, running_worker, spawn_worker
 
 
@@ -79,7 +80,9 @@ async def test_example_runs_on_docker_by_default_when_available(docker_env: Task
     assert containers_of(handle.id) == []
 
 
-async def test_cancel_during_a_long_command_stops_it_and_removes_the_container(docker_env: TaskEnv) -> None:
+async def test_cancel_during_a_long_command_stops_it_and_removes_the_container(
+    docker_env: TaskEnv, record_property: Record
+) -> None:
     """Cancel while `sleep 300` runs: the command stops, the container and its volume are removed, and
     the time from cancel to clean is recorded."""
     handle = await docker_env.start({"agent": "shell", "prompt": "run: touch started && sleep 300"})
@@ -102,6 +105,14 @@ async def test_cancel_during_a_long_command_stops_it_and_removes_the_container(d
     types = [e.type.value for e in status.last_events]
     assert types.index("sandbox.destroyed") < types.index("task.finished")
     print(f"\ncancel to clean (container removed, task closed): {clean_seconds:.2f} s")
+    record(
+        record_property,
+        observed=f"cancelled; command stopped, container and volume removed in {clean_seconds:.1f} s",
+        duplicates=0,
+        lost=0 if status.phase.terminal else 1,
+        leftover=leftover_sandboxes(docker_env.config, [handle.id]),
+        clean_seconds=round(clean_seconds, 2),
+    )
 
 
 async def test_sigkill_during_a_command_reuses_the_same_container(

@@ -7,10 +7,12 @@ import asyncio
 import base64
 import json
 import subprocess
+import sys
 import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,7 +35,7 @@ from security.codec import (
     parse_keys,
 )
 from security.codec_server import CodecServer
-from tests.support import TaskEnv, example_spec, running_worker
+from tests.support import REPO, TaskEnv, example_spec, running_worker, spawn_worker
 from workflows import AgentTaskWorkflow
 
 EXPECTED_TOTAL = "9633.99"
@@ -332,3 +334,51 @@ async def test_codec_server_decodes_for_token_holders_only(config_env: TaskEnv) 
         assert canary not in raw.stdout
     finally:
         await handle.terminate("test over")
+
+
+async def test_worker_and_cli_encrypt_when_keys_are_configured(config_env: TaskEnv, tmp_path: Path) -> None:
+    """Configured only by environment: a worker process and the `agent-worker` CLI with
+    ``AGENT_WORKER_ENCRYPTION_KEYS`` run a task through its approval while the server stores ciphertext
+    only; a CLI without the keys cannot read the task's input."""
+    canary = f"canary-{uuid.uuid4().hex}"
+    keys = f"k1:{base64.b64encode(KEY_A).decode()},k2:{base64.b64encode(KEY_B).decode()}"
+    crypto_env = {"AGENT_WORKER_ENCRYPTION_KEYS": keys, "AGENT_WORKER_ENCRYPTION_KEY_ID": "k2"}
+    spec_file = tmp_path / "task.json"
+    spec_file.write_text(json.dumps(canary_spec(canary)))
+    cli_env = {**config_env.worker_env(), **crypto_env}
+
+    def cli(*args: str, env: Mapping[str, str] = cli_env) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "cli.main", "--address", config_env.address, *args]
+        return subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
+
+    worker = spawn_worker(config_env, tmp_path / "worker.log", **crypto_env)
+    try:
+        task_id = f"enc-{uuid.uuid4().hex[:8]}"
+        started = await asyncio.to_thread(
+            cli, "start", str(spec_file), "--id", task_id, "--task-queue", config_env.task_queue
+        )
+        assert started.returncode == 0, started.stderr
+        client = await connect_with(config_env.address, data_converter({"k1": KEY_A, "k2": KEY_B}, "k2"))
+        env = TaskEnv(client=client, config=config_env.config, address=config_env.address)
+        handle = client.get_workflow_handle(task_id, result_type=TaskResult)
+        [request] = (await env.awaiting_approval(handle)).pending
+        approved = await asyncio.to_thread(
+            cli, "approve", task_id, "--request", request.request_id, "--version", request.version,
+            "--as", "finance-lead",
+        )  # fmt: skip
+        assert approved.returncode == 0, approved.stderr
+        result = await asyncio.wait_for(handle.result(), 90)
+        # Without the keys the CLI gets ciphertext it cannot decode, and says so instead of printing it.
+        plain_env = {k: v for k, v in cli_env.items() if not k.startswith("AGENT_WORKER_ENCRYPTION")}
+        blind = await asyncio.to_thread(cli, "status", task_id, env=plain_env)
+    finally:
+        worker.terminate()
+        worker.wait(30)
+
+    assert result.phase is TaskPhase.COMPLETED
+    raw, payloads = await history_of(client, task_id)
+    assert canary.encode() not in raw
+    assert key_ids(payloads) == {"k2"}
+    assert blind.returncode == 2
+    assert "payloads are encrypted; set AGENT_WORKER_ENCRYPTION_KEYS" in blind.stderr
+    assert canary not in blind.stdout + blind.stderr

@@ -18,6 +18,7 @@ from temporalio.client import Client
 from schemas.tasks import TaskPhase, TaskResult, TaskStatus
 from schemas.writes import WriteInput, operation_key
 from tests.business_backends import BACKENDS, Backend, open_backend
+from tests.matrix import Record, leftover_sandboxes, record
 from tests.postgres_server import PostgresServer
 from tests.support import DevServer, TaskEnv, make_config, running_worker, spawn_worker
 
@@ -59,7 +60,7 @@ def _clean_fault_env() -> Iterator[None]:
 
 
 async def test_lost_response_is_reconciled_by_lookup(
-    client: Client, dev_server: DevServer, tmp_path: Path, backend: Backend
+    client: Client, dev_server: DevServer, tmp_path: Path, backend: Backend, record_property: Record
 ) -> None:
     """The write commits and its response is lost: the workflow looks the key up, finds the row, and
     records it; exactly one row exists."""
@@ -76,6 +77,13 @@ async def test_lost_response_is_reconciled_by_lookup(
     ]
     assert ("write.unknown", None) in events and ("write.reconciled", True) in events
     assert result.final_output == f"recorded as {write.receipt.record_id}"
+    record(
+        record_property,
+        observed=f"{backend.name}: write.unknown, then reconciled by lookup; {backend.store.count()} row",
+        duplicates=backend.store.count() - 1,
+        lost=0 if result.phase is TaskPhase.COMPLETED else 1,
+        leftover=leftover_sandboxes(env.config, [handle.id]),
+    )
 
 
 async def test_sigkill_between_commit_and_completion_writes_once(

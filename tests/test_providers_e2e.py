@@ -11,6 +11,7 @@ import pytest
 from temporalio.client import WorkflowFailureError
 
 from schemas.tasks import TaskPhase, TaskResult, TaskStatus
+from tests.matrix import Record, leftover_sandboxes, record
 from tests.openai_stub import OpenAIStub
 from tests.support import DevServer, TaskEnv, assert_replays, make_config, running_worker
 
@@ -38,7 +39,7 @@ async def openai_env(
 
 
 async def test_retryable_errors_are_retried_by_temporal_honouring_retry_after(
-    openai_env: TaskEnv, stub: OpenAIStub
+    openai_env: TaskEnv, stub: OpenAIStub, record_property: Record
 ) -> None:
     """429 (Retry-After: 3) and 500 are retried by the turn activity; the third answer completes the
     task; the provider saw exactly three requests, the first retry no sooner than asked."""
@@ -60,6 +61,13 @@ async def test_retryable_errors_are_retried_by_temporal_honouring_retry_after(
         if e.type.value == "turn.finished"
     )
     await assert_replays(openai_env.client, handle.id)
+    record(
+        record_property,
+        observed=f"429 then 500 retried (first retry after {gap:.1f} s, Retry-After 3); completed",
+        duplicates=0,
+        lost=0,
+        leftover=leftover_sandboxes(openai_env.config, [handle.id]),
+    )
 
 
 @pytest.mark.parametrize(
@@ -67,7 +75,7 @@ async def test_retryable_errors_are_retried_by_temporal_honouring_retry_after(
     [(400, None, "HTTP 400: bad tool schema"), (429, "insufficient_quota", "HTTP 429: out of credit")],
 )
 async def test_refused_requests_fail_the_task_without_retry(
-    openai_env: TaskEnv, stub: OpenAIStub, status: int, code: str | None, words: str
+    openai_env: TaskEnv, stub: OpenAIStub, status: int, code: str | None, words: str, record_property: Record
 ) -> None:
     """A 400 (or a 429 for exhausted quota) is not retried: one request, the task ends failed with the
     provider's message."""
@@ -80,3 +88,10 @@ async def test_refused_requests_fail_the_task_without_retry(
     task_status = await handle.query("status", result_type=TaskStatus)
     assert task_status.phase is TaskPhase.FAILED
     assert task_status.reason and words in task_status.reason
+    record(
+        record_property,
+        observed=f"{status} {code or ''}: {len(stub.requests)} request, failed with the message",
+        duplicates=len(stub.requests) - 1,
+        lost=0,
+        leftover=leftover_sandboxes(openai_env.config, [handle.id]),
+    )

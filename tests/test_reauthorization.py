@@ -10,6 +10,7 @@ import pytest
 from activities.authz import SqliteAuthorizer
 from activities.sandbox import sandbox_id_for
 from schemas.tasks import TaskPhase, TaskResult, TaskStatus
+from tests.matrix import Record, leftover_sandboxes, record
 from tests.support import TaskEnv, assert_replays
 
 
@@ -49,7 +50,9 @@ async def approve_then_revoke(env: TaskEnv, handle, principal: str) -> None:  # 
     SqliteAuthorizer(env.config.authz_db).revoke(principal, "record_value", reason="left the finance team")
 
 
-async def test_revoked_after_approval_blocks_the_write_and_asks_again(env: TaskEnv) -> None:
+async def test_revoked_after_approval_blocks_the_write_and_asks_again(
+    env: TaskEnv, record_property: Record
+) -> None:
     """No write after the revocation; the request is open again; another approver's approval then
     writes exactly once."""
     handle = await env.start(approved_write_after_slow_command("reapprove"))
@@ -76,6 +79,13 @@ async def test_revoked_after_approval_blocks_the_write_and_asks_again(env: TaskE
     assert (first.principal, first.revoked_reason is not None) == ("clerk", True)
     assert (second.principal, second.revoked_at) == ("supervisor", None)
     await assert_replays(env.client, handle.id)
+    record(
+        record_property,
+        observed="write blocked after revocation (0 rows); re-approved by another principal; 1 row",
+        duplicates=env.business().count() - 1,
+        lost=0 if result.phase is TaskPhase.COMPLETED else 1,
+        leftover=leftover_sandboxes(env.config, [handle.id]),
+    )
 
 
 async def test_revoked_after_approval_hands_off_when_the_policy_says_so(env: TaskEnv) -> None:

@@ -9,11 +9,12 @@ import signal
 from pathlib import Path
 
 from schemas.tasks import TaskPhase, TaskResult
+from tests.matrix import Record, leftover_sandboxes, record
 from tests.support import TaskEnv, example_spec, spawn_worker
 
 
 async def test_sigkill_while_awaiting_approval_then_new_worker_completes_once(
-    config_env: TaskEnv, tmp_path: Path
+    config_env: TaskEnv, tmp_path: Path, record_property: Record
 ) -> None:
     """Kill -9 the worker mid-wait; start another process; approve; exactly one business row."""
     env = config_env
@@ -50,3 +51,10 @@ async def test_sigkill_while_awaiting_approval_then_new_worker_completes_once(
     assert write.confirmed is True
     assert env.business().count() == 1
     assert env.business().count(write.operation_key) == 1
+    record(
+        record_property,
+        observed=f"new worker completed; approval {request.version[:15]}... bound; 1 row",
+        duplicates=env.business().count() - 1,
+        lost=0 if result.phase is TaskPhase.COMPLETED else 1,
+        leftover=leftover_sandboxes(env.config, [handle.id]),
+    )

@@ -158,10 +158,10 @@ class AgentTaskWorkflow:
         assert self.spec is not None
         if not workflow.patched(TENANT_ADMISSION_PATCH):
             return True
-        answer = await workflow.execute_activity_method(
+        answer = await workflow.execute_local_activity_method(
             TenantActivities.admit,
             AdmitInput(task_id=self.task_id, tenant=self.spec.tenant),
-            **options.ADMISSION.kwargs(),
+            **options.ADMISSION.local_kwargs(),
         )
         if answer.admitted:
             self.state.admitted = True
@@ -236,7 +236,7 @@ class AgentTaskWorkflow:
                 conversation_ref=state.conversation_ref,
                 follow_ups=[f.text for f in state.follow_ups[:follow_ups]],
             ),
-            **options.TURN.kwargs(),
+            **options.TURN.kwargs(task_queue=options.agent_queue()),
         )
         # Input that arrived while the turn ran stays for the next one.
         del state.follow_ups[:follow_ups]
@@ -441,8 +441,10 @@ class AgentTaskWorkflow:
         await self.release_sandbox()
         if self.state.admitted:
             await asyncio.shield(
-                workflow.execute_activity_method(
-                    TenantActivities.release, ReleaseInput(task_id=self.task_id), **options.ADMISSION.kwargs()
+                workflow.execute_local_activity_method(
+                    TenantActivities.release,
+                    ReleaseInput(task_id=self.task_id),
+                    **options.ADMISSION.local_kwargs(),
                 )
             )
             self.state.admitted = False
@@ -463,7 +465,7 @@ class AgentTaskWorkflow:
             workflow.execute_activity_method(
                 SandboxActivities.destroy,
                 DestroySandboxInput(task_id=self.task_id, sandbox=sandbox),
-                **options.SANDBOX_DESTROY.kwargs(),
+                **options.SANDBOX_DESTROY.kwargs(task_queue=options.sandbox_queue()),
             )
         )
         self.state.sandbox = None

@@ -83,7 +83,7 @@ class EffectRunner:
             plan = await workflow.execute_activity_method(
                 AgentActivities.plan,
                 PlanInput(agent=spec_of(self.task).agent, tool=action.tool, arguments=arguments),
-                **options.PLAN.kwargs(),
+                **options.PLAN.kwargs(task_queue=options.agent_queue()),
             )
             if plan.operation is None:
                 return _result(
@@ -130,7 +130,7 @@ class EffectRunner:
                     inputs=state.inputs,
                     run_id=workflow.info().run_id,
                 ),
-                **options.SANDBOX_CREATE.kwargs(),
+                **options.SANDBOX_CREATE.kwargs(task_queue=options.sandbox_queue()),
             )
             self.task.emit(
                 EventType.SANDBOX_CREATED,
@@ -180,7 +180,8 @@ class EffectRunner:
                         command=command,
                     ),
                     **options.SANDBOX_EXEC.kwargs(
-                        start_to_close=timedelta(seconds=timeout) + options.EXEC_GRACE
+                        start_to_close=timedelta(seconds=timeout) + options.EXEC_GRACE,
+                        task_queue=options.sandbox_queue(),
                     ),
                 )
                 break

@@ -11,6 +11,13 @@ from temporalio.common import RetryPolicy
 from temporalio.workflow import ActivityCancellationType
 
 BUSINESS_QUEUE_SUFFIX = ".business"
+# Worker roles each poll a queue of their own (``agent-worker worker --role``): workflows and light
+# activities on the task queue itself, agent turns on ``.agent``, sandbox commands on ``.sandbox``,
+# business writes on ``.business``. Runs begun before the split keep their activities on the task
+# queue until their next new step (the change is guarded by this patch).
+AGENT_QUEUE_SUFFIX = ".agent"
+SANDBOX_QUEUE_SUFFIX = ".sandbox"
+ROLE_QUEUES_PATCH = "role-queues"
 # Every activity heartbeats every 2 s (activities.errors.activity_boundary): a worker that dies is
 # noticed, and its work retried elsewhere, within this.
 HEARTBEAT = timedelta(seconds=10)
@@ -40,6 +47,11 @@ class ActivityOptions:
         if self.heartbeat is not None:
             options["heartbeat_timeout"] = self.heartbeat
         return options
+
+    def local_kwargs(self) -> dict[str, Any]:
+        """The options for ``workflow.execute_local_activity_method`` (no heartbeat, no queue: a
+        local activity runs in the workflow's worker, its result recorded in one marker)."""
+        return {"start_to_close_timeout": self.start_to_close, "retry_policy": self.retry, **self.extra}
 
 
 def _retry(attempts: int, *, max_interval: float = 30.0) -> RetryPolicy:
@@ -73,12 +85,29 @@ BUSINESS_LOOKUP = ActivityOptions(timedelta(seconds=30), _retry(12), heartbeat=H
 # Confirming writes at completion is evidence gathering: when the system stays down the task
 # completes marked evidence-incomplete rather than waiting minutes.
 CONFIRM_LOOKUP = ActivityOptions(timedelta(seconds=30), _retry(4, max_interval=5.0), heartbeat=HEARTBEAT)
-ADMISSION = ActivityOptions(timedelta(seconds=30), _retry(10), heartbeat=HEARTBEAT)
+# Admission is a quick local lookup: a local activity, so a refused start costs no server round trip.
+ADMISSION = ActivityOptions(timedelta(seconds=10), _retry(10))
 AUTHZ = ActivityOptions(timedelta(seconds=30), _retry(10), heartbeat=HEARTBEAT)
 # Event delivery keeps retrying (a sink that is down only delays it); events wait in the state.
 EVENTS = ActivityOptions(timedelta(seconds=30), _retry(20, max_interval=60.0), heartbeat=HEARTBEAT)
 # Rounds of write, lookup, write again under the same key before a human takes over.
 MAX_WRITE_ROUNDS = 5
+
+
+def agent_queue() -> str | None:
+    """The task queue of agent turns (``None``: the workflow's own, for runs before the split)."""
+    return _role_queue(AGENT_QUEUE_SUFFIX)
+
+
+def sandbox_queue() -> str | None:
+    """The task queue of sandbox commands (``None``: the workflow's own, for runs before the split)."""
+    return _role_queue(SANDBOX_QUEUE_SUFFIX)
+
+
+def _role_queue(suffix: str) -> str | None:
+    if not workflow.patched(ROLE_QUEUES_PATCH):
+        return None
+    return f"{workflow.info().task_queue}{suffix}"
 
 
 def business_queue() -> str:

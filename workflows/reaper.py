@@ -27,4 +27,5 @@ class SandboxReaperWorkflow:
             start_to_close_timeout=REAP_TIMEOUT,
             heartbeat_timeout=options.HEARTBEAT,
             retry_policy=RetryPolicy(maximum_attempts=3),
+            task_queue=options.sandbox_queue(),
         )

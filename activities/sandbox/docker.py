@@ -54,6 +54,9 @@ SANDBOX_USER = "65534:65534"
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 _OUTPUT_HARD_LIMIT = 64 * 1024 * 1024
 _OUTSIDE_GRACE_SECONDS = 5.0
+# How long a container must stay up after a command was SIGKILLed before the kill counts as the
+# command's own rather than its container being removed.
+_SETTLE_SECONDS = 1.5
 # Runs the command in its own process group (timeout(1) leads one), recording timeout's pid first.
 _WRAPPER = 'echo $$ > "$AW_PIDFILE"; exec timeout -s KILL "$AW_TIMEOUT" "$@"'
 _OOM_COUNT = (
@@ -212,10 +215,31 @@ class DockerSandbox:
         except TimeoutError:
             await self._kill_and_drain(container, pidfile, run)
             return ExecOutcome(None, b"", b"killed: command exceeded its timeout", timed_out=True)
-        exit_code = (await asyncio.to_thread(api.exec_inspect, exec_id))["ExitCode"]
+        exit_code = await asyncio.to_thread(self._exit_code, input.sandbox, exec_id)
         timed_out = exit_code in (124, 137) and time.monotonic() - started >= timeout
         oom = exit_code == 137 and not timed_out and await asyncio.to_thread(self._oom_since_last, container)
         return ExecOutcome(exit_code, out, err, timed_out=timed_out, oom_killed=oom)
+
+    def _exit_code(self, ref: SandboxRef, exec_id: str) -> int | None:
+        """The finished exec's exit code. A command whose container vanished under it (removed from
+        outside, its host lost) raises ``sandbox_missing``: its output is not the command's.
+
+        A removal first SIGKILLs everything in the container, so the command may end with 137 while
+        the container still reads "running" for a moment: a kill is only taken as the command's own
+        (out of memory, its timeout) once the container has stayed up for ``_SETTLE_SECONDS``.
+        """
+        try:
+            exit_code = self.client.api.exec_inspect(exec_id)["ExitCode"]
+        except _docker().errors.NotFound:
+            exit_code = None
+        if exit_code is None or exit_code == 137:
+            settled = time.monotonic() + _SETTLE_SECONDS
+            while True:
+                self._running(ref, "sandbox.exec")
+                if time.monotonic() >= settled:
+                    break
+                time.sleep(0.2)
+        return exit_code
 
     async def _kill_and_drain(self, container: Any, pidfile: str, run: asyncio.Future[Any]) -> None:
         """Kill the command's process group from outside and wait for its stream to end."""

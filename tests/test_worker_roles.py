@@ -1,0 +1,152 @@
+"""A fleet split by role: worker processes that each run part of the work complete tasks together,
+a SIGTERM drains a worker without losing or repeating work, and the health endpoint tells a load
+balancer which state a worker is in."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import signal
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import WorkflowHandle
+
+from activities.sandbox.base import sandbox_id_for
+from schemas.tasks import TaskPhase, TaskResult
+from tests.support import TaskEnv, example_spec, free_port, spawn_worker
+
+
+def healthz(port: int) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+async def wait_health(port: int, status: int, within: float = 60) -> dict:
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            code, body = await asyncio.to_thread(healthz, port)
+            if code == status:
+                return body
+        except OSError:
+            pass  # not listening yet, or gone
+        assert time.monotonic() < deadline, f"health never answered {status}"
+        await asyncio.sleep(0.1)
+
+
+async def activity_workers(handle: WorkflowHandle[Any, Any]) -> dict[str, set[int]]:
+    """For each activity type in the task's history, the pids of the workers that started it (the
+    SDK's default worker identity is ``pid@host``)."""
+    history = await handle.fetch_history()
+    types = {
+        e.event_id: e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    }
+    ran_by: dict[str, set[int]] = collections.defaultdict(set)
+    for e in history.events:
+        if e.HasField("activity_task_started_event_attributes"):
+            started = e.activity_task_started_event_attributes
+            ran_by[types[started.scheduled_event_id]].add(int(started.identity.split("@", 1)[0]))
+    return ran_by
+
+
+async def test_two_workers_with_different_roles_complete_the_example(
+    config_env: TaskEnv, tmp_path: Path
+) -> None:
+    """One process runs workflows and business writes, the other agent turns and sandbox commands.
+    Each is configured so that building the other's part would fail (no E2B key for a sandbox
+    backend of e2b; no DSN for a PostgreSQL business system): they start, so neither builds what it
+    does not run. Together they complete the example with one business row."""
+    env = config_env
+    port = free_port()
+    control = spawn_worker(
+        env,
+        tmp_path / "control.log",
+        AGENT_WORKER_ROLES="workflows,business",
+        AGENT_WORKER_SANDBOX_BACKEND="e2b",
+    )
+    hands = spawn_worker(
+        env,
+        tmp_path / "hands.log",
+        AGENT_WORKER_ROLES="agent,sandbox",
+        AGENT_WORKER_BUSINESS_BACKEND="postgres",
+        AGENT_WORKER_HEALTH_BIND=f"127.0.0.1:{port}",
+    )
+    try:
+        body = await wait_health(port, 200)
+        queue = env.task_queue
+        assert body["roles"] == ["agent", "sandbox"]
+        assert body["task_queues"] == [f"{queue}.agent", f"{queue}.sandbox"]
+        handle = await env.start(example_spec())
+        [request] = (await env.awaiting_approval(handle)).pending
+        await handle.execute_update(
+            "decide",
+            {
+                "request_id": request.request_id,
+                "version": request.version,
+                "decision": "approve",
+                "principal": "finance-lead",
+            },
+        )
+        result: TaskResult = await asyncio.wait_for(handle.result(), 90)
+    finally:
+        for proc in (control, hands):
+            proc.send_signal(signal.SIGTERM)
+        for proc in (control, hands):
+            await asyncio.to_thread(proc.wait, 40)
+    assert (control.returncode, hands.returncode) == (0, 0), (tmp_path / "control.log").read_text()[-2000:]
+    assert result.phase is TaskPhase.COMPLETED
+    assert result.evidence.commands and result.evidence.writes[0].confirmed is True
+    assert env.business().count() == 1
+    # Each activity ran in the process holding its role (the history names the worker that started it).
+    ran_by = await activity_workers(handle)
+    assert ran_by["agent.turn"] == ran_by["sandbox.exec"] == {hands.pid}
+    assert ran_by["business.write"] == ran_by["authz.check"] == {control.pid}
+    assert ran_by["artifacts.ingest"] == {control.pid}
+
+
+async def test_sigterm_drains_a_busy_worker_without_losing_or_repeating_work(
+    config_env: TaskEnv, tmp_path: Path
+) -> None:
+    """SIGTERM arrives while a 4-second command runs: the worker reports draining (503), lets the
+    command finish, exits cleanly; the next worker completes the task. The command ran once (its
+    own counter says 1) and the task records one command."""
+    env = config_env
+    port = free_port()
+    first = spawn_worker(env, tmp_path / "first.log", AGENT_WORKER_HEALTH_BIND=f"127.0.0.1:{port}")
+    second = None
+    try:
+        await wait_health(port, 200)
+        handle = await env.start(
+            {"agent": "shell", "prompt": "run: echo run >> runs; touch started; sleep 4; wc -l < runs"}
+        )
+        started = env.config.sandbox_root / sandbox_id_for(handle.id) / "work" / "started"
+        deadline = time.monotonic() + 60
+        while not started.exists():
+            assert time.monotonic() < deadline, "the command never started"
+            await asyncio.sleep(0.05)
+        first.send_signal(signal.SIGTERM)
+        body = await wait_health(port, 503, within=5)
+        assert body["status"] == "draining"
+        assert await asyncio.to_thread(first.wait, 40) == 0
+        second = spawn_worker(env, tmp_path / "second.log")
+        result: TaskResult = await asyncio.wait_for(handle.result(), 90)
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                await asyncio.to_thread(proc.wait, 40)
+    assert result.phase is TaskPhase.COMPLETED
+    [command] = result.evidence.commands
+    assert command.exit_code == 0
+    assert command.stdout.strip() == "1"  # the command ran once: its own counter says so
+    assert result.final_output and "shell said:" in result.final_output
