@@ -34,7 +34,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 
@@ -87,13 +92,21 @@ class Fleet:
     def __init__(self, env: dict[str, str], size: int, logs: Path) -> None:
         self.env, self.logs = env, logs
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.log_files: list[Path] = []
         self.started = 0
         for _ in range(size):
-            self.procs.append(self._spawn())
+            proc, log = self._spawn()
+            self.procs.append(proc)
+            self.log_files.append(log)
 
-    def _spawn(self) -> subprocess.Popen[bytes]:
+    def ready(self, n: int) -> bool:
+        """Whether worker ``n`` is polling (it logged its start)."""
+        return self.procs[n].poll() is None and "worker started" in self.log_files[n].read_text()
+
+    def _spawn(self) -> tuple[subprocess.Popen[bytes], Path]:
         self.started += 1
-        with (self.logs / f"worker-{self.started}.log").open("ab") as out:
+        log = self.logs / f"worker-{self.started}.log"
+        with log.open("ab") as out:
             return subprocess.Popen(
                 [sys.executable, "-m", "cli.main", "worker"],
                 env=self.env,
@@ -101,10 +114,15 @@ class Fleet:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-            )
+            ), log
 
-    def kill_one(self, rng: random.Random) -> int:
-        n = rng.randrange(len(self.procs))
+    def kill_one(self, rng: random.Random) -> int | None:
+        """SIGKILL a random polling worker, as long as another one polls too (a fleet that never
+        finishes starting would measure nothing); returns its slot, or None."""
+        ready = [n for n in range(len(self.procs)) if self.ready(n)]
+        if len(ready) < 2:
+            return None
+        n = rng.choice(ready)
         victim = self.procs[n]
         with contextlib.suppress(ProcessLookupError):
             os.killpg(victim.pid, signal.SIGKILL)
@@ -112,7 +130,7 @@ class Fleet:
         return n
 
     def restart(self, n: int) -> None:
-        self.procs[n] = self._spawn()
+        self.procs[n], self.log_files[n] = self._spawn()
 
     def stop(self) -> None:
         for proc in self.procs:
@@ -132,7 +150,7 @@ async def retrying(call: Any, *, within: float = 120.0) -> Any:
     while True:
         try:
             return await call()
-        except (TimeoutError, RPCError):
+        except (TimeoutError, RPCError, WorkflowUpdateRPCTimeoutOrCancelledError):
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(0.5)
@@ -142,21 +160,42 @@ async def status_of(handle: WorkflowHandle[Any, Any]) -> TaskStatus:
     return await retrying(lambda: asyncio.wait_for(handle.query("status", result_type=TaskStatus), 10))
 
 
-async def drive(client: Client, queue: str, task_id: str, plan: Plan, deadline: float) -> Outcome:
+class Watcher:
+    """Learns which tasks wait for approval from visibility, in one listing a second for all of
+    them (a status query per task and poll would load the workers more than the tasks do)."""
+
+    def __init__(self, client: Client, queue: str) -> None:
+        self.client, self.queue = client, queue
+        self.waiting: dict[str, asyncio.Event] = collections.defaultdict(asyncio.Event)
+
+    async def run(self) -> None:
+        query = f"TaskQueue = '{self.queue}' AND AgentAwaitingApproval = true AND ExecutionStatus = 'Running'"
+        while True:
+            with contextlib.suppress(RPCError):
+                async for execution in self.client.list_workflows(query):
+                    self.waiting[execution.id].set()
+            await asyncio.sleep(1.0)
+
+
+async def drive(
+    client: Client, queue: str, task_id: str, plan: Plan, deadline: float, watcher: Watcher
+) -> Outcome:
     """Start one task, wait for its approval request, answer per ``plan``, await the result."""
     outcome = Outcome(task_id, plan)
     spec = json.loads(EXAMPLE.read_text())
     handle = await client.start_workflow(
         "AgentTask", spec, id=task_id, task_queue=queue, result_type=TaskResult
     )
-    while True:
-        status = await status_of(handle)
-        if status.pending or status.phase.terminal:
-            break
-        if time.monotonic() > deadline:
-            return outcome
-        await asyncio.sleep(0.5)
-    if status.pending:
+    result_task = asyncio.ensure_future(retrying(handle.result, within=deadline - time.monotonic()))
+    waiting = asyncio.ensure_future(watcher.waiting[task_id].wait())
+    await asyncio.wait(
+        [result_task, waiting],
+        timeout=max(1.0, deadline - time.monotonic()),
+        return_when=asyncio.FIRST_COMPLETED,
+    )
+    waiting.cancel()
+    status = await status_of(handle) if not result_task.done() else None
+    if status is not None and status.pending:
         [request] = status.pending
         good: dict[str, Any] = {
             "request_id": request.request_id,
@@ -175,28 +214,38 @@ async def drive(client: Client, queue: str, task_id: str, plan: Plan, deadline: 
                 bad["version"] = STALE_VERSION
             else:
                 bad["principal"] = "mallory"
-            outcome.update_refusals += await send(handle, bad, plan.noise_via)
-        await send(handle, good, plan.via)
+            outcome.update_refusals += await send(handle, bad, plan.noise_via, f"{task_id}-bad")
+        await send(handle, good, plan.via, f"{task_id}-good")
     remaining = max(1.0, deadline - time.monotonic())
     try:
-        result: TaskResult = await asyncio.wait_for(retrying(handle.result, within=remaining), remaining)
+        result: TaskResult = await asyncio.wait_for(result_task, remaining)
         outcome.phase, outcome.reason = result.phase.value, result.reason
     except TimeoutError:
         return outcome
     except Exception as err:  # a failed task: record its phase as the workflow reports it
         outcome.phase, outcome.reason = "failed", str(err)
-    final = await status_of(handle)
-    outcome.ignored = sum(1 for e in final.last_events if e.type.value == "approval.ignored")
     return outcome
 
 
-async def send(handle: WorkflowHandle[Any, Any], decision: dict[str, Any], via: str) -> int:
+def ignored_decisions(events_dir: Path) -> collections.Counter[str]:
+    """``approval.ignored`` events per task, as delivered to the event sink (JSON lines, exactly once)."""
+    counts: collections.Counter[str] = collections.Counter()
+    for path in events_dir.glob("*.jsonl"):
+        for line in path.read_text().splitlines():
+            event = json.loads(line)
+            if event.get("type") == "approval.ignored":
+                counts[event["task_id"]] += 1
+    return counts
+
+
+async def send(handle: WorkflowHandle[Any, Any], decision: dict[str, Any], via: str, update_id: str) -> int:
     """Send a decision; returns 1 when an update was refused by the workflow's validator."""
     if via == "signal":
         await retrying(lambda: handle.signal("submit_decision", decision))
         return 0
     try:
-        await retrying(lambda: asyncio.wait_for(handle.execute_update("decide", decision), 30))
+        # A retried update keeps its id: the server deduplicates it instead of running it twice.
+        await retrying(lambda: asyncio.wait_for(handle.execute_update("decide", decision, id=update_id), 30))
     except WorkflowUpdateFailedError:
         return 1
     return 0
@@ -206,6 +255,8 @@ async def chaos_loop(fleet: Fleet, rng: random.Random, every: tuple[float, float
     while True:
         await asyncio.sleep(rng.uniform(*every))
         n = fleet.kill_one(rng)
+        if n is None:
+            continue
         chaos.kills += 1
         await asyncio.sleep(rng.uniform(0.2, 2.0))
         fleet.restart(n)
@@ -268,14 +319,18 @@ async def soak(args: argparse.Namespace) -> tuple[str, bool]:
         gate = asyncio.Semaphore(args.concurrency)
         deadline = started + args.deadline
 
+        watcher = Watcher(client, queue)
+        watching = asyncio.ensure_future(watcher.run())
+
         async def one(task_id: str, plan: Plan) -> Outcome:
             async with gate:
-                return await drive(client, queue, task_id, plan, deadline)
+                return await drive(client, queue, task_id, plan, deadline, watcher)
 
         outcomes = await asyncio.gather(*(one(t, p) for t, p in plans.items()))
-        killer.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await killer
+        for background in (killer, watching):
+            background.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await background
         elapsed = time.monotonic() - started
     finally:
         if fleet is not None:
@@ -295,6 +350,9 @@ def report(
     work: Path,
 ) -> tuple[str, bool]:
     rows = rows_by_task(data_dir / "business.db")
+    ignored_by_task = ignored_decisions(data_dir / "events")
+    for o in outcomes:
+        o.ignored = ignored_by_task[o.task_id]
     phases = collections.Counter(o.phase for o in outcomes)
     expected = {"approve": "completed", "edit": "completed", "reject": "rejected"}
     wrong_phase = [o for o in outcomes if o.phase != "lost" and o.phase != expected[o.plan.answer]]
@@ -374,7 +432,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.split("\n")[0])
     parser.add_argument("--tasks", type=int, default=200)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--kill-every", type=_interval, default=(4.0, 12.0), help="seconds, MIN:MAX")
+    parser.add_argument(
+        "--kill-every",
+        type=_interval,
+        default=(5.0, 15.0),
+        help="seconds between kills, MIN:MAX (only while another worker polls)",
+    )
     parser.add_argument("--sandbox", choices=["process", "docker"], default="process")
     parser.add_argument("--concurrency", type=int, default=100, help="tasks in flight at once")
     parser.add_argument(

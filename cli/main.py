@@ -1,7 +1,7 @@
 """``agent-worker``: run the embedded server, workers, and tasks from a terminal.
 
-Commands: dev, worker, start, status, inbox, approve, edit, reject, cancel, evidence, verify, demo,
-revoke, grant, sandbox-image, reap.
+Commands: dev, worker, start, status, inbox (--web), approve, edit, reject, cancel, evidence, verify,
+demo, revoke, grant, keys, sandbox-image, reap, replay.
 The Temporal connection comes from the SDK's environment configuration (``TEMPORAL_ADDRESS``, ...)
 unless ``--address`` / ``--namespace`` are given.
 """
@@ -65,9 +65,34 @@ def _parser() -> argparse.ArgumentParser:
     events.add_argument("--follow", action="store_true", help="keep printing new events until the task ends")
     events.add_argument("--json", action="store_true", help="one JSON event per line")
 
-    inbox = sub.add_parser("inbox", help="every task waiting for approval")
+    inbox = sub.add_parser("inbox", help="every task waiting for approval (--web: the approval inbox pages)")
     inbox.add_argument("--tenant")
     inbox.add_argument("--json", action="store_true")
+    inbox.add_argument("--web", action="store_true", help="serve the web approval inbox instead of printing")
+    inbox.add_argument("--bind", default="127.0.0.1:8090", help="--web: host:port (default 127.0.0.1:8090)")
+    inbox.add_argument(
+        "--auth",
+        choices=["token", "header"],
+        default="token",
+        help="--web: 'token' (sign in with a token from --tokens) or 'header' (a trusted proxy names the "
+        "principal; only safe when nothing but that proxy reaches --bind)",
+    )
+    inbox.add_argument(
+        "--tokens", type=Path, help='--web: JSON file {"<token>": "<principal>"} for --auth token'
+    )
+    inbox.add_argument(
+        "--principal-header",
+        default="X-Forwarded-User",
+        help="--web: the header the proxy sets (--auth header)",
+    )
+    inbox.add_argument(
+        "--keys-dir", type=Path, help="--web: principals' signing keys (default ~/.agent-worker/keys)"
+    )
+    inbox.add_argument(
+        "--data-dir",
+        type=Path,
+        help="--web: data dir of the artifact store (default AGENT_WORKER_DATA_DIR or .agent-worker)",
+    )
 
     for kind, help_text in (
         ("approve", "approve a request"),
@@ -128,6 +153,10 @@ def _parser() -> argparse.ArgumentParser:
     reap.add_argument("--min-age", default="10m", help="never touch younger sandboxes (default 10m)")
     reap.add_argument("--dry-run", action="store_true", help="say what would be removed")
     reap.add_argument("--schedule", metavar="EVERY", help="instead, run it on a Temporal Schedule, e.g. 15m")
+
+    from cli.replay import add_parser as add_replay_parser
+
+    add_replay_parser(sub)
 
     demo = sub.add_parser("demo", help="run the monthly-report example end to end")
     demo.add_argument("--approve", action="store_true", help="approve as the example's approver")
@@ -208,7 +237,15 @@ async def _run(args: Any) -> int:
         from cli.sandboxes import cmd_sandbox_image
 
         return cmd_sandbox_image(args)
+    if args.command == "replay":
+        from cli.replay import cmd_replay
+
+        return await cmd_replay(args, lambda: _client(args))
     client = await _client(args)
+    if args.command == "inbox" and args.web:
+        from inbox import cmd_inbox_web
+
+        return await cmd_inbox_web(client, args)
     if args.command == "events":
         from cli.events import cmd_events
 

@@ -36,7 +36,7 @@ class SandboxCommand(BaseModel):
     kind: Literal["sandbox.exec"] = "sandbox.exec"
     argv: list[str] = Field(min_length=1)
     stdin: str | None = None
-    timeout_seconds: float | None = Field(default=None, gt=0)
+    timeout_seconds: float | None = Field(default=None, gt=0, le=24 * 3600)
     collect: list[str] = Field(
         default_factory=list,
         description="Files in the sandbox work dir to keep as artifacts after the command.",

@@ -118,6 +118,10 @@ class PolicySpec(BaseModel):
         return self
 
 
+# Durations become timers and deadlines: keep them where datetime arithmetic cannot overflow.
+MAX_DURATION_SECONDS = 10 * 365 * 24 * 3600
+
+
 class Budgets(BaseModel):
     """Limits on one task. Reaching one ends the task ``handed_off``, explained."""
 
@@ -134,7 +138,9 @@ class Budgets(BaseModel):
         default=None, gt=0, description="From start to the next turn; time awaiting approval counts."
     )
     max_sandbox_seconds: float = Field(default=900, gt=0)
-    approval_timeout_seconds: float = Field(default=7 * 24 * 3600, gt=0)
+    approval_timeout_seconds: float = Field(
+        default=7 * 24 * 3600, gt=0, le=MAX_DURATION_SECONDS, description="At most ten years."
+    )
 
 
 class TaskSpec(BaseModel):

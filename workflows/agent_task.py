@@ -14,6 +14,7 @@ import asyncio
 from typing import Any, NoReturn
 
 from temporalio import workflow
+from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
@@ -73,16 +74,40 @@ _LOGGED_AT_INFO = frozenset(
 )
 
 
+def decode(raw: RawValue) -> Any:
+    """The JSON value a client sent. Decoded here, not by the SDK, so a payload the converter cannot
+    decode (nested too deeply, not JSON) is refused like any other bad input instead of failing
+    workflow tasks over and over (a start) or being dropped unrecorded (a signal).
+
+    Raises:
+        InvalidPayload: the payload is not JSON this worker can decode.
+    """
+    try:
+        return workflow.payload_converter().from_payload(raw.payload)
+    except Exception as err:
+        raise InvalidPayload(f"payload is not JSON this worker can decode: {str(err)[:200]}") from None
+
+
 @workflow.defn(name="AgentTask")
 class AgentTaskWorkflow:
     """The lifecycle of one agent task (workflow id = task id)."""
 
     @workflow.init
-    def __init__(self, raw: Any) -> None:
+    def __init__(self, raw: RawValue) -> None:
         self.task_id = workflow.info().workflow_id
         self.input_error: str | None = None
         try:
-            task = parse_task_input(raw)
+            task = parse_task_input(decode(raw))
+            if (
+                task.state is not None
+                and workflow.info().continued_run_id is None
+                and task.state.schema_version <= TaskState.model_fields["schema_version"].default
+            ):
+                # A state is what a run hands the next one; from a client it would be trusted blindly.
+                raise InvalidPayload(
+                    "invalid task input: state: only continue-as-new carries a state; "
+                    'start with the bare TaskSpec or {"spec": ...}'
+                )
         except InvalidPayload as err:
             self.input_error = str(err)
             task = None
@@ -95,7 +120,7 @@ class AgentTaskWorkflow:
     # ---- entry ---------------------------------------------------------------------------------
 
     @workflow.run
-    async def run(self, raw: Any) -> TaskResult:
+    async def run(self, raw: RawValue) -> TaskResult:
         """Validate the raw input here (not in the SDK's decoder) so bad input fails the workflow
         once, with the field named, instead of failing workflow tasks forever."""
         if self.spec is None:
@@ -343,24 +368,26 @@ class AgentTaskWorkflow:
             await self.maybe_continue_as_new()
 
     @workflow.signal(name="submit_decision")
-    def submit_decision(self, raw: Any) -> None:
+    def submit_decision(self, raw: RawValue) -> None:
         """A decision from any client. Anything wrong with it is recorded as ignored, with why."""
+        value = None
         try:
-            decision = parse_decision(raw)
+            value = decode(raw)
+            decision = parse_decision(value)
         except InvalidPayload as err:
-            self.approvals.ignore(str(err), "signal", raw=raw)
+            self.approvals.ignore(str(err), "signal", raw=value)
             return
         self.approvals.apply(decision, "signal")
 
     @workflow.signal(name="add_input")
-    def add_input(self, raw: Any) -> None:
+    def add_input(self, raw: RawValue) -> None:
         """Follow-up input from a user ({"text": ..., "principal": ...} or a string); the next turn sees
         it. Input the task cannot take is recorded as ignored, with why."""
         if self.spec is None or self.state.phase.terminal:
             self.emit(EventType.INPUT_IGNORED, reason=f"the task is {self.state.phase.value}")
             return
         try:
-            follow_up = parse_follow_up(raw)
+            follow_up = parse_follow_up(decode(raw))
         except InvalidPayload as err:
             self.emit(EventType.INPUT_IGNORED, reason=str(err))
             return
@@ -368,9 +395,9 @@ class AgentTaskWorkflow:
         self.emit(EventType.INPUT_ADDED, principal=follow_up.principal, chars=len(follow_up.text))
 
     @workflow.update(name="decide")
-    def decide(self, raw: Any) -> DecisionOutcome:
+    def decide(self, raw: RawValue) -> DecisionOutcome:
         """Like ``submit_decision``, with a synchronous answer."""
-        decision = parse_decision(raw)
+        decision = parse_decision(decode(raw))
         reason = self.approvals.apply(decision, "update")
         return DecisionOutcome(
             request_id=decision.request_id,
@@ -380,11 +407,11 @@ class AgentTaskWorkflow:
         )
 
     @decide.validator
-    def validate_decide(self, raw: Any) -> None:
+    def validate_decide(self, raw: RawValue) -> None:
         """Refuse a bad decision before it reaches history."""
         if self.input_error:
             raise ValueError(self.input_error)
-        decision = parse_decision(raw)
+        decision = parse_decision(decode(raw))
         assert self.spec is not None
         reason = why_not(self.state.requests, decision, self.task_id, self.spec.policy)
         if reason is not None:

@@ -1,0 +1,200 @@
+"""Who is looking at the inbox: authentication modes, sessions and CSRF tokens.
+
+Two modes map a person to a *principal* (the name a task's policy lists as an approver):
+
+``token``
+    A file maps secret tokens to principals (JSON ``{"<token>": "<principal>"}``; a key may also be
+    ``"sha256:<hex>"``, the digest of the token, so the file need not hold the token itself). The
+    person types the token on the login page once and gets a session cookie (``HttpOnly``,
+    ``SameSite=Strict``). Serve it over TLS (behind a proxy) anywhere but on loopback.
+
+``header``
+    A trusted reverse proxy (oauth2-proxy, an SSO gateway, ...) authenticates people and names the
+    principal in a request header (default ``X-Forwarded-User``). The inbox believes that header
+    blindly, so this mode is only safe when nothing but the proxy can reach the inbox's port: bind
+    it to loopback or a private interface the proxy alone reaches, and make the proxy strip the
+    header from incoming requests. (Loopback alone is not enough on a machine where people browse:
+    a page that rebinds its DNS name to 127.0.0.1 could send the header itself.)
+
+In both modes a session (in memory, so a restart logs everyone out) carries a random CSRF token
+that every form repeats and every POST must match.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+COOKIE = "aw_inbox_session"
+SESSION_IDLE_SECONDS = 8 * 3600
+DEFAULT_PRINCIPAL_HEADER = "X-Forwarded-User"
+_PRINCIPAL = re.compile(r"^[^\x00-\x1f\x7f]{1,200}$")
+
+
+class InboxConfigError(ValueError):
+    """The inbox cannot start as configured (tokens file, bind address, auth mode); the message says why."""
+
+
+@dataclass
+class Session:
+    """One logged-in browser: its principal and the CSRF token its forms carry."""
+
+    session_id: str
+    principal: str
+    csrf: str
+    last_seen: float = field(default_factory=time.monotonic)
+
+
+def valid_principal(value: str | None) -> str | None:
+    """``value`` stripped when it can name a principal (non-empty, printable, at most 200 chars)."""
+    if value is None:
+        return None
+    value = value.strip()
+    return value if _PRINCIPAL.match(value) else None
+
+
+def load_tokens(path: Path) -> dict[str, str]:
+    """Read a tokens file: a JSON object mapping tokens (or ``sha256:<hex>`` of them) to principals.
+
+    Raises:
+        InboxConfigError: the file is missing, not JSON, not an object of strings, or empty.
+    """
+    try:
+        raw = json.loads(path.read_text())
+    except OSError as err:
+        raise InboxConfigError(f"cannot read the tokens file {path}: {err.strerror}") from None
+    except json.JSONDecodeError as err:
+        raise InboxConfigError(
+            f"tokens file {path} is not valid JSON (line {err.lineno}, column {err.colno}: {err.msg})"
+        ) from None
+    if not isinstance(raw, dict) or not raw:
+        raise InboxConfigError(
+            f'tokens file {path} must be a non-empty JSON object {{"<token>": "<principal>"}}'
+        )
+    tokens: dict[str, str] = {}
+    for token, principal in raw.items():
+        if not isinstance(principal, str) or valid_principal(principal) is None:
+            raise InboxConfigError(
+                f"tokens file {path}: the principal of a token is not a valid name: {principal!r}"
+            )
+        if token.startswith("sha256:"):
+            if not re.fullmatch(r"sha256:[0-9a-f]{64}", token):
+                raise InboxConfigError(f"tokens file {path}: a 'sha256:' key must be 64 lowercase hex digits")
+        elif len(token) < 16:
+            # A short token can be guessed; never let a typo-sized secret guard approvals.
+            raise InboxConfigError(
+                f"tokens file {path}: the token for {principal!r} is shorter than 16 characters"
+            )
+        tokens[token] = principal.strip()
+    return tokens
+
+
+class Authenticator:
+    """Maps requests to principals and keeps the sessions (used on the server's event loop only).
+
+    Args:
+        mode: ``"token"`` or ``"header"``.
+        tokens: for ``token`` mode, tokens (or ``sha256:<hex>`` digests of them) to principals.
+        principal_header: for ``header`` mode, the header the trusted proxy sets.
+    """
+
+    def __init__(
+        self,
+        mode: str,
+        tokens: dict[str, str] | None = None,
+        principal_header: str = DEFAULT_PRINCIPAL_HEADER,
+    ) -> None:
+        if mode not in ("token", "header"):
+            raise InboxConfigError(f"unknown auth mode {mode!r}; use 'token' or 'header'")
+        if mode == "token" and not tokens:
+            raise InboxConfigError("token mode needs a tokens file (--tokens FILE)")
+        if mode == "header" and not re.fullmatch(r"[A-Za-z0-9-]{1,100}", principal_header):
+            raise InboxConfigError(f"not a header name: {principal_header!r}")
+        self.mode = mode
+        self.principal_header = principal_header
+        self._plain = {t: p for t, p in (tokens or {}).items() if not t.startswith("sha256:")}
+        self._hashed = {t: p for t, p in (tokens or {}).items() if t.startswith("sha256:")}
+        self._sessions: dict[str, Session] = {}
+
+    @property
+    def principals(self) -> set[str]:
+        """The principals the tokens file names (empty in header mode)."""
+        return set(self._plain.values()) | set(self._hashed.values())
+
+    def principal_for_token(self, token: str) -> str | None:
+        """The principal ``token`` maps to, or None. Every entry is compared in constant time."""
+        found = None
+        given = token.encode()
+        digest = "sha256:" + hashlib.sha256(given).hexdigest()
+        for known, principal in self._plain.items():
+            if hmac.compare_digest(known.encode(), given):
+                found = principal
+        for known, principal in self._hashed.items():
+            if hmac.compare_digest(known, digest):
+                found = principal
+        return found
+
+    def principal_from_header(self, headers: dict[str, str]) -> str | None:
+        """In header mode, the principal the proxy named (None when absent or not a valid name)."""
+        return valid_principal(headers.get(self.principal_header.lower()))
+
+    def new_session(self, principal: str) -> Session:
+        """Start a session for ``principal`` with a fresh CSRF token."""
+        self._expire()
+        session = Session(secrets.token_urlsafe(32), principal, secrets.token_urlsafe(32))
+        self._sessions[session.session_id] = session
+        return session
+
+    def session(self, session_id: str | None) -> Session | None:
+        """The live session with this id, or None (unknown or idle too long)."""
+        if not session_id:
+            return None
+        session = self._sessions.get(session_id)
+        if session is None or time.monotonic() - session.last_seen > SESSION_IDLE_SECONDS:
+            self._sessions.pop(session_id, None)
+            return None
+        session.last_seen = time.monotonic()
+        return session
+
+    def end_session(self, session_id: str) -> None:
+        """Log a session out."""
+        self._sessions.pop(session_id, None)
+
+    @staticmethod
+    def csrf_ok(session: Session, submitted: str | None) -> bool:
+        """Whether a POST carries the session's CSRF token."""
+        return submitted is not None and hmac.compare_digest(session.csrf.encode(), submitted.encode())
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for sid in [s for s, v in self._sessions.items() if now - v.last_seen > SESSION_IDLE_SECONDS]:
+            del self._sessions[sid]
+
+
+def cookie_header(session_id: str, *, max_age: int | None = None) -> str:
+    """The ``Set-Cookie`` value for a session (``max_age=0`` clears it)."""
+    value = f"{COOKIE}={session_id}; Path=/; HttpOnly; SameSite=Strict"
+    if max_age is not None:
+        value += f"; Max-Age={max_age}"
+    return value
+
+
+def session_id_from(cookie_header_value: str | None) -> str | None:
+    """The session id in a request's ``Cookie`` header, if any."""
+    from http.cookies import CookieError, SimpleCookie
+
+    if not cookie_header_value:
+        return None
+    jar: SimpleCookie = SimpleCookie()
+    try:
+        jar.load(cookie_header_value)
+    except CookieError:
+        return None
+    morsel = jar.get(COOKIE)
+    return morsel.value if morsel else None
