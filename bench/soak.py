@@ -446,6 +446,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--out", type=Path, default=REPO / "bench/results/soak.md")
     args = parser.parse_args(argv)
+    # Killed from outside, still stop the server and workers it started (in the finally blocks).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     text, ok = asyncio.run(soak(args))
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)
