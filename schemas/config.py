@@ -118,9 +118,10 @@ class WorkerConfig(BaseModel):
     max_concurrent_activities: int = Field(default=64, ge=1)
     max_concurrent_workflow_tasks: int = Field(default=64, ge=1)
     max_cached_workflows: int = Field(
-        default=1000,
+        default=250,
         ge=0,
-        description="Workflows kept in memory; 0 replays every workflow task from history.",
+        description="Workflows kept in memory (about 0.3 MB each); others replay from history at their "
+        "next step, so tasks parked for approval do not pin memory. 0 replays every workflow task.",
     )
     agents_tracing: bool = Field(
         default=False, description="Export OpenAI Agents SDK traces (needs OPENAI_API_KEY)."
