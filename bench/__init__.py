@@ -1,2 +1,22 @@
-"""Benchmarks: each prints ratios against a baseline measured in the same run, and writes its latest
-results next to itself."""
+"""Benchmarks: each measures agent-worker against a baseline run in the same process, on the same dev
+server, and reports ratios. ``python -m bench`` (``make bench``) runs all eight and writes
+``bench/RESULTS.md``; each module also runs alone (``python -m bench.<module> [--quick]``) and keeps
+its latest full-size result in ``bench/results/``.
+
+1. ``step_overhead``: one agent step vs one bare activity doing the same work.
+2. ``vs_plugin``: the same scripted agent through the official ``temporalio-openai-agents`` plugin
+   (``plugin_side``, in its own venv: ``plugin_venv``): wall time and history bytes per turn.
+3. ``parked``: N tasks waiting for approval; memory, database size; then approve all.
+4. ``crash``: SIGKILL of a busy worker to the next progress; repeated model calls.
+5. ``long_task``: 1,000 turns with continue-as-new vs 1,000 bare activities.
+6. ``sandbox``: ``sandbox.exec`` vs raw ``docker exec`` (``sandbox_exec``).
+7. ``fleet``: tasks/s with 1, 2, 4 worker processes, model latency 200 ms.
+8. ``embedded``: the dev server with WAL vs SQLite's default file mode.
+
+Shared: ``script`` (the scripted conversation both sides follow, dependency-free), ``agents`` (the
+agents registered on agent-worker), ``bare`` (the baseline workflows and activities), ``common``
+(servers, workers, figures), ``report`` (RESULTS.md). This package imports nothing at import time, so
+``plugin_side`` can import ``bench.script`` under another openai-agents.
+"""
+
+__all__: list[str] = []

@@ -288,7 +288,7 @@ def leftover_sandboxes(data_dir: Path, task_ids: set[str], docker_used: bool) ->
 async def soak(args: argparse.Namespace) -> tuple[str, bool]:
     rng = random.Random(args.seed)
     work = Path(tempfile.mkdtemp(prefix="aw-soak-"))
-    port = _free_port()
+    port = devserver.free_port()
     server = devserver.start_dev_server(
         port=port, db_filename=work / "temporal.db", log_file=work / "temporal.log", headless=True
     )
@@ -413,14 +413,6 @@ def report(
 
 def _counts(counter: collections.Counter[str]) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(counter.items()))
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _interval(text: str) -> tuple[float, float]:

@@ -63,6 +63,13 @@ def dev_server_command(
     return argv
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def port_open(host: str, port: int) -> bool:
     """Whether something accepts TCP connections on ``host:port``."""
     try:

@@ -8,7 +8,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,7 +23,7 @@ from temporalio.worker import Replayer
 
 from activities.artifacts import LocalArtifactStore
 from activities.business import SqliteBusinessStore
-from cli.devserver import start_dev_server
+from cli.devserver import free_port, start_dev_server
 from examples import EXAMPLES
 from schemas.config import DEFAULT_AGENTS, WorkerConfig
 from schemas.tasks import TaskPhase, TaskResult, TaskStatus
@@ -34,12 +33,6 @@ from workflows import AgentTaskWorkflow
 REPO = Path(__file__).resolve().parent.parent
 TEST_AGENTS = [*DEFAULT_AGENTS, "tests.agents:registrations"]
 HISTORY_IDS = "workflow_ids.json"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

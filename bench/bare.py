@@ -1,0 +1,282 @@
+"""Baselines: bare Temporal workflows and activities doing the same work as an agent-worker task, with
+nothing around it (no policy, approvals, events, evidence, budgets, sandbox lifecycle).
+
+- ``BareCount`` runs ``bare.step`` until the script answers: one activity per step, which loads the
+  conversation from a local file, makes the same model call through the same SDK ``Runner`` (the
+  shared script, ``bench.script``), runs the shell command the model asked for, and saves the
+  conversation. It continues as new when Temporal suggests it.
+- ``BareNoop`` runs ``bare.noop`` N times: the cost of one activity round trip.
+- ``BareApproval`` waits for the signal ``approve``, then ``bare.commit`` inserts one row.
+- ``BareSlow`` runs ``bare.slow_steps``: six 0.4 s steps, heartbeating the step reached and resuming
+  from it on retry (the standard Temporal pattern), each step logged like ``bench-notes`` calls.
+
+Run a worker in its own process with ``python -m bench.bare --address HOST:PORT --task-queue Q
+--data-dir DIR`` (SIGTERM stops it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sqlite3
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from pydantic import BaseModel
+from temporalio import activity, workflow
+from temporalio.client import Client
+from temporalio.common import RetryPolicy
+from temporalio.worker import Worker
+
+with workflow.unsafe.imports_passed_through():
+    from bench import script
+
+STEP_TIMEOUT = timedelta(minutes=2)
+RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=5)
+# The same as agent-worker's activities (workflows/options.py HEARTBEAT, worker.py throttle).
+HEARTBEAT = timedelta(seconds=10)
+HEARTBEAT_THROTTLE = timedelta(seconds=2)
+
+
+class StepInput(BaseModel):
+    task_id: str
+    prompt: str
+
+
+class StepResult(BaseModel):
+    done: bool
+    output: str
+
+
+class CountInput(BaseModel):
+    prompt: str
+    steps: int = 0
+
+
+class CountResult(BaseModel):
+    steps: int
+    runs: int
+    output: str
+
+
+class CommitInput(BaseModel):
+    task_id: str
+
+
+class SlowInput(BaseModel):
+    task_id: str
+
+
+class BareActivities:
+    """The baseline activities; conversations and committed rows live under ``data_dir``."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = Path(data_dir)
+        self.conversations = self.data_dir / "conversations"
+        self.conversations.mkdir(parents=True, exist_ok=True)
+        self.db = self.data_dir / "bare.db"
+        with sqlite3.connect(self.db) as db:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS rows (task_id TEXT PRIMARY KEY, committed_at TEXT NOT NULL)"
+            )
+        self._agent = None
+
+    def agent(self):  # noqa: ANN201 - built lazily: the SDK is imported only where activities run
+        if self._agent is None:
+            from agents import Agent, function_tool
+
+            @function_tool(name_override=script.TOOL)
+            async def run_shell(script: str) -> str:
+                """Run a shell script.
+
+                Args:
+                    script: The script, run by sh -c.
+                """
+                proc = await asyncio.create_subprocess_exec(
+                    "sh", "-c", script, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+                )
+                out, _ = await proc.communicate()
+                return out.decode()
+
+            self._agent = Agent(
+                name="bare",
+                instructions="Run what you are asked.",
+                tools=[run_shell],
+                tool_use_behavior="stop_on_first_tool",
+            )
+        return self._agent
+
+    @activity.defn(name="bare.step")
+    async def step(self, input: StepInput) -> StepResult:
+        """One model call and the command it asks for; the conversation is kept in a local file."""
+        from agents import RunConfig, Runner
+
+        from bench.agents import CountModel
+
+        path = self.conversations / f"{input.task_id.replace('/', '_')}.json"
+        items = await asyncio.to_thread(_load, path)
+        result = await Runner.run(
+            self.agent(),
+            items or input.prompt,
+            run_config=RunConfig(model=CountModel(), tracing_disabled=True),
+            max_turns=2,
+        )
+        await asyncio.to_thread(path.write_text, json.dumps(result.to_input_list()))
+        done = not result.new_items or result.new_items[-1].type == "message_output_item"
+        return StepResult(done=done, output=str(result.final_output))
+
+    @activity.defn(name="bare.noop")
+    async def noop(self) -> None:
+        """Nothing: the cost of the round trip itself."""
+
+    @activity.defn(name="bare.commit")
+    async def commit(self, input: CommitInput) -> None:
+        """Insert the task's row (once: the task id is the key)."""
+        now = datetime.now(UTC).isoformat()
+        await asyncio.to_thread(self._insert, input.task_id, now)
+
+    def _insert(self, task_id: str, now: str) -> None:
+        with sqlite3.connect(self.db, timeout=30) as db:
+            db.execute("INSERT OR IGNORE INTO rows VALUES (?, ?)", (task_id, now))
+
+    @activity.defn(name="bare.slow_steps")
+    async def slow_steps(self, input: SlowInput) -> None:
+        """Six slow steps, resumed from the last heartbeat on retry; each logged like a model call."""
+        from bench.agents import CALL_LOG_ENV, NOTE_SECONDS, NOTES, append_line
+
+        details = activity.info().heartbeat_details
+        start = int(details[0]) if details else 0
+        for index in range(start, NOTES + 1):
+            await asyncio.sleep(NOTE_SECONDS)
+            log = os.environ.get(CALL_LOG_ENV)
+            if log:
+                line = f"{input.task_id} {os.getpid()} {index} {time.time():.3f}\n"
+                await asyncio.to_thread(append_line, log, line)
+            activity.heartbeat(index + 1)
+
+
+def _load(path: Path) -> list | None:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+
+
+@workflow.defn(name="BareCount")
+class BareCount:
+    """``bare.step`` until the script answers; continue-as-new when Temporal suggests it."""
+
+    @workflow.run
+    async def run(self, input: CountInput) -> CountResult:
+        steps, runs = input.steps, 1
+        while True:
+            result = await workflow.execute_activity_method(
+                BareActivities.step,
+                StepInput(task_id=workflow.info().workflow_id, prompt=input.prompt),
+                start_to_close_timeout=STEP_TIMEOUT,
+                retry_policy=RETRY,
+            )
+            steps += 1
+            if result.done:
+                return CountResult(steps=steps, runs=runs, output=result.output)
+            if workflow.info().is_continue_as_new_suggested():
+                workflow.continue_as_new(CountInput(prompt=input.prompt, steps=steps))
+
+
+@workflow.defn(name="BareNoop")
+class BareNoop:
+    """``bare.noop`` ``count`` times in a row."""
+
+    @workflow.run
+    async def run(self, count: int) -> int:
+        for _ in range(count):
+            await workflow.execute_activity_method(
+                BareActivities.noop, start_to_close_timeout=STEP_TIMEOUT, retry_policy=RETRY
+            )
+        return count
+
+
+@workflow.defn(name="BareApproval")
+class BareApproval:
+    """Waits for ``approve``, then commits one row."""
+
+    def __init__(self) -> None:
+        self.approved = False
+
+    @workflow.signal(name="approve")
+    def approve(self) -> None:
+        self.approved = True
+
+    @workflow.query(name="parked")
+    def parked(self) -> bool:
+        """Whether the workflow waits for ``approve`` (answering runs its first workflow task)."""
+        return not self.approved
+
+    @workflow.run
+    async def run(self) -> None:
+        await workflow.wait_condition(lambda: self.approved)
+        await workflow.execute_activity_method(
+            BareActivities.commit,
+            CommitInput(task_id=workflow.info().workflow_id),
+            start_to_close_timeout=STEP_TIMEOUT,
+            retry_policy=RETRY,
+        )
+
+
+@workflow.defn(name="BareSlow")
+class BareSlow:
+    """One ``bare.slow_steps`` activity with agent-worker's heartbeat timeout."""
+
+    @workflow.run
+    async def run(self) -> None:
+        await workflow.execute_activity_method(
+            BareActivities.slow_steps,
+            SlowInput(task_id=workflow.info().workflow_id),
+            start_to_close_timeout=STEP_TIMEOUT,
+            heartbeat_timeout=HEARTBEAT,
+            retry_policy=RETRY,
+        )
+
+
+WORKFLOWS = [BareCount, BareNoop, BareApproval, BareSlow]
+
+
+def build_worker(client: Client, task_queue: str, data_dir: Path) -> Worker:
+    """A worker for every baseline, with the SDK's defaults (plus agent-worker's heartbeat throttle)."""
+    from agents import set_tracing_disabled
+
+    set_tracing_disabled(True)
+    acts = BareActivities(data_dir)
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=WORKFLOWS,
+        activities=[acts.step, acts.noop, acts.commit, acts.slow_steps],
+        max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
+    )
+
+
+async def _serve(address: str, task_queue: str, data_dir: Path) -> None:
+    from temporalio.contrib.pydantic import pydantic_data_converter
+
+    client = await Client.connect(address, data_converter=pydantic_data_converter)
+    stop = asyncio.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        asyncio.get_running_loop().add_signal_handler(signum, stop.set)
+    async with build_worker(client, task_queue, data_dir):
+        print("bare worker started", flush=True)
+        await stop.wait()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description="Run a worker for the bare baselines.")
+    parser.add_argument("--address", required=True)
+    parser.add_argument("--task-queue", required=True)
+    parser.add_argument("--data-dir", type=Path, required=True)
+    args = parser.parse_args()
+    asyncio.run(_serve(args.address, args.task_queue, args.data_dir))
