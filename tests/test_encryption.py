@@ -41,9 +41,11 @@ from workflows import AgentTaskWorkflow
 EXPECTED_TOTAL = "9633.99"
 # Indexed by the server, so never encoded.
 UNENCODED_FIELDS = {"search_attributes"}
-# The SDK core records `workflow.patched` markers itself, bypassing the codec: their details (the patch
-# id) are the only other plaintext payloads.
+# The SDK core writes two things itself, bypassing the codec: `workflow.patched` markers (the patch id)
+# and the bookkeeping of local activity markers (seq, attempt, activity id and type, times). Those are
+# the only other plaintext payloads; a local activity's result is encrypted like any other.
 PATCH_MARKER = "core_patch"
+LOCAL_ACTIVITY_MARKER = "core_local_activity"
 KEY_A = base64.b64decode(new_key())
 KEY_B = base64.b64decode(new_key())
 TOKEN = "codec-token-" + uuid.uuid4().hex
@@ -98,12 +100,16 @@ async def history_of(client: Client, workflow_id: str) -> tuple[bytes, list[Payl
     """The history as the server returns it: its raw bytes, and its payloads (patch markers aside)."""
     history = await client.get_workflow_handle(workflow_id).fetch_history()
     raw = b"".join(event.SerializeToString() for event in history.events)
-    payloads = [
-        p
-        for event in history.events
-        if event.marker_recorded_event_attributes.marker_name != PATCH_MARKER
-        for p in payloads_in(event)
-    ]
+    payloads = []
+    for event in history.events:
+        marker = event.marker_recorded_event_attributes
+        if marker.marker_name == PATCH_MARKER:
+            continue
+        if marker.marker_name == LOCAL_ACTIVITY_MARKER:
+            assert marker.details["result"].payloads, "a local activity marker without its result"
+            payloads += marker.details["result"].payloads
+            continue
+        payloads += payloads_in(event)
     return raw, payloads
 
 

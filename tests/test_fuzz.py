@@ -99,7 +99,7 @@ def fuzz_settings(examples: int) -> settings:
     )
 
 
-UNDECODABLE = "payload is not JSON this worker can decode"
+UNDECODABLE = "payload is not JSON this worker can decode (nested too deeply, or not JSON at all)"
 CLIENT_STATE = (
     "invalid task input: state: only continue-as-new carries a state; "
     'start with the bare TaskSpec or {"spec": ...}'
@@ -387,6 +387,8 @@ class ParkedTask:
 
     def expected_reason(self, raw: Any) -> str:
         """Why the workflow must ignore or refuse ``raw``."""
+        if _undecodable_by_worker(raw):
+            return UNDECODABLE
         try:
             decision = parse_decision(raw)
         except InvalidPayload as err:
@@ -452,6 +454,8 @@ class ParkedTask:
             follow_up = parse_follow_up(raw)
         except InvalidPayload as err:
             expected = str(err)
+        if _undecodable_by_worker(raw):
+            follow_up, expected = None, UNDECODABLE
         await self.handle.signal("add_input", raw)
         event, _ = await self.next_event(raw, {TaskEvent.INPUT_ADDED, TaskEvent.INPUT_IGNORED})
         if follow_up is None:

@@ -74,6 +74,9 @@ _LOGGED_AT_INFO = frozenset(
 )
 
 
+UNDECODABLE = "payload is not JSON this worker can decode (nested too deeply, or not JSON at all)"
+
+
 def decode(raw: RawValue) -> Any:
     """The JSON value a client sent. Decoded here, not by the SDK, so a payload the converter cannot
     decode (nested too deeply, not JSON) is refused like any other bad input instead of failing
@@ -84,8 +87,8 @@ def decode(raw: RawValue) -> Any:
     """
     try:
         return workflow.payload_converter().from_payload(raw.payload)
-    except Exception as err:
-        raise InvalidPayload(f"payload is not JSON this worker can decode: {str(err)[:200]}") from None
+    except Exception:
+        raise InvalidPayload(UNDECODABLE) from None
 
 
 @workflow.defn(name="AgentTask")
