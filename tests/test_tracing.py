@@ -18,6 +18,7 @@ from temporalio.contrib.opentelemetry import ReplaySafeTracerProvider
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, Worker
 
+from activities.tenants import TenantActivities, TenantAdmission
 from schemas.config import WorkerConfig
 from schemas.tasks import TaskPhase, TaskResult, TaskStatus
 from telemetry import configure_tracing, tracing_interceptors
@@ -159,9 +160,15 @@ async def test_replaying_a_finished_task_exports_no_spans(
     before = tracing.spans()
     assert_one_tree(before)
 
-    # A fresh worker keeping no workflow in cache must replay all of the history for every task.
+    # A fresh worker keeping no workflow in cache must replay all of the history for every task. Local
+    # activities (tenant admission) are resolved from their markers, but must be registered.
+    tenants = TenantActivities(TenantAdmission(tmp_path / "admission.db", {}, traced_client))
     async with Worker(
-        traced_client, task_queue=env.task_queue, workflows=[AgentTaskWorkflow], max_cached_workflows=0
+        traced_client,
+        task_queue=env.task_queue,
+        workflows=[AgentTaskWorkflow],
+        activities=[tenants.admit, tenants.release],
+        max_cached_workflows=0,
     ):
         status = await handle.query("status", result_type=TaskStatus)
         assert status.phase is TaskPhase.COMPLETED
