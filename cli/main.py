@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from schemas.config import DEFAULT_TASK_QUEUE, ConfigError, WorkerConfig
 
@@ -169,6 +169,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _keys(args: Any) -> int:
+    from cli.tasks import CliError
     from security.signing import DEFAULT_KEY_DIR, load_private_key, new_private_key, public_key_text
 
     key_dir = args.keys_dir or DEFAULT_KEY_DIR
@@ -176,7 +177,14 @@ def _keys(args: Any) -> int:
         key = new_private_key(args.principal, key_dir)
         print(f"private key: {key_dir / (args.principal + '.key')} (keep it; mode 0600)")
     else:
-        key = load_private_key(args.principal, key_dir)
+        try:
+            key = load_private_key(args.principal, key_dir)
+        except (OSError, ValueError) as err:
+            raise CliError(
+                f"no usable key for {args.principal} in {key_dir} ({err}); "
+                f"make one with: agent-worker keys new {args.principal}",
+                2,
+            ) from None
     print(f"public key for {args.principal}: {public_key_text(key)}")
     print(f'register it in the task policy: "signers": {{"{args.principal}": "{public_key_text(key)}"}}')
     return 0
@@ -309,5 +317,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise
 
 
+def run() -> NoReturn:
+    """The console script: ``main``, then leave without interpreter finalization. The Temporal
+    core's threads and native crypto can still be winding down when Python finalizes, which now and
+    then aborted a command that had already done its work (``PyGILState_Release`` during finalizing).
+    Output is flushed first; nothing else is left to run at exit."""
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
