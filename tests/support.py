@@ -159,6 +159,20 @@ class TaskEnv:
             handle, lambda s: s.phase is TaskPhase.AWAITING_APPROVAL and bool(s.pending)
         )
 
+    async def approve(self, handle: WorkflowHandle[Any, Any], principal: str = "finance-lead") -> None:
+        """Wait for the task's one pending request and approve it through the ``decide`` update."""
+        [request] = (await self.awaiting_approval(handle)).pending
+        outcome = await handle.execute_update(
+            "decide",
+            {
+                "request_id": request.request_id,
+                "version": request.version,
+                "decision": "approve",
+                "principal": principal,
+            },
+        )
+        assert outcome["accepted"] is True
+
     async def cancel(self, handle: WorkflowHandle[Any, Any]) -> None:
         """Cancel the task and wait until it has closed (while this env's worker still runs)."""
         await handle.cancel()

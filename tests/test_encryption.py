@@ -65,17 +65,7 @@ async def connect_with(address: str, converter: DataConverter) -> Client:
 
 
 async def approve_to_completion(env: TaskEnv, handle: WorkflowHandle[Any, TaskResult]) -> TaskResult:
-    [request] = (await env.awaiting_approval(handle)).pending
-    outcome = await handle.execute_update(
-        "decide",
-        {
-            "request_id": request.request_id,
-            "version": request.version,
-            "decision": "approve",
-            "principal": "finance-lead",
-        },
-    )
-    assert outcome["accepted"] is True
+    await env.approve(handle)
     return await asyncio.wait_for(handle.result(), 60)
 
 

@@ -25,17 +25,7 @@ async def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str,
 async def approved_report(env: TaskEnv) -> TaskResult:
     """The monthly-report example, approved by finance-lead through the `decide` update."""
     handle = await env.start(example_spec())
-    [request] = (await env.awaiting_approval(handle)).pending
-    outcome = await handle.execute_update(
-        "decide",
-        {
-            "request_id": request.request_id,
-            "version": request.version,
-            "decision": "approve",
-            "principal": "finance-lead",
-        },
-    )
-    assert outcome["accepted"] is True
+    await env.approve(handle)
     result = await asyncio.wait_for(handle.result(), 60)
     assert result.phase is TaskPhase.COMPLETED
     return result

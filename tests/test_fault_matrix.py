@@ -20,7 +20,7 @@ from typing import Any
 import docker
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client
 
 from activities.sandbox.base import LABEL_TASK
 from schemas.tasks import TaskPhase, TaskResult, TaskStatus
@@ -46,20 +46,6 @@ async def until(predicate: Callable[[], Any], within: float, what: str) -> Any:
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         await asyncio.sleep(0.1)
     return value
-
-
-async def approve(handle: WorkflowHandle[Any, TaskResult], env: TaskEnv) -> None:
-    [request] = (await env.awaiting_approval(handle)).pending
-    outcome = await handle.execute_update(
-        "decide",
-        {
-            "request_id": request.request_id,
-            "version": request.version,
-            "decision": "approve",
-            "principal": "finance-lead",
-        },
-    )
-    assert outcome["accepted"] is True
 
 
 def events_of(status: TaskStatus, kind: str) -> list[Any]:
@@ -320,7 +306,7 @@ async def test_tasks_finish_after_the_server_is_killed_and_restarted_on_its_data
 
         reports = [client.get_workflow_handle(h.id, result_type=TaskResult) for h in reports]
         for handle in reports:
-            await approve(handle, env)
+            await env.approve(handle)
         handles = [client.get_workflow_handle(h.id, result_type=TaskResult) for h in counters] + reports
         results = await asyncio.wait_for(asyncio.gather(*(h.result() for h in handles)), 240)
     finally:

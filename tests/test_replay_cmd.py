@@ -67,17 +67,7 @@ def run_lines(lines: list[str], history: WorkflowHistory) -> list[list[str]]:
 async def completed(env: TaskEnv) -> WorkflowHistory:
     """The monthly-report example run to completion (approved by finance-lead); its history."""
     handle = await env.start(example_spec())
-    [request] = (await env.awaiting_approval(handle)).pending
-    outcome = await handle.execute_update(
-        "decide",
-        {
-            "request_id": request.request_id,
-            "version": request.version,
-            "decision": "approve",
-            "principal": "finance-lead",
-        },
-    )
-    assert outcome["accepted"] is True
+    await env.approve(handle)
     result = await asyncio.wait_for(handle.result(), 60)
     assert result.phase is TaskPhase.COMPLETED
     # Visibility is eventually consistent: wait until the list query sees the closed run.

@@ -51,22 +51,14 @@ async def test_a_waiting_task_moves_to_the_new_build_and_completes(
     try:
         await asyncio.to_thread(set_current_version, env, deployment, "v1")
         handle = await env.start(example_spec())
-        [request] = (await env.awaiting_approval(handle)).pending
+        await env.awaiting_approval(handle)  # parked on v1
 
         new = spawn_worker(env, tmp_path / "v2.log", AGENT_WORKER_BUILD_ID="v2", **versioned)
         await asyncio.to_thread(set_current_version, env, deployment, "v2")
         old.send_signal(signal.SIGTERM)
         assert await asyncio.to_thread(old.wait, 40) == 0
 
-        await handle.execute_update(
-            "decide",
-            {
-                "request_id": request.request_id,
-                "version": request.version,
-                "decision": "approve",
-                "principal": "finance-lead",
-            },
-        )
+        await env.approve(handle)  # answered by v2
         result: TaskResult = await asyncio.wait_for(handle.result(), 90)
     finally:
         for proc in (old, new):

@@ -87,16 +87,7 @@ async def test_two_workers_with_different_roles_complete_the_example(
         assert body["roles"] == ["agent", "sandbox"]
         assert body["task_queues"] == [f"{queue}.agent", f"{queue}.sandbox"]
         handle = await env.start(example_spec())
-        [request] = (await env.awaiting_approval(handle)).pending
-        await handle.execute_update(
-            "decide",
-            {
-                "request_id": request.request_id,
-                "version": request.version,
-                "decision": "approve",
-                "principal": "finance-lead",
-            },
-        )
+        await env.approve(handle)
         result: TaskResult = await asyncio.wait_for(handle.result(), 90)
     finally:
         for proc in (control, hands):
