@@ -246,7 +246,14 @@ def build_workers(client: Client, config: WorkerConfig) -> list[Worker]:
                 client,
                 task_queue=queue,
                 workflows=[AgentTaskWorkflow, SandboxReaperWorkflow],
-                activities=[artifacts.ingest, events.publish, tenants.admit, tenants.release, *legacy],
+                activities=[
+                    artifacts.ingest,
+                    artifacts.archive,
+                    events.publish,
+                    tenants.admit,
+                    tenants.release,
+                    *legacy,
+                ],
                 max_concurrent_workflow_tasks=config.max_concurrent_workflow_tasks,
                 max_cached_workflows=config.max_cached_workflows,
                 # A dead worker's tasks move to another worker after this (the SDK's default is 10 s).

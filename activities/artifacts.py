@@ -22,6 +22,7 @@ from temporalio import activity
 from activities.errors import ArtifactCorrupt, ArtifactError, ArtifactNotFound, activity_boundary
 from schemas.artifacts import ArtifactRef, IngestInput, IngestResult
 from schemas.digests import canonical_json, digest_bytes, is_digest
+from schemas.tasks import EvidenceArchive
 
 
 class LocalArtifactStore:
@@ -99,6 +100,14 @@ class ArtifactActivities:
     async def ingest(self, input: IngestInput) -> IngestResult:
         """Store the task's inline inputs and check that referenced ones exist: the input manifest."""
         return await asyncio.to_thread(self._ingest, input)
+
+    @activity.defn(name="artifacts.archive")
+    @activity_boundary
+    async def archive(self, archive: EvidenceArchive) -> ArtifactRef:
+        """Store one part of a task's older evidence as JSON; the task keeps only the reference."""
+        data = canonical_json(archive.model_dump(mode="json"))
+        name = f"evidence-{archive.part:04d}.json"
+        return await asyncio.to_thread(self.store.ref, name, data, "application/json")
 
     def _ingest(self, input: IngestInput) -> IngestResult:
         refs = []

@@ -394,6 +394,19 @@ async def run_sizes(client: Client, workflow_id: str) -> list[RunSize]:
     return sizes
 
 
+async def carried_sizes(client: Client, workflow_id: str) -> list[int]:
+    """The size in bytes of each run's input (for every run after the first, the state carried by
+    continue-as-new), oldest first."""
+    runs = [r async for r in client.list_workflows(f"WorkflowId = '{workflow_id}'")]
+    sizes = []
+    for run in sorted(runs, key=lambda r: r.start_time):
+        async for event in client.get_workflow_handle(workflow_id, run_id=run.run_id).fetch_history_events():
+            started = event.workflow_execution_started_event_attributes
+            sizes.append(sum(len(p.data) for p in started.input.payloads))
+            break
+    return sizes
+
+
 async def activity_counts(handle: WorkflowHandle[Any, Any]) -> dict[str, int]:
     """Activities scheduled in the handle's run, by type."""
     counts: dict[str, int] = {}

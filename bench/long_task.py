@@ -23,6 +23,7 @@ from bench.common import (
     agent_worker,
     bare_worker,
     bench_config,
+    carried_sizes,
     dev_server,
     history_breakdown,
     load,
@@ -31,9 +32,10 @@ from bench.common import (
     scratch,
     top_sizes,
 )
-from schemas.tasks import TaskPhase, TaskResult
+from schemas.tasks import TaskPhase, TaskResult, TaskSpec
 
 QUICK_SERVER = {"limit.historyCount.suggestContinueAsNew": "150"}
+INLINE_EVIDENCE = TaskSpec.model_fields["inline_evidence"].default
 
 
 async def run(quick: bool = False, turns: int | None = None) -> Section:
@@ -73,6 +75,7 @@ async def run(quick: bool = False, turns: int | None = None) -> Section:
                     await run_sizes(server.client, ours_id),
                     await run_sizes(server.client, bare_id),
                 )
+                carried = await carried_sizes(server.client, ours_id)
                 largest = max(ours_runs, key=lambda r: r.bytes)
                 breakdown = await history_breakdown(server.client.get_workflow_handle(ours_id))
     section.seconds = time.perf_counter() - began
@@ -87,12 +90,16 @@ async def run(quick: bool = False, turns: int | None = None) -> Section:
         ["largest run, bytes", str(ours_big[1]), str(bare_big[1]), ratio(ours_big[1], bare_big[1])],
         ["all runs, bytes", str(sum(r.bytes for r in ours_runs)), str(sum(r.bytes for r in bare_runs)),
          ratio(sum(r.bytes for r in ours_runs), sum(r.bytes for r in bare_runs))],
+        ["largest carried state (a run's input), bytes", str(max(carried[1:], default=0)), "", ""],
     ]  # fmt: skip
     section.notes += [
         f"agent-worker's runs (events, bytes): {[(r.events, r.bytes) for r in ours_runs]}; the largest by "
         f"bytes has {largest.events} events. Model calls {result.usage.model_calls}; runs counted by the "
         f"task {result.usage.runs}.",
         f"Where the last run's bytes go: {top_sizes(breakdown)}.",
+        f"Input of each run, bytes (after the first, the state continue-as-new carried): {carried}. "
+        f"Command records past the newest {INLINE_EVIDENCE} move to the artifact store at each "
+        f"continue-as-new, so this stays flat however many turns the task runs.",
         "Continue-as-new "
         + (
             "every 150 events (quick mode's server)."
@@ -110,6 +117,8 @@ async def run(quick: bool = False, turns: int | None = None) -> Section:
         "ours_max_bytes": ours_big[1],
         "bare_max_events": bare_big[0],
         "bare_max_bytes": bare_big[1],
+        "ours_max_carried_bytes": max(carried[1:], default=0),
+        "ours_last_carried_bytes": carried[-1] if len(carried) > 1 else 0,
     }
     return section
 

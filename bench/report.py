@@ -148,9 +148,9 @@ def render(out: Path) -> None:
     )
 
 
-def standalone(benchmark: Coroutine[Any, Any, Section], quick: bool) -> None:
-    """Run one benchmark on its own and print it; at full size, also keep it in
-    ``bench/results/KEY.md``. Worker logs go to ``bench/results/bench.log``."""
+def standalone(benchmark: Coroutine[Any, Any, Section], quick: bool, out: str | None = None) -> None:
+    """Run one benchmark on its own and print it; at full size, also keep it in ``out`` (default
+    ``bench/results/KEY.md``). Worker logs go to ``bench/results/bench.log``."""
     with logs_to(LOG):
         section = asyncio.run(benchmark)
     print(section.text())
@@ -158,4 +158,4 @@ def standalone(benchmark: Coroutine[Any, Any, Section], quick: bool) -> None:
         RESULTS_DIR.mkdir(parents=True, exist_ok=True)
         started = datetime.now(UTC)
         body = f"Measured {started:%Y-%m-%d %H:%M} UTC on {machine()}; {load()} at the end.\n\n"
-        (RESULTS_DIR / f"{section.key}.md").write_text(body + section.markdown())
+        (Path(out) if out else RESULTS_DIR / f"{section.key}.md").write_text(body + section.markdown())

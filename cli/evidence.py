@@ -35,7 +35,7 @@ from cli.tasks import INBOX_QUERY_TIMEOUT, CliError, query_status
 from schemas.artifacts import ArtifactRef
 from schemas.config import WorkerConfig
 from schemas.digests import digest_bytes
-from schemas.tasks import Evidence, TaskResult
+from schemas.tasks import Evidence, EvidenceArchive, TaskResult
 from schemas.writes import WriteEvidence, WriteOutcome
 from worker import build_writer
 
@@ -46,6 +46,8 @@ COPIES = "artifacts"
 
 def referenced(evidence: Evidence) -> Iterator[tuple[str, str, ArtifactRef]]:
     """Every artifact the evidence refers to, as ``(kind, name, ref)``; a digest may repeat."""
+    for ref in evidence.archived:
+        yield "archive", ref.name, ref
     for ref in evidence.inputs:
         yield "input", ref.name, ref
     for ref in evidence.artifacts:
@@ -89,17 +91,43 @@ async def fetch_result(client: Client, task_id: str) -> TaskResult:
     return await handle.result()
 
 
-def write_bundle(result: TaskResult, directory: Path, store: LocalArtifactStore) -> list[str]:
-    """Write the manifest and a verified copy of each referenced artifact into ``directory``.
+def expand(evidence: Evidence, store: LocalArtifactStore) -> tuple[Evidence, list[str]]:
+    """The evidence with its archived parts (older command records and artifact references, moved
+    to the store at continue-as-new) put back in line before the inline ones.
 
     Returns:
-        Why each artifact that could not be copied was not (the store lacks it or it was altered);
-        the manifest lists them under ``not_copied``.
+        The whole evidence, and why each part that could not be read was not.
+    """
+    commands, artifacts, problems = [], [], []
+    for ref in evidence.archived:
+        try:
+            part = EvidenceArchive.model_validate_json(store.get(ref.digest))
+        except (ArtifactNotFound, ArtifactCorrupt, pydantic.ValidationError) as err:
+            problems.append(f"archive {ref.name}: {err}; the commands and artifacts it holds are not listed")
+            continue
+        commands += part.commands
+        artifacts += part.artifacts
+    whole = evidence.model_copy(
+        update={"commands": commands + evidence.commands, "artifacts": artifacts + evidence.artifacts}
+    )
+    return whole, problems
+
+
+def write_bundle(
+    result: TaskResult, directory: Path, store: LocalArtifactStore
+) -> tuple[Evidence, list[str]]:
+    """Write the manifest (with the archived evidence back in line) and a verified copy of each
+    referenced artifact into ``directory``.
+
+    Returns:
+        The whole evidence, and why each artifact that could not be copied was not (the store lacks
+        it or it was altered); the manifest lists them under ``not_copied``.
     """
     copies = directory / COPIES
     copies.mkdir(parents=True, exist_ok=True)
-    files, not_copied = [], []
-    for kind, name, ref in referenced(result.evidence):
+    evidence, not_copied = expand(result.evidence, store)
+    files = []
+    for kind, name, ref in referenced(evidence):
         path = copies / _hex(ref.digest)
         files.append({"kind": kind, "name": name, "digest": ref.digest, "path": f"{COPIES}/{path.name}"})
         if path.exists():
@@ -115,17 +143,16 @@ def write_bundle(result: TaskResult, directory: Path, store: LocalArtifactStore)
         "final_output": result.final_output,
         "reason": result.reason,
         "generated_at": datetime.now(UTC).isoformat(),
-        "evidence": result.evidence.model_dump(mode="json"),
+        "evidence": evidence.model_dump(mode="json"),
         "usage": result.usage.model_dump(mode="json"),
         "files": files,
         "not_copied": not_copied,
     }
     (directory / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
-    return not_copied
+    return evidence, not_copied
 
 
-def _summary(result: TaskResult, directory: Path, not_copied: list[str]) -> list[str]:
-    evidence = result.evidence
+def _summary(result: TaskResult, evidence: Evidence, directory: Path, not_copied: list[str]) -> list[str]:
     copies = list((directory / COPIES).iterdir())
     size = sum(p.stat().st_size for p in copies)
     lines = [
@@ -133,7 +160,8 @@ def _summary(result: TaskResult, directory: Path, not_copied: list[str]) -> list
         f"wrote {directory}: {MANIFEST} and {len(copies)} artifact copies ({size} bytes)",
         f"  inputs {len(evidence.inputs)}, artifacts {len(evidence.artifacts)}, commands "
         f"{len(evidence.commands)}, approvals {len(evidence.approvals)}, writes {len(evidence.writes)}, "
-        f"delegations {len(evidence.delegations)}",
+        f"delegations {len(evidence.delegations)}"
+        + (f" ({len(evidence.archived)} archived parts back in line)" if evidence.archived else ""),
     ]
     lines += [
         f"  approval {d.request_id}: {d.decision.value} by {d.principal} on {d.version}"
@@ -164,8 +192,8 @@ async def cmd_evidence(client: Client, args: Any, out: TextIO | None = None) -> 
     await asyncio.to_thread(_refuse_nonempty, directory)
     result = await fetch_result(client, args.task_id)
     store = LocalArtifactStore(config.artifact_dir)
-    not_copied = await asyncio.to_thread(write_bundle, result, directory, store)
-    print("\n".join(_summary(result, directory, not_copied)), file=out)
+    evidence, not_copied = await asyncio.to_thread(write_bundle, result, directory, store)
+    print("\n".join(_summary(result, evidence, directory, not_copied)), file=out)
     return 1 if not_copied else 0
 
 

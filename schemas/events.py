@@ -48,6 +48,7 @@ class EventType(StrEnum):
     INPUT_ADDED = "input.added"
     INPUT_IGNORED = "input.ignored"
     CONTINUED_AS_NEW = "task.continued_as_new"
+    EVIDENCE_ARCHIVED = "evidence.archived"
     TASK_FINISHED = "task.finished"
 
 

@@ -161,6 +161,14 @@ class TaskSpec(BaseModel):
         ge=50,
         description="Continue as new past this many history events (Temporal's suggestion applies too).",
     )
+    inline_evidence: int = Field(
+        default=100,
+        ge=1,
+        le=10_000,
+        description="Command records and artifact references the task carries inline. At each "
+        "continue-as-new, older ones move to the artifact store (`Evidence.archived`), so the state "
+        "stays bounded however long the task runs.",
+    )
 
     @model_validator(mode="after")
     def _unique_input_names(self) -> TaskSpec:
@@ -239,6 +247,12 @@ class TaskState(BaseModel):
     writes: list[WriteEvidence] = Field(default_factory=list)
     delegations: list[DelegationRecord] = Field(default_factory=list)
     lost_sandboxes: list[str] = Field(default_factory=list, description="Sandboxes that vanished mid-task.")
+    archived_evidence: list[ArtifactRef] = Field(
+        default_factory=list, description="Older evidence moved to the artifact store (`EvidenceArchive`)."
+    )
+    archived_missing: list[str] = Field(
+        default_factory=list, description="What the archived evidence lacks (kept inline, for `missing`)."
+    )
     admitted: bool = Field(default=False, description="Holds a place under its tenant's cap.")
     usage: Usage = Field(default_factory=Usage)
     final_output: str | None = None
@@ -269,11 +283,32 @@ class Evidence(BaseModel):
     writes: list[WriteEvidence]
     delegations: list[DelegationRecord] = Field(default_factory=list)
     missing: list[str] = Field(default_factory=list)
+    archived: list[ArtifactRef] = Field(
+        default_factory=list,
+        description="Older command records and artifact references, moved to the artifact store at "
+        "continue-as-new: JSON `EvidenceArchive` documents, oldest first, that come before `commands` "
+        "and `artifacts`. `agent-worker evidence` puts them back in line.",
+    )
 
     @property
     def complete(self) -> bool:
         """Whether nothing is missing."""
         return not self.missing
+
+
+class EvidenceArchive(BaseModel):
+    """One part of a task's archived evidence, as stored (``artifacts.archive``): command records and
+    artifact references that no longer travel in the task's state."""
+
+    model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
+
+    schema_: Literal["agent-worker.evidence-archive/v1"] = Field(
+        default="agent-worker.evidence-archive/v1", alias="schema"
+    )
+    task_id: str
+    part: int = Field(ge=1, description="1 for the oldest part.")
+    commands: list[CommandRecord] = Field(default_factory=list)
+    artifacts: list[ArtifactRef] = Field(default_factory=list)
 
 
 class TaskStatus(BaseModel):

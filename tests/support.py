@@ -216,18 +216,22 @@ def spawn_worker(env: TaskEnv, log: Path, **extra_env: str) -> subprocess.Popen[
         )
 
 
-async def assert_replays(client: Client, workflow_id: str) -> str:
-    """Replay the task's history against the current code; returns the history as JSON.
+async def assert_replays(
+    client: Client, workflow_id: str, run_id: str | None = None, *, keep: bool = True
+) -> str:
+    """Replay the task's history (its latest run, or ``run_id``) against the current code; returns
+    the history as JSON.
 
     With ``AW_RECORD_HISTORIES=DIR`` set, the history is also saved there under the test's
-    name (``make histories`` refreshes ``tests/histories/`` this way).
+    name (``make histories`` refreshes ``tests/histories/`` this way), unless ``keep`` is False (a
+    history too large to commit).
     """
-    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
     await Replayer(workflows=[AgentTaskWorkflow], data_converter=pydantic_data_converter).replay_workflow(
         history
     )
     record_dir = os.environ.get("AW_RECORD_HISTORIES")
-    if record_dir:
+    if record_dir and keep:
         test_name = os.environ["PYTEST_CURRENT_TEST"].split("::")[-1].split(" ")[0]
         Path(record_dir).mkdir(parents=True, exist_ok=True)
         (Path(record_dir) / f"{test_name}.json").write_text(history.to_json())

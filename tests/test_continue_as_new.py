@@ -1,16 +1,20 @@
 """A task carries its whole state across continue-as-new: on a server that suggests it every few
-events, the example still waits for approval, binds the approval, writes once and completes."""
+events, the example still waits for approval, binds the approval, writes once and completes. The
+carried state stays bounded: older evidence moves to the artifact store, and a state too large to
+carry hands the task off, explained."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 from temporalio.client import Client
 
-from schemas.tasks import TaskPhase, TaskResult
+from cli.main import main as cli_main
+from schemas.tasks import EvidenceArchive, TaskInput, TaskPhase, TaskResult
 from tests.support import (
     DevServer,
     TaskEnv,
@@ -64,3 +68,86 @@ async def test_task_completes_across_continue_as_new(can_env: TaskEnv) -> None:
     assert env.business().count() == 1
     assert result.evidence.missing == []
     await assert_replays(env.client, handle.id)  # the last run: it starts from a carried-over state
+
+
+async def _runs(env: TaskEnv, task_id: str) -> list[str]:
+    """The run ids of one task, oldest first."""
+    runs = [e async for e in env.client.list_workflows(f"WorkflowId = '{task_id}'")]
+    return [r.run_id for r in sorted(runs, key=lambda r: r.start_time)]
+
+
+async def test_older_evidence_moves_to_the_store_and_the_bundle_puts_it_back(
+    can_env: TaskEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With ``inline_evidence`` 2, no run starts with more than 2 command records in its carried state;
+    the older ones are in ``evidence-NNNN.json`` parts in the artifact store, and the evidence bundle
+    lists all 12 commands, once each and in order, and verifies."""
+    env = can_env
+    handle = await env.start({"agent": "counter", "prompt": "count to 12", "inline_evidence": 2})
+    result: TaskResult = await asyncio.wait_for(handle.result(), 120)
+    assert result.phase is TaskPhase.COMPLETED, result.reason
+    assert result.final_output and "sum 78" in result.final_output
+    evidence = result.evidence
+    assert evidence.archived, "older command records should have moved to the artifact store"
+    parts = [EvidenceArchive.model_validate_json(env.store().get(ref.digest)) for ref in evidence.archived]
+    assert [p.part for p in parts] == list(range(1, len(parts) + 1))
+    assert {p.task_id for p in parts} == {handle.id}
+    call_ids = [c.call_id for p in parts for c in p.commands] + [c.call_id for c in evidence.commands]
+    assert call_ids == [f"call_count_{n}" for n in range(1, 13)]
+    assert evidence.missing == [] and result.evidence_complete
+
+    # Every run after the first started from a state holding at most 2 commands.
+    archiving_run = None
+    runs = await _runs(env, handle.id)
+    assert len(runs) > 3
+    for run_id in runs[1:]:
+        history = await env.client.get_workflow_handle(handle.id, run_id=run_id).fetch_history()
+        first = history.events[0].workflow_execution_started_event_attributes
+        carried = TaskInput.model_validate_json(first.input.payloads[0].data)
+        assert carried.state is not None and len(carried.state.commands) <= 2, run_id
+    for run_id in runs:
+        history = await env.client.get_workflow_handle(handle.id, run_id=run_id).fetch_history()
+        scheduled = [
+            e.activity_task_scheduled_event_attributes.activity_type.name
+            for e in history.events
+            if e.HasField("activity_task_scheduled_event_attributes")
+        ]
+        if "artifacts.archive" in scheduled:
+            archiving_run = run_id
+            break
+    assert archiving_run is not None
+    await assert_replays(env.client, handle.id, run_id=archiving_run)
+
+    monkeypatch.setenv("AGENT_WORKER_DATA_DIR", str(env.config.data_dir))
+    bundle = tmp_path / "bundle"
+    code = await asyncio.to_thread(
+        cli_main, ["--address", env.address, "evidence", handle.id, "-o", str(bundle)]
+    )
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "commands 12" in out and f"({len(parts)} archived parts back in line)" in out
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert [c["call_id"] for c in manifest["evidence"]["commands"]] == [
+        f"call_count_{n}" for n in range(1, 13)
+    ]
+    code = await asyncio.to_thread(cli_main, ["verify", str(bundle)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert sum(line.startswith("ok  archive evidence-") for line in out.splitlines()) == len(parts)
+
+
+async def test_state_too_large_to_carry_hands_off_explained(can_env: TaskEnv) -> None:
+    """Follow-up input piling up while a task waits for approval would make the carried state larger
+    than Temporal accepts: the task hands off, naming the size, instead of failing workflow tasks
+    forever."""
+    env = can_env
+    handle = await env.start(example_spec())
+    await env.awaiting_approval(handle)
+    for n in range(17):
+        await handle.signal("add_input", {"text": f"{n} " + "x" * 99_990, "principal": "finance-lead"})
+    result: TaskResult = await asyncio.wait_for(handle.result(), 120)
+    assert result.phase is TaskPhase.HANDED_OFF
+    assert result.reason and "more than the 1.5 MB continue-as-new can carry" in result.reason, result.reason
+    assert "pending follow-ups" in result.reason
+    assert env.business().count() == 0
+    await assert_replays(env.client, handle.id, keep=False)  # 2.3 MB of follow-ups: not committed

@@ -34,7 +34,6 @@ with workflow.unsafe.imports_passed_through():
     from schemas.sandbox import DestroySandboxInput
     from schemas.tasks import (
         BatchItem,
-        Evidence,
         PolicyVerdict,
         TaskInput,
         TaskPhase,
@@ -52,6 +51,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.budgets import exhausted
     from workflows.decisions import why_not
     from workflows.effects import EffectRunner, HandOff
+    from workflows.evidence import EvidenceKeeper, evidence_of
     from workflows.policy import evaluate
 
 EVENT_TAIL = 100
@@ -118,6 +118,7 @@ class AgentTaskWorkflow:
         self.state: TaskState = (task.state if task and task.state else None) or TaskState()
         self.effects = EffectRunner(self)
         self.approvals = ApprovalDesk(self)
+        self.evidence_keeper = EvidenceKeeper(self)
         self.delivering = False
 
     # ---- entry ---------------------------------------------------------------------------------
@@ -223,6 +224,8 @@ class AgentTaskWorkflow:
             return
         await workflow.wait_condition(workflow.all_handlers_finished)
         self.emit(EventType.CONTINUED_AS_NEW, history_length=workflow.info().get_current_history_length())
+        await self.evidence_keeper.archive_older()
+        self.evidence_keeper.check_carriable()  # or hand off, explained
         self.state.usage.runs += 1
         await self.deliver_events()
         workflow.continue_as_new(TaskInput(spec=self.spec, state=self.state))
@@ -451,7 +454,7 @@ class AgentTaskWorkflow:
     async def complete(self) -> None:
         """Confirm every write by lookup, release the sandbox, and complete."""
         await self.effects.confirm_writes()
-        evidence = self.evidence()
+        evidence = evidence_of(self.state)
         reason = None if evidence.complete else "evidence incomplete: " + "; ".join(evidence.missing)
         await self.end(TaskPhase.COMPLETED, reason)
 
@@ -501,31 +504,8 @@ class AgentTaskWorkflow:
         self.state.sandbox = None
         self.emit(EventType.SANDBOX_DESTROYED, sandbox_id=sandbox.sandbox_id)
 
-    def evidence(self) -> Evidence:
-        state = self.state
-        missing = [
-            f"write {w.operation_key} not confirmed by lookup"
-            for w in state.writes
-            if w.confirmed is not True
-        ]
-        missing += state.lost_sandboxes
-        missing += [
-            f"command {c.call_id} output artifacts missing: {', '.join(c.missing_outputs)}"
-            for c in state.commands
-            if c.missing_outputs
-        ]
-        return Evidence(
-            inputs=state.inputs,
-            artifacts=state.artifacts,
-            commands=state.commands,
-            approvals=state.decisions,
-            writes=state.writes,
-            delegations=state.delegations,
-            missing=missing,
-        )
-
     def result(self) -> TaskResult:
-        evidence = self.evidence()
+        evidence = evidence_of(self.state)
         return TaskResult(
             task_id=self.task_id,
             phase=self.state.phase,

@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 
 # Patch ids are public contracts too: histories in flight carry them.
 REAUTHORIZE_PATCH = "reauthorize-approved-actions"
+# Ignored decisions kept in the state (and shown by ``status``); the event sink has all of them.
+IGNORED_KEPT = 100
 
 
 class ApprovalDesk:
@@ -181,8 +183,9 @@ class ApprovalDesk:
             }
         else:
             fields = {}
-        self.task.state.ignored.append(
-            IgnoredDecision(reason=reason, via=via, received_at=workflow.now(), **fields)
-        )
+        ignored = self.task.state.ignored
+        ignored.append(IgnoredDecision(reason=reason, via=via, received_at=workflow.now(), **fields))
+        # Every one is an event too: the state keeps a tail, so a flood of bad signals cannot grow it.
+        del ignored[:-IGNORED_KEPT]
         metrics.workflow_counter("agent_worker_approvals_ignored")
         self.task.emit(EventType.APPROVAL_IGNORED, reason=reason, via=via, **fields)

@@ -1,0 +1,132 @@
+"""Evidence a task keeps, and how it keeps the state it carries bounded.
+
+A task's evidence (command records, artifact references) grows with every command it runs. All of it
+travels in ``TaskState`` across continue-as-new, and Temporal refuses a payload over 2 MB: the task's
+next workflow task would then fail forever. So at each continue-as-new the older records move to the
+artifact store as ``EvidenceArchive`` documents (activity ``artifacts.archive``), and the state keeps
+their references and the newest ``spec.inline_evidence`` records. If the state is still too large to
+carry (follow-up input piling up while the task waits, say), the task hands off, explained, instead.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from activities.artifacts import ArtifactActivities
+    from schemas.artifacts import ArtifactRef
+    from schemas.events import EventType
+    from schemas.sandbox import CommandRecord
+    from schemas.tasks import Evidence, EvidenceArchive, TaskInput, TaskState
+    from workflows import options
+    from workflows.effects import HandOff, spec_of
+
+if TYPE_CHECKING:
+    from workflows.agent_task import AgentTaskWorkflow
+
+ARCHIVE_EVIDENCE_PATCH = "archive-evidence"
+# Temporal refuses payloads over 2 MB (TMPRL1103); leave room for the envelope and the next run's start.
+MAX_CARRIED_BYTES = 1_500_000
+# Each archive activity's input stays well under that limit too.
+ARCHIVE_PART_BYTES = 500_000
+
+
+def missing_outputs(commands: list[CommandRecord]) -> list[str]:
+    """The evidence's ``missing`` lines for commands whose declared output files were not found."""
+    return [
+        f"command {c.call_id} output artifacts missing: {', '.join(c.missing_outputs)}"
+        for c in commands
+        if c.missing_outputs
+    ]
+
+
+def evidence_of(state: TaskState) -> Evidence:
+    """The task's evidence; anything it cannot show is listed in ``missing``."""
+    missing = [
+        f"write {w.operation_key} not confirmed by lookup" for w in state.writes if w.confirmed is not True
+    ]
+    missing += state.lost_sandboxes
+    missing += state.archived_missing
+    missing += missing_outputs(state.commands)
+    return Evidence(
+        inputs=state.inputs,
+        artifacts=state.artifacts,
+        commands=state.commands,
+        approvals=state.decisions,
+        writes=state.writes,
+        delegations=state.delegations,
+        missing=missing,
+        archived=state.archived_evidence,
+    )
+
+
+def _parts(
+    commands: list[CommandRecord], artifacts: list[ArtifactRef]
+) -> list[tuple[list[CommandRecord], list[ArtifactRef]]]:
+    """Split what is to be archived into parts of at most ``ARCHIVE_PART_BYTES`` of JSON each."""
+    parts: list[tuple[list[CommandRecord], list[ArtifactRef]]] = [([], [])]
+    size = 0
+    for index, items in enumerate((commands, artifacts)):
+        for item in items:
+            item_size = len(item.model_dump_json())
+            if size + item_size > ARCHIVE_PART_BYTES and (parts[-1][0] or parts[-1][1]):
+                parts.append(([], []))
+                size = 0
+            parts[-1][index].append(item)
+            size += item_size
+    return parts
+
+
+class EvidenceKeeper:
+    """Moves an ``AgentTaskWorkflow``'s older evidence out of its state before continue-as-new."""
+
+    def __init__(self, task: AgentTaskWorkflow) -> None:
+        self.task = task
+
+    async def archive_older(self) -> None:
+        """Archive all but the newest ``spec.inline_evidence`` command records and artifact references."""
+        state, keep = self.task.state, spec_of(self.task).inline_evidence
+        commands = state.commands[:-keep] if len(state.commands) > keep else []
+        artifacts = state.artifacts[:-keep] if len(state.artifacts) > keep else []
+        if not (commands or artifacts) or not workflow.patched(ARCHIVE_EVIDENCE_PATCH):
+            return
+        for part_commands, part_artifacts in _parts(commands, artifacts):
+            ref = await workflow.execute_activity_method(
+                ArtifactActivities.archive,
+                EvidenceArchive(
+                    task_id=self.task.task_id,
+                    part=len(state.archived_evidence) + 1,
+                    commands=part_commands,
+                    artifacts=part_artifacts,
+                ),
+                **options.INGEST.kwargs(),
+            )
+            state.archived_evidence.append(ref)
+            state.archived_missing += missing_outputs(part_commands)
+            del state.commands[: len(part_commands)]
+            del state.artifacts[: len(part_artifacts)]
+            self.task.emit(
+                EventType.EVIDENCE_ARCHIVED,
+                part=ref.name,
+                digest=ref.digest,
+                commands=len(part_commands),
+                artifacts=len(part_artifacts),
+            )
+
+    def check_carriable(self) -> None:
+        """Hand off, explained, when the next run's input would be too large for Temporal to carry.
+
+        Raises:
+            HandOff: the state is over ``MAX_CARRIED_BYTES`` even with its older evidence archived.
+        """
+        state = self.task.state
+        size = len(TaskInput(spec=spec_of(self.task), state=state).model_dump_json())
+        if size > MAX_CARRIED_BYTES:
+            raise HandOff(
+                f"the task's state is {size / 1e6:.2f} MB, more than the {MAX_CARRIED_BYTES / 1e6:.1f} MB "
+                f"continue-as-new can carry ({len(state.follow_ups)} pending follow-ups, "
+                f"{len(state.decisions)} decisions, {len(state.writes)} writes, "
+                f"{len(state.commands)} inline commands)"
+            )
