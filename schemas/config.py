@@ -126,6 +126,12 @@ class WorkerConfig(BaseModel):
     agents_tracing: bool = Field(
         default=False, description="Export OpenAI Agents SDK traces (needs OPENAI_API_KEY)."
     )
+    run_state: Literal["when_needed", "always"] = Field(
+        default="when_needed",
+        description="Store the SDK's RunState after a turn that proposed actions: only when the "
+        "conversation alone would not continue the run exactly (a handoff, tool_use_behavior, "
+        "tool_choice, input guardrails), or always. Resuming it costs more with every item.",
+    )
     rebase_after_items: int = Field(
         default=60,
         ge=0,

@@ -145,7 +145,11 @@ async def test_resuming_the_run_state_and_rebasing_on_the_conversation_agree(con
     results = []
     for name, limit in (("resume", 10_000), ("rebase", 0)):
         config = env.config.model_copy(
-            update={"rebase_after_items": limit, "task_queue": f"{env.task_queue}-{name}"}
+            update={
+                "rebase_after_items": limit,
+                "run_state": "always" if name == "resume" else "when_needed",
+                "task_queue": f"{env.task_queue}-{name}",
+            }
         )
         async with running_worker(env.client, config):
             handle = await env.client.start_workflow(

@@ -2,9 +2,11 @@
 
 One turn runs the OpenAI Agents SDK ``Runner`` until the agent either answers or proposes calls to
 tools with effects. Those stop the run (``needs_approval``); the turn plans each into an operation
-and returns them as ``ProposedAction``s. The SDK ``RunState`` goes to the artifact store and only its
-digest returns to the workflow. The next turn loads it, approves or rejects each pending call by the
-workflow's results, and runs on: an approved call's tool returns the workflow's result.
+and returns them as ``ProposedAction``s. The conversation goes to the artifact store and only its
+digest returns to the workflow; the next turn starts from it with the workflow's results as the
+pending calls' outputs. When only the SDK ``RunState`` can continue the run exactly (a handoff to
+another agent, say: ``needs_run_state``), it is stored too, and the next turn loads it, approves or
+rejects each pending call by the workflow's results, and runs on.
 """
 
 from __future__ import annotations
@@ -127,7 +129,9 @@ class AgentActivities:
                 usage=usage,
                 model=model_name,
             )
-        state_ref = await asyncio.to_thread(self.store.put_json, result.to_state().to_json())
+        state_ref = None
+        if self.config.run_state == "always" or needs_run_state(agent, result.last_agent):
+            state_ref = await asyncio.to_thread(self.store.put_json, result.to_state().to_json())
         conversation_ref = await asyncio.to_thread(self.store.put_json, result.to_input_list())
         proposed, invalid = _propose(result.interruptions, input.turn)
         log.debug("turn proposed actions", task_id=input.task_id, turn=input.turn, proposed=len(proposed))
@@ -210,6 +214,22 @@ class AgentActivities:
             return PlanResult(operation=plan_call(find_tool(agent, input.tool), input.arguments))
         except ToolPlanError as err:
             return PlanResult(error=str(err))
+
+
+def needs_run_state(agent: Agent[Any], last_agent: Agent[Any]) -> bool:
+    """Whether the next turn must resume the SDK's RunState, because the conversation plus the
+    workflow's results would not give the same run: the run handed off to another agent, or the agent
+    treats tool results, tool choice or input guardrails in ways that only the RunState remembers.
+
+    Otherwise the next turn starts from the conversation, which costs a small fraction of validating
+    and storing the RunState (a cost that grows with every item).
+    """
+    return (
+        last_agent.name != agent.name
+        or agent.tool_use_behavior != "run_llm_again"
+        or agent.model_settings.tool_choice is not None
+        or bool(agent.input_guardrails)
+    )
 
 
 def _pending_outputs(
