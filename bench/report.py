@@ -24,6 +24,9 @@ RESULTS_DIR = BENCH / "results"
 LOG = RESULTS_DIR / "bench.log"
 # Hand-written reading of the figures (why targets are missed, what to act on), included in the report.
 FINDINGS = BENCH / "findings.md"
+# The parked-approvals benchmark at the full size (10,000 tasks), run on its own
+# (``python -m bench.parked --tasks 10000 --out bench/results/parked-10000.md``): included in the report.
+FULL_SIZE = {"parked": "parked-10000.md"}
 # Load average per core above which the figures are called noisy.
 BUSY_PER_CORE = 0.5
 
@@ -100,6 +103,16 @@ def markdown(
         lines += [FINDINGS.read_text().rstrip(), ""]
     for section in sections:
         lines.append(section.markdown())
+        full = RESULTS_DIR / FULL_SIZE.get(section.key, "")
+        if not quick and section.key in FULL_SIZE and full.exists():
+            body = full.read_text().replace("\n## ", "\n### ", 1).rstrip()
+            lines += [
+                "",
+                f"### The same at full size (`{full.relative_to(BENCH.parent)}`, run on its own)",
+                "",
+                body,
+                "",
+            ]
     return "\n".join(lines).rstrip() + "\n"
 
 

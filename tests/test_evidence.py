@@ -10,8 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from activities.artifacts import LocalArtifactStore
+from cli.evidence import expand, referenced
 from cli.main import main as cli_main
-from schemas.tasks import TaskPhase, TaskResult
+from schemas.artifacts import ArtifactRef
+from schemas.sandbox import CommandRecord
+from schemas.tasks import Evidence, EvidenceArchive, TaskPhase, TaskResult
 from tests.support import TaskEnv, example_spec
 
 
@@ -169,3 +173,39 @@ async def test_evidence_is_refused_for_unknown_and_running_tasks(
     assert f"task {handle.id} is still running (awaiting_approval)" in err
     assert not bundle.exists()
     await env.cancel(handle)
+
+
+def test_archived_parts_come_back_in_line_and_a_lost_part_is_named(tmp_path: Path) -> None:
+    """``expand`` puts archived command records and artifacts before the inline ones, oldest part
+    first; a part the store lacks is named, and what it held is not made up."""
+    store = LocalArtifactStore(tmp_path / "artifacts")
+
+    def command(n: int) -> CommandRecord:
+        out = store.ref(f"call_{n}.stdout", f"{n}\n".encode())
+        return CommandRecord(
+            call_id=f"call_{n}",
+            sandbox_id="sb",
+            argv=["echo", str(n)],
+            exit_code=0,
+            duration_ms=1,
+            stdout=f"{n}\n",
+            stdout_artifact=out,
+            stderr_artifact=out,
+        )
+
+    def part(number: int, *calls: int) -> ArtifactRef:
+        archive = EvidenceArchive(task_id="t", part=number, commands=[command(n) for n in calls])
+        return store.ref(f"evidence-{number:04d}.json", archive.model_dump_json(by_alias=True).encode())
+
+    evidence = Evidence(inputs=[], artifacts=[], commands=[command(5)], approvals=[], writes=[],
+                        archived=[part(1, 1, 2), part(2, 3, 4)])  # fmt: skip
+    whole, problems = expand(evidence, store)
+    assert problems == []
+    assert [c.call_id for c in whole.commands] == [f"call_{n}" for n in range(1, 6)]
+    assert [kind for kind, _, _ in referenced(whole)][:2] == ["archive", "archive"]
+
+    lost = evidence.archived[0].model_copy(update={"digest": "sha256:" + "0" * 64})
+    whole, problems = expand(evidence.model_copy(update={"archived": [lost, evidence.archived[1]]}), store)
+    assert [c.call_id for c in whole.commands] == ["call_3", "call_4", "call_5"]
+    [problem] = problems
+    assert problem.startswith("archive evidence-0001.json: no artifact sha256:000")
