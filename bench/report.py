@@ -105,14 +105,8 @@ def markdown(
         lines.append(section.markdown())
         full = RESULTS_DIR / FULL_SIZE.get(section.key, "")
         if not quick and section.key in FULL_SIZE and full.exists():
-            body = full.read_text().replace("\n## ", "\n### ", 1).rstrip()
-            lines += [
-                "",
-                f"### The same at full size (`{full.relative_to(BENCH.parent)}`, run on its own)",
-                "",
-                body,
-                "",
-            ]
+            # Its own section heading becomes a sub-heading of this one.
+            lines += ["", full.read_text().replace("\n## ", "\n### ", 1).rstrip(), ""]
     return "\n".join(lines).rstrip() + "\n"
 
 
