@@ -223,9 +223,9 @@ class AgentTaskWorkflow:
         if not self.continue_as_new_due():
             return
         await workflow.wait_condition(workflow.all_handlers_finished)
-        self.emit(EventType.CONTINUED_AS_NEW, history_length=workflow.info().get_current_history_length())
         await self.evidence_keeper.archive_older()
         self.evidence_keeper.check_carriable()  # or hand off, explained
+        self.emit(EventType.CONTINUED_AS_NEW, history_length=workflow.info().get_current_history_length())
         self.state.usage.runs += 1
         await self.deliver_events()
         workflow.continue_as_new(TaskInput(spec=self.spec, state=self.state))
