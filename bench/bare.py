@@ -34,6 +34,7 @@ from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
     from bench import script
+    from bench.script import run_shell as shell  # the tool's parameter is named script
 
 STEP_TIMEOUT = timedelta(minutes=2)
 RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=5)
@@ -97,11 +98,7 @@ class BareActivities:
                 Args:
                     script: The script, run by sh -c.
                 """
-                proc = await asyncio.create_subprocess_exec(
-                    "sh", "-c", script, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-                )
-                out, _ = await proc.communicate()
-                return out.decode()
+                return await shell(script)
 
             self._agent = Agent(
                 name="bare",

@@ -383,12 +383,17 @@ class RunSize:
     bytes: int
 
 
+async def run_ids(client: Client, workflow_id: str) -> list[str]:
+    """The run ids of ``workflow_id`` (one per continue-as-new, plus the first), oldest first."""
+    runs = [r async for r in client.list_workflows(f"WorkflowId = '{workflow_id}'")]
+    return [r.run_id for r in sorted(runs, key=lambda r: r.start_time)]
+
+
 async def run_sizes(client: Client, workflow_id: str) -> list[RunSize]:
     """History length and size of every run of ``workflow_id``, oldest first."""
-    runs = [r async for r in client.list_workflows(f"WorkflowId = '{workflow_id}'")]
     sizes = []
-    for run in sorted(runs, key=lambda r: r.start_time):
-        info = (await client.get_workflow_handle(workflow_id, run_id=run.run_id).describe()).raw_description
+    for run_id in await run_ids(client, workflow_id):
+        info = (await client.get_workflow_handle(workflow_id, run_id=run_id).describe()).raw_description
         execution = info.workflow_execution_info
         sizes.append(RunSize(execution.history_length, execution.history_size_bytes))
     return sizes
@@ -397,10 +402,9 @@ async def run_sizes(client: Client, workflow_id: str) -> list[RunSize]:
 async def carried_sizes(client: Client, workflow_id: str) -> list[int]:
     """The size in bytes of each run's input (for every run after the first, the state carried by
     continue-as-new), oldest first."""
-    runs = [r async for r in client.list_workflows(f"WorkflowId = '{workflow_id}'")]
     sizes = []
-    for run in sorted(runs, key=lambda r: r.start_time):
-        async for event in client.get_workflow_handle(workflow_id, run_id=run.run_id).fetch_history_events():
+    for run_id in await run_ids(client, workflow_id):
+        async for event in client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history_events():
             started = event.workflow_execution_started_event_attributes
             sizes.append(sum(len(p.data) for p in started.input.payloads))
             break

@@ -34,6 +34,7 @@ from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
     from bench import script
+    from bench.script import run_shell as shell  # the tool's parameter is named script
 from temporalio.openai_agents.workflow import activity_as_tool
 
 TOOL_TIMEOUT = timedelta(minutes=2)
@@ -83,11 +84,7 @@ async def run_shell(script: str) -> str:
     Args:
         script: The script, run by sh -c.
     """
-    proc = await asyncio.create_subprocess_exec(
-        "sh", "-c", script, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-    )
-    out, _ = await proc.communicate()
-    return out.decode()
+    return await shell(script)
 
 
 @workflow.defn(name="PluginCounter")

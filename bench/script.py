@@ -12,6 +12,7 @@ another worker all see the same answer.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -62,3 +63,13 @@ def conversation(input: Any) -> list[dict[str, Any]]:
     for item in input:
         plain.append(item if isinstance(item, dict) else item.model_dump(mode="json", exclude_none=True))
     return plain
+
+
+async def run_shell(script: str) -> str:
+    """What the bare and plugin sides do for a ``TOOL`` call: run ``script`` with ``sh -c`` and
+    return its standard output."""
+    proc = await asyncio.create_subprocess_exec(
+        "sh", "-c", script, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, _ = await proc.communicate()
+    return out.decode()

@@ -216,6 +216,12 @@ def spawn_worker(env: TaskEnv, log: Path, **extra_env: str) -> subprocess.Popen[
         )
 
 
+async def run_ids(client: Client, workflow_id: str) -> list[str]:
+    """The run ids of a task (one per continue-as-new, plus the first), oldest first."""
+    runs = [r async for r in client.list_workflows(f"WorkflowId = '{workflow_id}'")]
+    return [r.run_id for r in sorted(runs, key=lambda r: r.start_time)]
+
+
 async def assert_replays(
     client: Client, workflow_id: str, run_id: str | None = None, *, keep: bool = True
 ) -> str:

@@ -24,6 +24,7 @@ from tests.support import (
     example_spec,
     launch_dev_server,
     make_config,
+    run_ids,
     running_worker,
 )
 
@@ -62,19 +63,13 @@ async def test_task_completes_across_continue_as_new(can_env: TaskEnv) -> None:
     )
     result: TaskResult = await asyncio.wait_for(handle.result(), 60)
     assert result.phase is TaskPhase.COMPLETED
-    runs = [e async for e in env.client.list_workflows(f"WorkflowId = '{handle.id}'")]
+    runs = await run_ids(env.client, handle.id)
     assert len(runs) > 2, "the server should have made the task continue as new several times"
     assert len(result.evidence.inputs) == 3 and len(result.evidence.commands) == 1
     assert [a.request_id for a in result.evidence.approvals] == [request.request_id]
     assert env.business().count() == 1
     assert result.evidence.missing == []
     await assert_replays(env.client, handle.id)  # the last run: it starts from a carried-over state
-
-
-async def _runs(env: TaskEnv, task_id: str) -> list[str]:
-    """The run ids of one task, oldest first."""
-    runs = [e async for e in env.client.list_workflows(f"WorkflowId = '{task_id}'")]
-    return [r.run_id for r in sorted(runs, key=lambda r: r.start_time)]
 
 
 async def test_older_evidence_moves_to_the_store_and_the_bundle_puts_it_back(
@@ -98,25 +93,24 @@ async def test_older_evidence_moves_to_the_store_and_the_bundle_puts_it_back(
     assert evidence.missing == [] and result.evidence_complete
 
     # Every run after the first started from a state holding at most 2 commands.
-    archiving_run = None
-    runs = await _runs(env, handle.id)
+    archiving_runs = []
+    runs = await run_ids(env.client, handle.id)
     assert len(runs) > 3
-    for run_id in runs[1:]:
+    for index, run_id in enumerate(runs):
         history = await env.client.get_workflow_handle(handle.id, run_id=run_id).fetch_history()
-        first = history.events[0].workflow_execution_started_event_attributes
-        carried = TaskInput.model_validate_json(first.input.payloads[0].data)
-        assert carried.state is not None and len(carried.state.commands) <= 2, run_id
-    for run_id in runs:
-        history = await env.client.get_workflow_handle(handle.id, run_id=run_id).fetch_history()
+        if index > 0:
+            first = history.events[0].workflow_execution_started_event_attributes
+            carried = TaskInput.model_validate_json(first.input.payloads[0].data)
+            assert carried.state is not None and len(carried.state.commands) <= 2, run_id
         scheduled = [
             e.activity_task_scheduled_event_attributes.activity_type.name
             for e in history.events
             if e.HasField("activity_task_scheduled_event_attributes")
         ]
         if "artifacts.archive" in scheduled:
-            archiving_run = run_id
-            break
-    assert archiving_run is not None
+            archiving_runs.append(run_id)
+    assert archiving_runs
+    archiving_run = archiving_runs[0]
     await assert_replays(env.client, handle.id, run_id=archiving_run)
 
     monkeypatch.setenv("AGENT_WORKER_DATA_DIR", str(env.config.data_dir))

@@ -13,7 +13,15 @@ from temporalio.client import Client
 
 from cli.evidence import expand
 from schemas.tasks import Evidence, TaskPhase, TaskResult
-from tests.support import DevServer, TaskEnv, connect, launch_dev_server, make_config, running_worker
+from tests.support import (
+    DevServer,
+    TaskEnv,
+    connect,
+    launch_dev_server,
+    make_config,
+    run_ids,
+    running_worker,
+)
 
 TWO_MB = 2 * 1024 * 1024
 
@@ -57,10 +65,9 @@ def counting_task(target: int, chunk: int = 0, **extra: Any) -> dict[str, Any]:
 
 async def run_sizes(client: Client, task_id: str) -> list[tuple[int, int]]:
     """(events, bytes) of every run of the task, oldest first."""
-    runs = [e async for e in client.list_workflows(f"WorkflowId = '{task_id}'")]
     sizes = []
-    for run in sorted(runs, key=lambda r: r.start_time):
-        info = (await client.get_workflow_handle(task_id, run_id=run.run_id).describe()).raw_description
+    for run_id in await run_ids(client, task_id):
+        info = (await client.get_workflow_handle(task_id, run_id=run_id).describe()).raw_description
         sizes.append(
             (info.workflow_execution_info.history_length, info.workflow_execution_info.history_size_bytes)
         )
