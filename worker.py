@@ -45,6 +45,7 @@ from telemetry.health import Health, serve_health
 from telemetry.metrics import prometheus_runtime
 from workflows import AgentTaskWorkflow, SandboxReaperWorkflow
 from workflows.options import AGENT_QUEUE_SUFFIX, BUSINESS_QUEUE_SUFFIX, SANDBOX_QUEUE_SUFFIX
+from workflows.placement import COLOCATABLE
 
 log = structlog.get_logger("agent_worker.worker")
 
@@ -232,10 +233,16 @@ def build_workers(client: Client, config: WorkerConfig) -> list[Worker]:
     if "workflows" in roles:
         artifacts = ArtifactActivities(store)
         events = EventActivities(build_event_sink(config))
-        tenants = TenantActivities(TenantAdmission(config.admission_db, config.tenant_caps, client))
-        # Runs begun before the queues were split may still have agent or sandbox work scheduled on
-        # the task queue itself: this process serves it there too when it has those roles.
-        legacy = [
+        # Tasks this worker admits schedule agent and sandbox work on the task queue itself when it
+        # serves those roles there (``workflows.placement``): it then starts without a queue wait.
+        colocated = [r for r in COLOCATABLE if r in roles] if config.colocate else []
+        tenants = TenantActivities(
+            TenantAdmission(config.admission_db, config.tenant_caps, client), colocated
+        )
+        # Agent and sandbox work comes to the task queue itself too: from tasks admitted where those
+        # roles are served there (above), and from runs begun before the queues were split. This
+        # process serves it there when it has those roles.
+        served_here = [
             a
             for suffix in (AGENT_QUEUE_SUFFIX, SANDBOX_QUEUE_SUFFIX)
             for a in role_activities.get(suffix, [])
@@ -252,7 +259,7 @@ def build_workers(client: Client, config: WorkerConfig) -> list[Worker]:
                     events.publish,
                     tenants.admit,
                     tenants.release,
-                    *legacy,
+                    *served_here,
                 ],
                 max_concurrent_workflow_tasks=config.max_concurrent_workflow_tasks,
                 max_cached_workflows=config.max_cached_workflows,

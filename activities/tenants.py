@@ -107,14 +107,17 @@ class TenantAdmission:
 class TenantActivities:
     """``tenants.admit`` and ``tenants.release``."""
 
-    def __init__(self, admission: TenantAdmission) -> None:
+    def __init__(self, admission: TenantAdmission, colocated: list[str] | None = None) -> None:
         self.admission = admission
+        self.colocated = colocated or []
 
     @activity.defn(name="tenants.admit")
     @activity_boundary
     async def admit(self, input: AdmitInput) -> AdmitResult:
-        """Admit the task if its tenant is under its cap (idempotent per task)."""
-        return await self.admission.admit(input.task_id, input.tenant)
+        """Admit the task if its tenant is under its cap (idempotent per task), and say which roles'
+        work this worker also serves on the task queue (``colocated``)."""
+        answer = await self.admission.admit(input.task_id, input.tenant)
+        return answer.model_copy(update={"colocated": self.colocated})
 
     @activity.defn(name="tenants.release")
     @activity_boundary

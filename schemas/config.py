@@ -126,6 +126,13 @@ class WorkerConfig(BaseModel):
     agents_tracing: bool = Field(
         default=False, description="Export OpenAI Agents SDK traces (needs OPENAI_API_KEY)."
     )
+    colocate: bool = Field(
+        default=True,
+        description="When this worker runs workflows and also the agent or sandbox role, tasks it "
+        "starts schedule that work on the task queue itself, where it starts without a queue wait "
+        "(eager dispatch), instead of on `<queue>.agent` / `.sandbox`. A task whose activity reaches a "
+        "worker without the role moves back to the role queue by itself.",
+    )
     run_state: Literal["when_needed", "always"] = Field(
         default="when_needed",
         description="Store the SDK's RunState after a turn that proposed actions: only when the "

@@ -49,6 +49,7 @@ class EventType(StrEnum):
     INPUT_IGNORED = "input.ignored"
     CONTINUED_AS_NEW = "task.continued_as_new"
     EVIDENCE_ARCHIVED = "evidence.archived"
+    DISPATCH_MOVED = "dispatch.moved"
     TASK_FINISHED = "task.finished"
 
 

@@ -254,6 +254,11 @@ class TaskState(BaseModel):
         default_factory=list, description="What the archived evidence lacks (kept inline, for `missing`)."
     )
     admitted: bool = Field(default=False, description="Holds a place under its tenant's cap.")
+    colocated: list[str] = Field(
+        default_factory=list,
+        description="Roles (`agent`, `sandbox`) whose activities run on the task queue itself rather "
+        "than on their role queues (`workflows.placement`), as the admitting worker said.",
+    )
     usage: Usage = Field(default_factory=Usage)
     final_output: str | None = None
     reason: str | None = None
@@ -326,6 +331,10 @@ class TaskStatus(BaseModel):
     final_output: str | None = None
     ignored: list[IgnoredDecision] = Field(default_factory=list)
     last_events: list[Event] = Field(default_factory=list)
+    colocated: list[str] = Field(
+        default_factory=list,
+        description="Roles whose activities this task runs on its task queue itself (see TaskState).",
+    )
 
 
 class TaskResult(BaseModel):

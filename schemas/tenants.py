@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 
 class AdmitInput(BaseModel):
@@ -19,6 +19,11 @@ class AdmitResult(BaseModel):
     running: int
     cap: int | None = None
     reason: str = ""
+    colocated: list[str] = Field(
+        default_factory=list,
+        description="Roles (`agent`, `sandbox`) whose activities the admitting worker also serves on "
+        "the task queue itself: the task schedules them there (`workflows.placement`).",
+    )
 
 
 class ReleaseInput(BaseModel):

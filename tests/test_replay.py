@@ -39,6 +39,7 @@ def test_the_committed_histories_are_all_there() -> None:
         HISTORIES / "pre-deliver-events",
         HISTORIES / "pre-reauthorize",
         HISTORIES / "pre-role-queues",
+        HISTORIES / "pre-colocated-dispatch",
     ):
         assert EXPECTED <= {p.stem for p in folder.glob("*.json")}, folder
 

@@ -16,9 +16,17 @@ from typing import Any
 
 from temporalio.client import WorkflowHandle
 
+from activities.events import JsonlEventSink
 from activities.sandbox.base import sandbox_id_for
-from schemas.tasks import TaskPhase, TaskResult
-from tests.support import TaskEnv, example_spec, free_port, spawn_worker
+from schemas.tasks import TaskPhase, TaskResult, TaskStatus
+from tests.support import (
+    TaskEnv,
+    assert_replays,
+    example_spec,
+    free_port,
+    running_worker,
+    spawn_worker,
+)
 
 
 def healthz(port: int) -> tuple[int, dict]:
@@ -141,3 +149,93 @@ async def test_sigterm_drains_a_busy_worker_without_losing_or_repeating_work(
     assert command.exit_code == 0
     assert command.stdout.strip() == "1"  # the command ran once: its own counter says so
     assert result.final_output and "shell said:" in result.final_output
+
+
+async def scheduled_on(handle: WorkflowHandle[Any, Any]) -> dict[str, list[str]]:
+    """For each activity type in the task's history, the task queues it was scheduled on, in order."""
+    queues: dict[str, list[str]] = collections.defaultdict(list)
+    for e in (await handle.fetch_history()).events:
+        if e.HasField("activity_task_scheduled_event_attributes"):
+            scheduled = e.activity_task_scheduled_event_attributes
+            queues[scheduled.activity_type.name].append(scheduled.task_queue.name)
+    return queues
+
+
+async def not_registered_failures(handle: WorkflowHandle[Any, Any]) -> list[str]:
+    """The activity types whose attempts failed because the worker that took them lacks them."""
+    history = await handle.fetch_history()
+    types = {
+        e.event_id: e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    }
+    return [
+        types[e.activity_task_failed_event_attributes.scheduled_event_id]
+        for e in history.events
+        if e.HasField("activity_task_failed_event_attributes")
+        and e.activity_task_failed_event_attributes.failure.application_failure_info.type == "NotFoundError"
+    ]
+
+
+async def test_a_worker_with_every_role_runs_turns_and_commands_on_the_task_queue(
+    config_env: TaskEnv,
+) -> None:
+    """With every role in one process, agent turns and sandbox commands are scheduled on the task
+    queue itself (where they start without waiting for another queue's dispatch), and the task
+    says so in its state. With ``colocate`` off they go to the role queues, as in a split fleet."""
+    env = config_env
+    queue = env.task_queue
+    prompt = {"agent": "shell", "prompt": "run: echo placed"}
+    async with running_worker(env.client, env.config):
+        handle = await env.start(prompt)
+        result: TaskResult = await asyncio.wait_for(handle.result(), 60)
+        status = await handle.query("status", result_type=TaskStatus)
+    assert result.phase is TaskPhase.COMPLETED
+    assert status.colocated == ["agent", "sandbox"]
+    placed = await scheduled_on(handle)
+    for activity in ("agent.turn", "sandbox.create", "sandbox.exec", "sandbox.destroy"):
+        assert set(placed[activity]) == {queue}, (activity, placed[activity])
+    await assert_replays(env.client, handle.id)
+
+    apart = env.config.model_copy(update={"colocate": False})
+    async with running_worker(env.client, apart):
+        handle = await env.start(prompt)
+        result = await asyncio.wait_for(handle.result(), 60)
+    assert result.phase is TaskPhase.COMPLETED
+    placed = await scheduled_on(handle)
+    assert set(placed["agent.turn"]) == {f"{queue}.agent"}
+    assert set(placed["sandbox.exec"]) == {f"{queue}.sandbox"}
+
+
+async def test_a_task_moves_its_work_back_to_the_role_queues_when_the_fleet_is_split(
+    config_env: TaskEnv,
+) -> None:
+    """A task starts on a worker with every role and parks for approval. That worker goes; the fleet
+    that replaces it is split (workflows and business in one worker, agent and sandbox in another).
+    After the approval, the first turn the task schedules on its task queue reaches the workflows
+    worker, which fails it before anything runs; the task moves the agent role back to its queue and
+    the turn runs there, once. The sandbox's cleanup does the same. One business row, nothing lost."""
+    env = config_env
+    queue = env.task_queue
+    async with running_worker(env.client, env.config):
+        handle = await env.start(example_spec())
+        await env.awaiting_approval(handle)
+    control = env.config.model_copy(update={"roles": ["workflows", "business"]})
+    hands = env.config.model_copy(update={"roles": ["agent", "sandbox"]})
+    async with running_worker(env.client, control), running_worker(env.client, hands):
+        await env.approve(handle)
+        result: TaskResult = await asyncio.wait_for(handle.result(), 90)
+    assert result.phase is TaskPhase.COMPLETED, result.reason
+    assert result.evidence.missing == []
+    assert env.business().count() == 1
+    assert sorted(await not_registered_failures(handle)) == ["agent.turn", "sandbox.destroy"]
+    placed = await scheduled_on(handle)
+    # Before the split, on the task queue; the refused attempt, on it too; from then on, the role queue.
+    turns = placed["agent.turn"]
+    assert set(turns[:-1]) == {queue} and turns[-1] == f"{queue}.agent", turns
+    assert placed["sandbox.destroy"] == [queue, f"{queue}.sandbox"]
+    events = JsonlEventSink(env.config.events_dir).read(handle.id)
+    moved = [e for e in events if e.type.value == "dispatch.moved"]
+    assert [e.data["role"] for e in moved] == ["agent", "sandbox"]
+    assert "does not serve 'agent'" in moved[0].data["reason"]
+    await assert_replays(env.client, handle.id)

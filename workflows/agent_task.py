@@ -52,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.decisions import why_not
     from workflows.effects import EffectRunner, HandOff
     from workflows.evidence import EvidenceKeeper, evidence_of
+    from workflows.placement import Placement
     from workflows.policy import evaluate
 
 EVENT_TAIL = 100
@@ -119,6 +120,7 @@ class AgentTaskWorkflow:
         self.effects = EffectRunner(self)
         self.approvals = ApprovalDesk(self)
         self.evidence_keeper = EvidenceKeeper(self)
+        self.placement = Placement(self)
         self.delivering = False
 
     # ---- entry ---------------------------------------------------------------------------------
@@ -194,6 +196,7 @@ class AgentTaskWorkflow:
         )
         if answer.admitted:
             self.state.admitted = True
+            self.state.colocated = list(answer.colocated)
             return True
         self.emit(EventType.TASK_REFUSED, tenant=self.spec.tenant, running=answer.running, cap=answer.cap)
         metrics.workflow_counter("agent_worker_tasks_refused", tenant=self.spec.tenant)
@@ -254,7 +257,8 @@ class AgentTaskWorkflow:
             EventType.TURN_STARTED, turn=turn, results=len(state.pending_results), follow_ups=follow_ups
         )
         self.details(f"Agent turn {turn} running")
-        result = await workflow.execute_activity_method(
+        result = await self.placement.execute(
+            "agent",
             AgentActivities.turn,
             TurnInput(
                 task_id=self.task_id,
@@ -267,7 +271,7 @@ class AgentTaskWorkflow:
                 conversation_ref=state.conversation_ref,
                 follow_ups=[f.text for f in state.follow_ups[:follow_ups]],
             ),
-            **options.TURN.kwargs(task_queue=options.agent_queue()),
+            options.TURN,
         )
         # Input that arrived while the turn ran stays for the next one.
         del state.follow_ups[:follow_ups]
@@ -442,6 +446,7 @@ class AgentTaskWorkflow:
             final_output=self.state.final_output,
             ignored=self.state.ignored[-20:],
             last_events=self.state.events[-20:],
+            colocated=self.state.colocated,
         )
 
     @workflow.query(name="pending_approvals")
@@ -495,10 +500,11 @@ class AgentTaskWorkflow:
             return
         # Shielded: a cancellation arriving now must not skip the cleanup.
         await asyncio.shield(
-            workflow.execute_activity_method(
+            self.placement.execute(
+                "sandbox",
                 SandboxActivities.destroy,
                 DestroySandboxInput(task_id=self.task_id, sandbox=sandbox),
-                **options.SANDBOX_DESTROY.kwargs(task_queue=options.sandbox_queue()),
+                options.SANDBOX_DESTROY,
             )
         )
         self.state.sandbox = None

@@ -80,10 +80,11 @@ class EffectRunner:
         if record is not None and record.decision is DecisionKind.EDIT:
             assert record.edited_args is not None
             arguments = {**action.arguments, **record.edited_args}
-            plan = await workflow.execute_activity_method(
+            plan = await self.task.placement.execute(
+                "agent",
                 AgentActivities.plan,
                 PlanInput(agent=spec_of(self.task).agent, tool=action.tool, arguments=arguments),
-                **options.PLAN.kwargs(task_queue=options.agent_queue()),
+                options.PLAN,
             )
             if plan.operation is None:
                 return _result(
@@ -121,7 +122,8 @@ class EffectRunner:
     async def ensure_sandbox(self) -> SandboxRef:
         state, spec = self.task.state, spec_of(self.task)
         if state.sandbox is None:
-            state.sandbox = await workflow.execute_activity_method(
+            state.sandbox = await self.task.placement.execute(
+                "sandbox",
                 SandboxActivities.create,
                 CreateSandboxInput(
                     task_id=self.task.task_id,
@@ -130,7 +132,7 @@ class EffectRunner:
                     inputs=state.inputs,
                     run_id=workflow.info().run_id,
                 ),
-                **options.SANDBOX_CREATE.kwargs(task_queue=options.sandbox_queue()),
+                options.SANDBOX_CREATE,
             )
             self.task.emit(
                 EventType.SANDBOX_CREATED,
@@ -170,7 +172,8 @@ class EffectRunner:
         while True:
             sandbox = await self.ensure_sandbox()
             try:
-                record = await workflow.execute_activity_method(
+                record = await self.task.placement.execute(
+                    "sandbox",
                     SandboxActivities.exec,
                     ExecInput(
                         task_id=self.task.task_id,
@@ -179,10 +182,8 @@ class EffectRunner:
                         spec=spec.sandbox,
                         command=command,
                     ),
-                    **options.SANDBOX_EXEC.kwargs(
-                        start_to_close=timedelta(seconds=timeout) + options.EXEC_GRACE,
-                        task_queue=options.sandbox_queue(),
-                    ),
+                    options.SANDBOX_EXEC,
+                    start_to_close=timedelta(seconds=timeout) + options.EXEC_GRACE,
                 )
                 break
             except ActivityError as err:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
@@ -33,13 +33,21 @@ class ActivityOptions:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def kwargs(
-        self, start_to_close: timedelta | None = None, task_queue: str | None = None
+        self,
+        start_to_close: timedelta | None = None,
+        task_queue: str | None = None,
+        final_errors: tuple[str, ...] = (),
     ) -> dict[str, Any]:
-        """The options as keyword arguments, optionally with a longer start-to-close timeout or on
-        another task queue."""
+        """The options as keyword arguments, optionally with a longer start-to-close timeout, on
+        another task queue, or with more error types that are not retried (``final_errors``)."""
+        retry = self.retry
+        if final_errors:
+            retry = replace(
+                retry, non_retryable_error_types=[*(retry.non_retryable_error_types or ()), *final_errors]
+            )
         options: dict[str, Any] = {
             "start_to_close_timeout": start_to_close or self.start_to_close,
-            "retry_policy": self.retry,
+            "retry_policy": retry,
             **self.extra,
         }
         if task_queue is not None:
