@@ -63,12 +63,13 @@ class Placement:
             except ActivityError as err:
                 if not (isinstance(err.cause, ApplicationError) and err.cause.type == NOT_REGISTERED):
                     raise
-                state.colocated.remove(role)
-                self.task.emit(
-                    EventType.DISPATCH_MOVED,
-                    role=role,
-                    reason=f"a worker on the task queue does not serve {role!r}: {err.cause.message}",
-                )
+                if role in state.colocated:  # not yet moved by another of its activities in flight
+                    state.colocated.remove(role)
+                    self.task.emit(
+                        EventType.DISPATCH_MOVED,
+                        role=role,
+                        reason=f"a worker on the task queue does not serve {role!r}: {err.cause.message}",
+                    )
         return await workflow.execute_activity_method(
             activity, arg, **opts.kwargs(start_to_close, task_queue=_ROLE_QUEUES[role]())
         )
