@@ -129,7 +129,7 @@ class WorkerConfig(BaseModel):
     colocate: bool = Field(
         default=True,
         description="When this worker runs workflows and also the agent or sandbox role, tasks it "
-        "starts schedule that work on the task queue itself, where it starts without a queue wait "
+        "admits schedule that work on the task queue itself, where it starts without a queue wait "
         "(eager dispatch), instead of on `<queue>.agent` / `.sandbox`. A task whose activity reaches a "
         "worker without the role moves back to the role queue by itself.",
     )

@@ -14,7 +14,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import WorkflowHandle
+from temporalio.client import WorkflowHandle, WorkflowHistory
 
 from activities.events import JsonlEventSink
 from activities.sandbox.base import sandbox_id_for
@@ -27,6 +27,7 @@ from tests.support import (
     running_worker,
     spawn_worker,
 )
+from workflows.placement import NOT_REGISTERED
 
 
 def healthz(port: int) -> tuple[int, dict]:
@@ -50,15 +51,20 @@ async def wait_health(port: int, status: int, within: float = 60) -> dict:
         await asyncio.sleep(0.1)
 
 
-async def activity_workers(handle: WorkflowHandle[Any, Any]) -> dict[str, set[int]]:
-    """For each activity type in the task's history, the pids of the workers that started it (the
-    SDK's default worker identity is ``pid@host``)."""
-    history = await handle.fetch_history()
-    types = {
+def scheduled_types(history: WorkflowHistory) -> dict[int, str]:
+    """The activity type of each ``ActivityTaskScheduled`` event, by event id."""
+    return {
         e.event_id: e.activity_task_scheduled_event_attributes.activity_type.name
         for e in history.events
         if e.HasField("activity_task_scheduled_event_attributes")
     }
+
+
+async def activity_workers(handle: WorkflowHandle[Any, Any]) -> dict[str, set[int]]:
+    """For each activity type in the task's history, the pids of the workers that started it (the
+    SDK's default worker identity is ``pid@host``)."""
+    history = await handle.fetch_history()
+    types = scheduled_types(history)
     ran_by: dict[str, set[int]] = collections.defaultdict(set)
     for e in history.events:
         if e.HasField("activity_task_started_event_attributes"):
@@ -151,29 +157,24 @@ async def test_sigterm_drains_a_busy_worker_without_losing_or_repeating_work(
     assert result.final_output and "shell said:" in result.final_output
 
 
-async def scheduled_on(handle: WorkflowHandle[Any, Any]) -> dict[str, list[str]]:
+def scheduled_on(history: WorkflowHistory) -> dict[str, list[str]]:
     """For each activity type in the task's history, the task queues it was scheduled on, in order."""
     queues: dict[str, list[str]] = collections.defaultdict(list)
-    for e in (await handle.fetch_history()).events:
+    for e in history.events:
         if e.HasField("activity_task_scheduled_event_attributes"):
             scheduled = e.activity_task_scheduled_event_attributes
             queues[scheduled.activity_type.name].append(scheduled.task_queue.name)
     return queues
 
 
-async def not_registered_failures(handle: WorkflowHandle[Any, Any]) -> list[str]:
+def not_registered_failures(history: WorkflowHistory) -> list[str]:
     """The activity types whose attempts failed because the worker that took them lacks them."""
-    history = await handle.fetch_history()
-    types = {
-        e.event_id: e.activity_task_scheduled_event_attributes.activity_type.name
-        for e in history.events
-        if e.HasField("activity_task_scheduled_event_attributes")
-    }
+    types = scheduled_types(history)
     return [
         types[e.activity_task_failed_event_attributes.scheduled_event_id]
         for e in history.events
         if e.HasField("activity_task_failed_event_attributes")
-        and e.activity_task_failed_event_attributes.failure.application_failure_info.type == "NotFoundError"
+        and e.activity_task_failed_event_attributes.failure.application_failure_info.type == NOT_REGISTERED
     ]
 
 
@@ -192,7 +193,7 @@ async def test_a_worker_with_every_role_runs_turns_and_commands_on_the_task_queu
         status = await handle.query("status", result_type=TaskStatus)
     assert result.phase is TaskPhase.COMPLETED
     assert status.colocated == ["agent", "sandbox"]
-    placed = await scheduled_on(handle)
+    placed = scheduled_on(await handle.fetch_history())
     for activity in ("agent.turn", "sandbox.create", "sandbox.exec", "sandbox.destroy"):
         assert set(placed[activity]) == {queue}, (activity, placed[activity])
     await assert_replays(env.client, handle.id)
@@ -202,7 +203,7 @@ async def test_a_worker_with_every_role_runs_turns_and_commands_on_the_task_queu
         handle = await env.start(prompt)
         result = await asyncio.wait_for(handle.result(), 60)
     assert result.phase is TaskPhase.COMPLETED
-    placed = await scheduled_on(handle)
+    placed = scheduled_on(await handle.fetch_history())
     assert set(placed["agent.turn"]) == {f"{queue}.agent"}
     assert set(placed["sandbox.exec"]) == {f"{queue}.sandbox"}
 
@@ -228,8 +229,9 @@ async def test_a_task_moves_its_work_back_to_the_role_queues_when_the_fleet_is_s
     assert result.phase is TaskPhase.COMPLETED, result.reason
     assert result.evidence.missing == []
     assert env.business().count() == 1
-    assert sorted(await not_registered_failures(handle)) == ["agent.turn", "sandbox.destroy"]
-    placed = await scheduled_on(handle)
+    history = await handle.fetch_history()
+    assert sorted(not_registered_failures(history)) == ["agent.turn", "sandbox.destroy"]
+    placed = scheduled_on(history)
     # Before the split, on the task queue; the refused attempt, on it too; from then on, the role queue.
     turns = placed["agent.turn"]
     assert set(turns[:-1]) == {queue} and turns[-1] == f"{queue}.agent", turns
