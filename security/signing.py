@@ -7,9 +7,9 @@ moved to another task, another request (a re-opened one included), another versi
 or other arguments; a decision sent twice finds its request already decided.
 
 A task's policy registers each principal's public key (``policy.signers``) and may require
-signatures (``policy.require_signatures``). Verification is pure and deterministic
-(``security.ed25519``, no native code), so the workflow does it itself, in the signal handler and
-in the update's validator alike.
+signatures (``policy.require_signatures``). Verification is deterministic (``security.ed25519``,
+the ``cryptography`` package passed through the workflow sandbox), so the workflow does it itself,
+in the signal handler and in the update's validator alike.
 
 Keys live with people, not workers: ``agent-worker keys new PRINCIPAL`` writes the private key under
 ``~/.agent-worker/keys/`` (mode 0600) and prints the public key to put in the policy.

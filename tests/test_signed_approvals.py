@@ -94,8 +94,9 @@ def test_a_policy_requiring_signatures_needs_a_key_for_every_approver() -> None:
         )
 
 
-def test_the_pure_verifier_agrees_with_the_cryptography_package() -> None:
-    """Signatures made with `cryptography` verify; a flipped bit in message, signature or key does not."""
+def test_the_verifier_accepts_genuine_signatures_and_refuses_flipped_bits_and_malformed_keys() -> None:
+    """Signatures made with `cryptography` verify; a flipped bit in message, signature or key does not,
+    and a key or signature of the wrong length or off the curve is refused, not raised."""
     import os
 
     from cryptography.hazmat.primitives import serialization
@@ -119,3 +120,7 @@ def test_the_pure_verifier_agrees_with_the_cryptography_package() -> None:
             .public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
         )
         assert not ed25519.verify(other, message, signature)
+        assert not ed25519.verify(public[:31], message, signature)
+        assert not ed25519.verify(public, message, signature[:63])
+    # y = 2 is not on the curve: no key, and the answer is False rather than an exception.
+    assert not ed25519.verify((2).to_bytes(32, "little"), b"m", bytes(64))
