@@ -19,7 +19,10 @@ and, in the Web UI, set the codec server endpoint (Settings, or the UI's ``codec
 
 Run it with ``python -m security.codec_server --port 8081``: keys from ``AGENT_WORKER_ENCRYPTION_KEYS``
 (``kid:BASE64KEY,...``) and ``AGENT_WORKER_ENCRYPTION_KEY_ID``, the token from
-``AGENT_WORKER_CODEC_TOKEN``. Without a token it only listens on a loopback address.
+``AGENT_WORKER_CODEC_TOKEN``. Without a token it only listens on a loopback address, and answers
+only requests whose ``Host`` header names a loopback address or ``localhost`` (``421`` otherwise): a
+web page whose domain an attacker re-points at 127.0.0.1 (DNS rebinding) sends its own name as the
+``Host``, so it cannot read decrypted payloads through the visitor's browser.
 """
 
 from __future__ import annotations
@@ -134,6 +137,20 @@ class CodecServer:
         given = f"Bearer {credentials.strip()}".encode() if scheme.lower() == "bearer" else b""
         return hmac.compare_digest(given, self._expected_auth)
 
+    def host_allowed(self, header: str | None) -> bool:
+        """Whether a request's ``Host`` header passes: always with a token; without one, only a
+        loopback address or ``localhost`` (with any port) passes, so DNS rebinding cannot reach it."""
+        if self._expected_auth is not None:
+            return True
+        if not header:
+            return False
+        host = header.strip()
+        if host.startswith("["):  # [v6]:port
+            host = host[1:].partition("]")[0]
+        elif host.count(":") == 1:
+            host = host.partition(":")[0]
+        return _is_loopback(host.rstrip(".").lower())
+
     def operation(self, path: str) -> _Operation | None:
         """The codec method a request path asks for (by its last segment), if any."""
         last = path.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
@@ -149,9 +166,13 @@ class _Handler(BaseHTTPRequestHandler):
         return self.server_version
 
     def do_OPTIONS(self) -> None:
+        if self._host_refused():
+            return
         self._reply(HTTPStatus.NO_CONTENT, None, preflight=True)
 
     def do_POST(self) -> None:
+        if self._host_refused():
+            return
         operation = self.app.operation(self.path)
         if operation is None:
             self._drain()
@@ -181,6 +202,8 @@ class _Handler(BaseHTTPRequestHandler):
         self._reply(HTTPStatus.OK, {"payloads": [json_format.MessageToDict(p) for p in result]})
 
     def do_GET(self) -> None:
+        if self._host_refused():
+            return
         self._not_allowed()
 
     do_PUT = do_DELETE = do_PATCH = do_GET
@@ -191,6 +214,18 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(HTTPStatus.NOT_FOUND, "unknown path: POST .../encode or .../decode")
         else:
             self._error(HTTPStatus.METHOD_NOT_ALLOWED, "use POST", extra={"Allow": "POST, OPTIONS"})
+
+    def _host_refused(self) -> bool:
+        """Answer 421 and say so when the ``Host`` header is not allowed (see ``host_allowed``)."""
+        if self.app.host_allowed(self.headers.get("Host")):
+            return False
+        self._drain()
+        self._error(
+            HTTPStatus.MISDIRECTED_REQUEST,
+            "without a token this codec server answers only requests addressed to localhost or a "
+            "loopback address (Host header)",
+        )
+        return True
 
     def _content_length(self) -> int | None:
         try:

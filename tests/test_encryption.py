@@ -378,3 +378,54 @@ async def test_worker_and_cli_encrypt_when_keys_are_configured(config_env: TaskE
     assert blind.returncode == 2
     assert "payloads are encrypted; set AGENT_WORKER_ENCRYPTION_KEYS" in blind.stderr
     assert canary not in blind.stdout + blind.stderr
+
+
+def test_codec_server_without_a_token_answers_only_requests_addressed_to_loopback() -> None:
+    """Without a token, a request whose Host is another name (a DNS-rebinding page re-pointed at
+    127.0.0.1) or missing is refused with 421 before anything is decoded, its preflight too;
+    localhost and loopback addresses are answered; with a token, the Host does not matter."""
+    import http.client
+
+    codec = data_converter({"A": KEY_A}, "A").payload_codec
+    assert codec is not None
+    canary = f"canary-{uuid.uuid4().hex}"
+    plain = Payload(metadata={"encoding": b"json/plain"}, data=json.dumps(canary).encode())
+    [encrypted] = asyncio.run(codec.encode([plain]))
+    body = {"payloads": [json_format.MessageToDict(encrypted)]}
+    with CodecServer(codec, host="127.0.0.1", port=0) as server:
+        port = server.port
+        for host in (
+            "evil.example",
+            f"evil.example:{port}",
+            f"127.0.0.1.nip.io:{port}",
+            "localhost.evil.example",
+        ):
+            status, answer = post(f"{server.url}/decode", body, {"Host": host})
+            assert status == 421, host
+            assert canary not in json.dumps(answer)
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(
+                urllib.request.Request(
+                    f"{server.url}/decode",
+                    method="OPTIONS",
+                    headers={"Host": f"evil.example:{port}", "Origin": "http://evil.example"},
+                ),
+                timeout=10,
+            )
+        assert refused.value.code == 421
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        connection.putrequest("POST", "/decode", skip_host=True)
+        data = json.dumps(body).encode()
+        connection.putheader("Content-Length", str(len(data)))
+        connection.endheaders(data)
+        assert connection.getresponse().status == 421
+        connection.close()
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", "localhost", f"[::1]:{port}", "127.0.0.1"):
+            status, answer = post(f"{server.url}/decode", body, {"Host": host})
+            assert status == 200, host
+            assert json.loads(base64.b64decode(answer["payloads"][0]["data"])) == canary
+    with CodecServer(codec, host="127.0.0.1", port=0, token=TOKEN) as server:
+        named = {"Host": "codec.internal.example", "Authorization": f"Bearer {TOKEN}"}
+        status, answer = post(f"{server.url}/decode", body, named)
+        assert status == 200
+        assert json.loads(base64.b64decode(answer["payloads"][0]["data"])) == canary
