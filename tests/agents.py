@@ -169,6 +169,16 @@ class RecorderScript(ConversationModel):
         return calls
 
 
+class HallucinatingScript(ConversationModel):
+    """Calls a tool its agent does not have, then reports what it was told about that call."""
+
+    def respond(self, instructions: str | None, items: list[dict[str, Any]]) -> list[TResponseOutputItem]:
+        outputs = tool_outputs(items)
+        if "wipe_ledger" in outputs:
+            return [assistant_message(f"the missing tool said: {outputs['wipe_ledger']}")]
+        return [function_call("wipe_ledger", {"confirm": True}, call_id="call_ghost")]
+
+
 def _shell_agent(name: str) -> Agent:
     return Agent(name=name, instructions="Run what you are asked.", tools=[run_shell])
 
@@ -188,6 +198,9 @@ registrations = [
         name="recorder",
         build=lambda: Agent(name="recorder", instructions="Record values.", tools=[run_shell, record_value]),
         scripted_model=RecorderScript,
+    ),
+    AgentRegistration(
+        name="hallucinator", build=lambda: _shell_agent("hallucinator"), scripted_model=HallucinatingScript
     ),
     AgentRegistration(
         name="manager",

@@ -22,14 +22,16 @@ with workflow.unsafe.imports_passed_through():
     from schemas.tasks import BatchItem, PolicySpec
     from telemetry import metrics
     from workflows import options
+    from workflows.bounds import KEPT_TEXT_CHARS, cut
     from workflows.decisions import find_request, why_not
-    from workflows.effects import HandOff
+    from workflows.handoff import HandOff
 
 if TYPE_CHECKING:
     from workflows.agent_task import AgentTaskWorkflow
 
 # Patch ids are public contracts too: histories in flight carry them.
 REAUTHORIZE_PATCH = "reauthorize-approved-actions"
+REOPEN_WITHOUT_REVOKED_PATCH = "reopen-without-revoked-approver"
 # Ignored decisions kept in the state (and shown by ``status``); the event sink has all of them.
 IGNORED_KEPT = 100
 
@@ -54,6 +56,7 @@ class ApprovalDesk:
             reason=item.policy_reason,
             requested_at=now,
             deadline=now + timedelta(seconds=task.spec.budgets.approval_timeout_seconds),
+            run_chain=state.run_chain,
         )
         item.request_id = request.request_id
         state.requests.append(request)
@@ -111,7 +114,17 @@ class ApprovalDesk:
             raise HandOff(f"approval of {record.request_id} no longer holds: {answer.reason}")
         request = find_request(task.state.requests, record.request_id)
         assert request is not None
-        self.request(item, request.approvers)
+        approvers = request.approvers
+        if workflow.patched(REOPEN_WITHOUT_REVOKED_PATCH):
+            # The revoked principal cannot decide again: asked again, it would approve again and the
+            # request would re-open to it forever.
+            approvers = [a for a in approvers if a != record.principal]
+            if not approvers:
+                raise HandOff(
+                    f"approval of {record.request_id} no longer holds: {answer.reason}; "
+                    f"no approver other than {record.principal!r} is left to decide it"
+                )
+        self.request(item, approvers)
         return False
 
     def decision_for(self, item: BatchItem) -> DecisionRecord | None:
@@ -131,7 +144,11 @@ class ApprovalDesk:
         """Apply a decision or record why it is ignored; returns that reason (None when applied)."""
         spec = self.task.spec
         reason = self.task.input_error or why_not(
-            self.task.state.requests, decision, self.task.task_id, spec.policy if spec else PolicySpec()
+            self.task.state.requests,
+            decision,
+            self.task.task_id,
+            spec.policy if spec else PolicySpec(),
+            self.task.state.run_chain,
         )
         if reason is None and self._batch_item(decision.request_id) is None:
             reason = f"request {decision.request_id} no longer waits for a decision"
@@ -171,9 +188,14 @@ class ApprovalDesk:
     def ignore(
         self, reason: str, via: str, decision: ApprovalDecision | None = None, raw: Any = None
     ) -> None:
+        """Record why a decision changed nothing. Bounded work and size whatever was sent: the
+        strings kept are cut, the state keeps a tail of records and a count, and the event is held
+        back (counted) in a flood (``AgentTaskWorkflow.emit_ignored``)."""
         if decision is None and isinstance(raw, dict):
             decision_fields = {k: raw.get(k) for k in ("request_id", "principal", "version", "decision")}
-            fields = {k: v if isinstance(v, str) else None for k, v in decision_fields.items()}
+            fields = {
+                k: cut(v, KEPT_TEXT_CHARS) if isinstance(v, str) else None for k, v in decision_fields.items()
+            }
         elif decision is not None:
             fields = {
                 "request_id": decision.request_id,
@@ -183,9 +205,11 @@ class ApprovalDesk:
             }
         else:
             fields = {}
-        ignored = self.task.state.ignored
-        ignored.append(IgnoredDecision(reason=reason, via=via, received_at=workflow.now(), **fields))
-        # Every one is an event too: the state keeps a tail, so a flood of bad signals cannot grow it.
-        del ignored[:-IGNORED_KEPT]
+        reason = cut(reason, KEPT_TEXT_CHARS * 4)
+        state = self.task.state
+        state.ignored.append(IgnoredDecision(reason=reason, via=via, received_at=workflow.now(), **fields))
+        # The state keeps a tail, so a flood of bad signals cannot grow it.
+        del state.ignored[:-IGNORED_KEPT]
+        state.ignored_count += 1
         metrics.workflow_counter("agent_worker_approvals_ignored")
-        self.task.emit(EventType.APPROVAL_IGNORED, reason=reason, via=via, **fields)
+        self.task.emit_ignored(EventType.APPROVAL_IGNORED, reason=reason, via=via, **fields)

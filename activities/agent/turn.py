@@ -47,6 +47,12 @@ log = structlog.get_logger(__name__)
 _RAN = frozenset({ActionStatus.EXECUTED, ActionStatus.EDITED, ActionStatus.FAILED})
 
 
+def journal_key(input: TurnInput) -> str:
+    """Whose model calls the turn's journal holds: the task's run chain, so a reused task id (a new
+    chain) is never answered with an earlier run's responses. Tasks without a chain keep the task id."""
+    return input.task_id if input.run_chain is None else f"{input.task_id}\x00{input.run_chain}"
+
+
 class AgentActivities:
     """Agent-kernel activities over a registry of agents and an artifact store."""
 
@@ -63,10 +69,13 @@ class AgentActivities:
         registration = self.registry.get(input.agent)
         agent = registration.build()
         inner, model_name = model_for(registration, self.config)
-        model = JournaledModel(inner, self.journal, input.task_id, input.turn)
+        model = JournaledModel(inner, self.journal, journal_key(input), input.turn)
         run_config = RunConfig(
             model=model,
             model_settings=no_sdk_retries(),  # Temporal owns retries
+            # A tool the agent does not have (a model's slip) goes back to the model as a tool error,
+            # as invalid arguments do; raised, it would fail every retry over the journaled response.
+            tool_not_found_behavior="return_error_to_model",
             # The worker decides, process-wide, whether agent spans go anywhere (OTel, OpenAI).
             workflow_name=f"agent-worker:{input.agent}",
         )

@@ -1,0 +1,73 @@
+"""Approvals and effects at their edges: a cancel during a write, an edit the tool refuses, a revoked
+approver, a decision no worker hears, and a tool the agent does not have."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from temporalio.client import WorkflowUpdateFailedError
+
+from activities.authz import SqliteAuthorizer
+from schemas.tasks import TaskPhase, TaskResult, TaskStatus
+from tests.support import TaskEnv, assert_replays
+from tests.test_reauthorization import approve_then_revoke, approved_write_after_slow_command
+
+
+async def test_a_tool_the_agent_does_not_have_goes_back_to_the_model_as_a_tool_error(env: TaskEnv) -> None:
+    """A call to a tool the agent lacks does not fail the task: the model is told, and answers."""
+    handle = await env.start({"agent": "hallucinator", "prompt": "tidy the ledger"})
+    result: TaskResult = await asyncio.wait_for(handle.result(), 60)
+    assert result.phase is TaskPhase.COMPLETED
+    assert result.final_output and "the missing tool said:" in result.final_output
+    assert "wipe_ledger" in result.final_output and "not found" in result.final_output
+    await assert_replays(env.client, handle.id)
+
+
+def only_approver_policy() -> dict:
+    spec = approved_write_after_slow_command("reapprove")
+    spec["policy"]["rules"][0]["approvers"] = ["clerk"]
+    return spec
+
+
+async def test_a_revoked_sole_approver_hands_the_task_off_instead_of_being_asked_again(
+    env: TaskEnv,
+) -> None:
+    """The request does not re-open to the principal who lost the permission; with no one else left
+    to decide, the task ends handed off, saying why, and nothing is written."""
+    handle = await env.start(only_approver_policy())
+    await approve_then_revoke(env, handle, "clerk")
+    result: TaskResult = await asyncio.wait_for(handle.result(), 60)
+    assert result.phase is TaskPhase.HANDED_OFF
+    assert result.reason and "left the finance team" in result.reason and "clerk" in result.reason
+    assert env.business().count() == 0
+    await assert_replays(env.client, handle.id)
+
+
+async def test_a_revoked_approver_cannot_decide_the_request_it_reopened(env: TaskEnv) -> None:
+    """The re-opened request lists only the approvers still allowed; the revoked one's approval is
+    refused before history, and the request stays open for the others."""
+    handle = await env.start(approved_write_after_slow_command("reapprove"))
+    await approve_then_revoke(env, handle, "clerk")
+    status = await env.wait_status(handle, lambda s: [r.request_id for r in s.pending] == ["req-2"])
+    [request] = status.pending
+    assert request.approvers == ["supervisor"]
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await handle.execute_update(
+            "decide",
+            {
+                "request_id": request.request_id,
+                "version": request.version,
+                "decision": "approve",
+                "principal": "clerk",
+            },
+        )
+    assert "clerk" in str(refused.value.cause)
+    status = await handle.query("status", result_type=TaskStatus)
+    assert [r.request_id for r in status.pending] == ["req-2"]
+    SqliteAuthorizer(env.config.authz_db).grant("clerk", "record_value")  # even restored: not its call
+    await env.approve(handle, principal="supervisor")
+    result: TaskResult = await asyncio.wait_for(handle.result(), 60)
+    assert result.phase is TaskPhase.COMPLETED
+    assert env.business().count() == 1
+    await assert_replays(env.client, handle.id)
