@@ -4,13 +4,19 @@ approver, a decision no worker hears, and a tool the agent does not have."""
 from __future__ import annotations
 
 import asyncio
+import time
+from pathlib import Path
 
 import pytest
-from temporalio.client import WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 
 from activities.authz import SqliteAuthorizer
+from activities.business import SqliteBusinessStore
+from activities.events import JsonlEventSink
+from schemas.config import WorkerConfig
 from schemas.tasks import TaskPhase, TaskResult, TaskStatus
-from tests.support import TaskEnv, assert_replays
+from schemas.writes import WriteInput, WriteReceipt
+from tests.support import TaskEnv, assert_replays, make_config, running_worker
 from tests.test_reauthorization import approve_then_revoke, approved_write_after_slow_command
 
 
@@ -71,3 +77,57 @@ async def test_a_revoked_approver_cannot_decide_the_request_it_reopened(env: Tas
     assert result.phase is TaskPhase.COMPLETED
     assert env.business().count() == 1
     await assert_replays(env.client, handle.id)
+
+
+class SlowAnswerWriter(SqliteBusinessStore):
+    """Commits at once, then takes seconds to answer: a write still in flight after its row exists."""
+
+    def write(self, input: WriteInput) -> WriteReceipt:
+        receipt = super().write(input)
+        time.sleep(3)
+        return receipt
+
+
+def slow_answer_writer(config: WorkerConfig) -> SlowAnswerWriter:
+    return SlowAnswerWriter(config.business_db)
+
+
+async def test_a_write_committed_while_the_task_is_cancelled_is_in_its_events(
+    client: Client, tmp_path: Path
+) -> None:
+    """Cancelled after the row is committed but before the write answers: the task still ends
+    cancelled, and its events (status and sink) record the committed write with its record id."""
+    config = make_config(
+        tmp_path / "data", business_writer="tests.test_approvals_and_effects:slow_answer_writer"
+    )
+    env = TaskEnv(client=client, config=config, address="")
+    async with running_worker(client, config):
+        handle = await env.start(
+            {
+                "agent": "recorder",
+                "prompt": "record: paid-invoice-9",
+                "policy": {
+                    "rules": [
+                        {"tool": "record_value", "decision": "require_approval", "approvers": ["clerk"]}
+                    ]
+                },
+            }
+        )
+        await env.approve(handle, principal="clerk")
+        deadline = time.monotonic() + 30
+        while env.business().count() == 0:
+            assert time.monotonic() < deadline, "the write never committed"
+            await asyncio.sleep(0.05)
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError):
+            await asyncio.wait_for(handle.result(), 60)
+        status = await handle.query("status", result_type=TaskStatus)
+    assert status.phase is TaskPhase.CANCELLED
+    assert env.business().count() == 1
+    [confirmed] = [e for e in status.last_events if e.type.value == "write.confirmed"]
+    assert confirmed.data["outcome"] == "committed" and confirmed.data["record_id"]
+    stored = [
+        e for e in JsonlEventSink(config.events_dir).read(handle.id) if e.type.value == "write.confirmed"
+    ]
+    assert [e.data["record_id"] for e in stored] == [confirmed.data["record_id"]]
+    await assert_replays(client, handle.id)

@@ -3,6 +3,7 @@ activity, each recorded as evidence. Workflow code: deterministic, no I/O of its
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -47,7 +48,9 @@ with workflow.unsafe.imports_passed_through():
         operation_key,
     )
     from telemetry import metrics
-    from workflows import options
+    from workflows import bounds, options
+    from workflows.bounds import BOUNDED_PATCH, cut
+    from workflows.handoff import HandOff
 
 if TYPE_CHECKING:
     from workflows.agent_task import AgentTaskWorkflow
@@ -55,10 +58,21 @@ if TYPE_CHECKING:
 
 # Patch ids are public contracts: histories in flight carry them.
 REBUILD_SANDBOX_PATCH = "rebuild-lost-sandbox"
+SETTLE_CANCELLED_WRITE_PATCH = "settle-cancelled-write"
 
 
-class HandOff(Exception):
-    """Raised inside the workflow to end the task ``handed_off``: a human must take over."""
+class _CancelledWrite(Exception):
+    """The task was cancelled while a write was in flight; ``receipt`` is what the write returned
+    once it settled (None: it failed, so only a lookup can tell)."""
+
+    def __init__(self, receipt: WriteReceipt | None) -> None:
+        super().__init__("cancelled during a business write")
+        self.receipt = receipt
+
+
+# Characters of a command's stdout and stderr in the result preview when the full result is kept by
+# reference.
+PREVIEW_CHARS = 4_000
 
 
 class EffectRunner:
@@ -131,6 +145,7 @@ class EffectRunner:
                     spec=spec.sandbox,
                     inputs=state.inputs,
                     run_id=workflow.info().run_id,
+                    run_chain=state.run_chain,
                 ),
                 options.SANDBOX_CREATE,
             )
@@ -210,11 +225,16 @@ class EffectRunner:
             duration_ms=record.duration_ms,
             stdout_digest=record.stdout_artifact.digest,
         )
+        stdout, stderr = record.stdout, record.stderr
+        if record.tool_output is not None and workflow.patched(BOUNDED_PATCH):
+            # The model reads the full result by reference; the preview only travels in the next
+            # turn's input, which must stay small however much a command printed.
+            stdout, stderr = cut(stdout, PREVIEW_CHARS), cut(stderr, PREVIEW_CHARS)
         preview = {
             "exit_code": record.exit_code,
             "timed_out": record.timed_out,
-            "stdout": record.stdout,
-            "stderr": record.stderr,
+            "stdout": stdout,
+            "stderr": stderr,
             "truncated": record.truncated,
             "outputs": [o.model_dump(mode="json") for o in record.outputs],
         }
@@ -249,6 +269,8 @@ class EffectRunner:
         self.task.emit(
             EventType.DELEGATION_STARTED, call_id=action.call_id, child=child_id, agent=delegation.agent
         )
+        if workflow.patched(BOUNDED_PATCH):
+            bounds.check(f"sub-task {child_id}'s input", TaskInput(spec=child))
         try:
             result = await workflow.execute_child_workflow(
                 "AgentTask",
@@ -293,7 +315,8 @@ class EffectRunner:
         A conflict, a system that stays down, or a lookup that stays unavailable hands the task off.
         Returns the model-visible receipt, or None when nothing was written."""
         spec = spec_of(self.task)
-        key = operation_key(self.task.task_id, action.call_id)
+        # Keyed by the run chain too: a reused task id is a new task, whose writes are its own.
+        key = operation_key(self.task.task_id, action.call_id, self.task.state.run_chain)
         write_input = WriteInput(
             operation_key=key,
             task_id=self.task.task_id,
@@ -301,16 +324,33 @@ class EffectRunner:
             record_type=plan.record_type,
             payload=plan.payload,
         )
+        if workflow.patched(BOUNDED_PATCH):
+            bounds.check(f"write {key}'s input", write_input)
         self.task.set_phase(TaskPhase.COMMITTING)
+        settle = workflow.patched(SETTLE_CANCELLED_WRITE_PATCH)
+        try:
+            receipt = await self.write_rounds(action, key, write_input, settle)
+        except _CancelledWrite as cancelled:
+            await self.settle_cancelled(action, key, cancelled.receipt)
+            raise asyncio.CancelledError from None
+        except (asyncio.CancelledError, ActivityError) as err:
+            by_cancel = isinstance(err, asyncio.CancelledError) or is_cancelled_exception(err)
+            if not settle or not by_cancel or workflow.cancellation_reason() is None:
+                raise
+            await self.settle_cancelled(action, key, None)  # cancelled during a lookup
+            raise
+        self.task.set_phase(TaskPhase.RUNNING)
+        return self.record_write(action, key, receipt)
+
+    async def write_rounds(
+        self, action: ProposedAction, key: str, write_input: WriteInput, settle: bool
+    ) -> WriteReceipt:
+        """Write, and look up after an unknown outcome, until the write settles (or hand off)."""
         receipt: WriteReceipt | None = None
         for round_ in range(1, options.MAX_WRITE_ROUNDS + 1):
             self.task.emit(EventType.WRITE_ATTEMPTED, call_id=action.call_id, operation_key=key, round=round_)
             try:
-                receipt = await workflow.execute_activity_method(
-                    BusinessActivities.write,
-                    write_input,
-                    **options.BUSINESS_WRITE.kwargs(task_queue=options.business_queue()),
-                )
+                receipt = await self.send_write(write_input, settle)
                 break
             except ActivityError as err:
                 if is_cancelled_exception(err):
@@ -334,10 +374,43 @@ class EffectRunner:
             self.task.set_phase(TaskPhase.COMMITTING)  # not found: send it again, same key
         if receipt is None:
             raise HandOff(f"write {key} did not settle after {options.MAX_WRITE_ROUNDS} rounds")
-        self.task.set_phase(TaskPhase.RUNNING)
+        return receipt
+
+    async def send_write(self, write_input: WriteInput, settle: bool) -> WriteReceipt:
+        """One ``business.write``. With ``settle``, a cancellation of the task does not abandon the
+        write in flight (it may commit all the same): the write is let finish (its retries bound the
+        wait) and ``_CancelledWrite`` carries what it returned."""
+        kwargs = options.BUSINESS_WRITE.kwargs(task_queue=options.business_queue())
+        if not settle:
+            return await workflow.execute_activity_method(BusinessActivities.write, write_input, **kwargs)
+        sending = workflow.start_activity_method(BusinessActivities.write, write_input, **kwargs)
+        try:
+            return await asyncio.shield(sending)
+        except asyncio.CancelledError:
+            if workflow.cancellation_reason() is None:
+                raise  # evicted from the worker's cache, not cancelled: the next replay goes on
+            try:
+                receipt: WriteReceipt | None = await asyncio.shield(sending)
+            except ActivityError:
+                receipt = None
+            raise _CancelledWrite(receipt) from None
+
+    async def settle_cancelled(self, action: ProposedAction, key: str, receipt: WriteReceipt | None) -> None:
+        """The task is being cancelled during the write: whatever committed under ``key`` goes into
+        the events and the evidence all the same (looked up when the write's own answer is lost)."""
+        if receipt is None or receipt.outcome is WriteOutcome.UNKNOWN:
+            receipt = await asyncio.shield(self.lookup(key, options.CONFIRM_LOOKUP))
+        if receipt is not None and receipt.outcome is not WriteOutcome.UNKNOWN:
+            self.record_write(action, key, receipt, during_cancel=True)
+
+    def record_write(
+        self, action: ProposedAction, key: str, receipt: WriteReceipt, during_cancel: bool = False
+    ) -> str:
+        """Record a settled write as evidence and an event; returns the model-visible receipt."""
+        extra = {"during_cancel": True} if during_cancel else {}
         metrics.workflow_counter("agent_worker_writes", outcome=receipt.outcome.value)
         if receipt.outcome is WriteOutcome.REJECTED:
-            self.task.emit(EventType.WRITE_REJECTED, operation_key=key, detail=receipt.detail)
+            self.task.emit(EventType.WRITE_REJECTED, operation_key=key, detail=receipt.detail, **extra)
             return json.dumps(
                 {"outcome": "rejected", "operation_key": key, "detail": receipt.detail}, sort_keys=True
             )
@@ -350,6 +423,7 @@ class EffectRunner:
             outcome=receipt.outcome.value,
             record_id=receipt.record_id,
             replayed=receipt.replayed,
+            **extra,
         )
         return json.dumps(
             {"outcome": receipt.outcome.value, "record_id": receipt.record_id, "operation_key": key},
