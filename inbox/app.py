@@ -7,12 +7,14 @@ loop, so the session table needs no lock. Routes::
     GET  /                       the viewer's inbox (every request they may decide, with controls)
     GET  /tasks/<id>             one task (refreshes itself while it runs with nothing to decide)
     POST /tasks/<id>/decide      approve / edit / reject (CSRF token; approver checked again)
-    GET  /login, POST /login     token mode: the token form, then a session cookie
+    GET  /login, POST /login     token mode: the token form (a pre-login cookie and the CSRF token
+                                 bound to it), then a session cookie
     POST /logout                 ends the session (CSRF token)
     GET  /healthz                "ok", without authentication
 
 Every response carries a strict Content-Security-Policy (no script at all), ``no-store`` caching
-and framing denial.
+and framing denial. A POST the browser marks as coming from another site (``Sec-Fetch-Site``) is
+refused before anything else, the login included (see ``inbox.auth`` for the CSRF tokens).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import asyncio
 import contextlib
 import ipaddress
 import os
+import secrets
 import signal
 import sys
 import threading
@@ -36,7 +39,16 @@ import structlog
 from temporalio.client import Client
 
 from inbox import pages
-from inbox.auth import Authenticator, InboxConfigError, Session, cookie_header, session_id_from
+from inbox.auth import (
+    LOGIN_COOKIE,
+    LOGIN_COOKIE_SECONDS,
+    Authenticator,
+    InboxConfigError,
+    Session,
+    cookie_header,
+    session_id_from,
+    well_formed_cookie,
+)
 from inbox.service import InboxError, InboxService
 
 log = structlog.get_logger("agent_worker.inbox")
@@ -124,6 +136,10 @@ class InboxApp:
         method = request.method
         if path == "/healthz" and method == "GET":
             return Response(200, "ok", {"Content-Type": "text/plain; charset=utf-8"})
+        fetched_from = request.headers.get("sec-fetch-site", "").lower()
+        if method == "POST" and fetched_from in ("cross-site", "same-site"):
+            # The browser says another site sent this form: a CSRF attempt, whatever it carries.
+            raise InboxError("a form posted from another site is refused: use the inbox's own pages", 403)
         if path == "/login":
             return self._login(request)
         session, new_cookie = self._session(request)
@@ -184,31 +200,46 @@ class InboxApp:
         return self.service.previews(request.action)
 
     def _session(self, request: Request) -> tuple[Session | None, bool]:
-        """The request's session, and whether it was just created (header mode)."""
-        session = self.auth.session(session_id_from(request.headers.get("cookie")))
+        """The request's session, and whether its cookie is new (header mode, where none is kept)."""
+        cookie_id = session_id_from(request.headers.get("cookie"))
         if self.auth.mode == "token":
-            return session, False
+            return self.auth.session(cookie_id), False
         principal = self.auth.principal_from_header(request.headers)
         if principal is None:
             return None, False
-        if session is not None and session.principal == principal:
-            return session, False
-        return self.auth.new_session(principal), True
+        return self.auth.header_session(principal, cookie_id)
 
     def _login(self, request: Request) -> Response:
         if self.auth.mode != "token":
             return Response(303, headers={"Location": "/"})
-        if request.method == "GET":
-            return Response(200, pages.login_page())
-        if request.method != "POST":
+        if request.method not in ("GET", "POST"):
             raise InboxError(f"no page {request.method} /login", 404)
-        principal = self.auth.principal_for_token(request.form().get("token", "").strip())
+        login_cookie = session_id_from(request.headers.get("cookie"), LOGIN_COOKIE)
+        if request.method == "GET":
+            return self._login_page(200, login_cookie)
+        form = request.form()
+        if not self.auth.login_csrf_ok(login_cookie, form.get("csrf")):
+            log.warning("inbox login refused: no pre-login cookie or a CSRF token not made for it")
+            problem = "The sign-in form expired or was not sent from this page; sign in again here."
+            return self._login_page(403, None, problem)
+        principal = self.auth.principal_for_token(form.get("token", "").strip())
         if principal is None:
             log.warning("inbox login refused: unknown token")
-            return Response(401, pages.login_page("That token is not valid."))
+            return self._login_page(401, login_cookie, "That token is not valid.")
         session = self.auth.new_session(principal)
         log.info("inbox login", principal=principal)
         return Response(303, headers={"Location": "/", "Set-Cookie": cookie_header(session.session_id)})
+
+    def _login_page(self, status: int, login_cookie: str | None, problem: str | None = None) -> Response:
+        """The login form with its CSRF token, setting the pre-login cookie it is bound to if new."""
+        headers = {}
+        if not well_formed_cookie(login_cookie):
+            login_cookie = secrets.token_urlsafe(32)
+            headers["Set-Cookie"] = cookie_header(
+                login_cookie, max_age=LOGIN_COOKIE_SECONDS, name=LOGIN_COOKIE, path="/login"
+            )
+        assert login_cookie is not None
+        return Response(status, pages.login_page(problem, csrf=self.auth.login_csrf(login_cookie)), headers)
 
 
 class _Handler(BaseHTTPRequestHandler):

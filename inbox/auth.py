@@ -16,8 +16,19 @@ Two modes map a person to a *principal* (the name a task's policy lists as an ap
     header from incoming requests. (Loopback alone is not enough on a machine where people browse:
     a page that rebinds its DNS name to 127.0.0.1 could send the header itself.)
 
-In both modes a session (in memory, so a restart logs everyone out) carries a random CSRF token
-that every form repeats and every POST must match.
+Every form carries a CSRF token that its POST must repeat, bound to a cookie a page on another
+site cannot send (``SameSite=Strict``), and a POST a browser marks as cross-site
+(``Sec-Fetch-Site``) is refused outright:
+
+- signing in (token mode): ``GET /login`` sets a pre-login cookie; the form's token is an HMAC of it
+  under a per-process secret. So another site cannot sign a browser in as the attacker's principal
+  (login CSRF): its POST arrives without that cookie. Nothing is stored for it.
+- token mode, signed in: a session (in memory, so a restart logs everyone out) with a random CSRF
+  token; the table is bounded (``MAX_SESSIONS``, the least recently used goes first) and idle
+  sessions expire.
+- header mode: no session table at all, since the proxy names the principal on every request. The
+  cookie holds a random id and the CSRF token is an HMAC of the principal and that id, so a
+  cookie-less request (a monitor, a script) leaves no server state behind.
 """
 
 from __future__ import annotations
@@ -28,11 +39,16 @@ import json
 import re
 import secrets
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
 COOKIE = "aw_inbox_session"
+LOGIN_COOKIE = "aw_inbox_login"
+LOGIN_COOKIE_SECONDS = 3600
 SESSION_IDLE_SECONDS = 8 * 3600
+MAX_SESSIONS = 10_000
+_COOKIE_VALUE = re.compile(r"^[A-Za-z0-9_-]{43}$")  # secrets.token_urlsafe(32)
 DEFAULT_PRINCIPAL_HEADER = "X-Forwarded-User"
 _PRINCIPAL = re.compile(r"^[^\x00-\x1f\x7f]{1,200}$")
 
@@ -49,6 +65,11 @@ class Session:
     principal: str
     csrf: str
     last_seen: float = field(default_factory=time.monotonic)
+
+
+def well_formed_cookie(value: str | None) -> bool:
+    """Whether ``value`` looks like a cookie value the inbox made (43 URL-safe base64 characters)."""
+    return value is not None and _COOKIE_VALUE.match(value) is not None
 
 
 def valid_principal(value: str | None) -> str | None:
@@ -102,6 +123,7 @@ class Authenticator:
         mode: ``"token"`` or ``"header"``.
         tokens: for ``token`` mode, tokens (or ``sha256:<hex>`` digests of them) to principals.
         principal_header: for ``header`` mode, the header the trusted proxy sets.
+        max_sessions: token mode keeps at most this many sessions (the least recently used goes).
     """
 
     def __init__(
@@ -109,6 +131,7 @@ class Authenticator:
         mode: str,
         tokens: dict[str, str] | None = None,
         principal_header: str = DEFAULT_PRINCIPAL_HEADER,
+        max_sessions: int = MAX_SESSIONS,
     ) -> None:
         if mode not in ("token", "header"):
             raise InboxConfigError(f"unknown auth mode {mode!r}; use 'token' or 'header'")
@@ -120,7 +143,14 @@ class Authenticator:
         self.principal_header = principal_header
         self._plain = {t: p for t, p in (tokens or {}).items() if not t.startswith("sha256:")}
         self._hashed = {t: p for t, p in (tokens or {}).items() if t.startswith("sha256:")}
-        self._sessions: dict[str, Session] = {}
+        self.max_sessions = max_sessions
+        self._sessions: OrderedDict[str, Session] = OrderedDict()  # least recently used first
+        self._secret = secrets.token_bytes(32)  # for the HMAC-bound CSRF tokens; dies with the process
+
+    @property
+    def session_count(self) -> int:
+        """How many sessions the server keeps (always 0 in header mode)."""
+        return len(self._sessions)
 
     @property
     def principals(self) -> set[str]:
@@ -145,11 +175,39 @@ class Authenticator:
         return valid_principal(headers.get(self.principal_header.lower()))
 
     def new_session(self, principal: str) -> Session:
-        """Start a session for ``principal`` with a fresh CSRF token."""
+        """Start a session for ``principal`` with a fresh CSRF token (token mode; kept in the table)."""
         self._expire()
+        while len(self._sessions) >= self.max_sessions:
+            self._sessions.popitem(last=False)
         session = Session(secrets.token_urlsafe(32), principal, secrets.token_urlsafe(32))
         self._sessions[session.session_id] = session
         return session
+
+    def header_session(self, principal: str, cookie_id: str | None) -> tuple[Session, bool]:
+        """Header mode: the request's session, kept nowhere, and whether its cookie is new.
+
+        The cookie holds a random id; the CSRF token is an HMAC of the principal and that id, so it
+        is checked without a table and cannot be reused by another principal or another browser.
+        """
+        fresh = not well_formed_cookie(cookie_id)
+        session_id = secrets.token_urlsafe(32) if fresh else cookie_id
+        assert session_id is not None
+        return Session(session_id, principal, self._mac("header", principal, session_id)), fresh
+
+    def login_csrf(self, login_cookie: str) -> str:
+        """The login form's CSRF token for a browser holding ``login_cookie`` (the pre-login cookie)."""
+        return self._mac("login", login_cookie)
+
+    def login_csrf_ok(self, login_cookie: str | None, submitted: str | None) -> bool:
+        """Whether a login POST carries the pre-login cookie and the form token made for it."""
+        if not well_formed_cookie(login_cookie) or not submitted:
+            return False
+        assert login_cookie is not None
+        return hmac.compare_digest(self.login_csrf(login_cookie).encode(), submitted.encode())
+
+    def _mac(self, purpose: str, *parts: str) -> str:
+        message = "\n".join((purpose, *parts)).encode()
+        return hmac.new(self._secret, message, hashlib.sha256).hexdigest()
 
     def session(self, session_id: str | None) -> Session | None:
         """The live session with this id, or None (unknown or idle too long)."""
@@ -160,6 +218,7 @@ class Authenticator:
             self._sessions.pop(session_id, None)
             return None
         session.last_seen = time.monotonic()
+        self._sessions.move_to_end(session_id)
         return session
 
     def end_session(self, session_id: str) -> None:
@@ -172,21 +231,22 @@ class Authenticator:
         return submitted is not None and hmac.compare_digest(session.csrf.encode(), submitted.encode())
 
     def _expire(self) -> None:
+        # The table is in last-seen order: the idle ones are at its front.
         now = time.monotonic()
-        for sid in [s for s, v in self._sessions.items() if now - v.last_seen > SESSION_IDLE_SECONDS]:
-            del self._sessions[sid]
+        while self._sessions and now - next(iter(self._sessions.values())).last_seen > SESSION_IDLE_SECONDS:
+            self._sessions.popitem(last=False)
 
 
-def cookie_header(session_id: str, *, max_age: int | None = None) -> str:
-    """The ``Set-Cookie`` value for a session (``max_age=0`` clears it)."""
-    value = f"{COOKIE}={session_id}; Path=/; HttpOnly; SameSite=Strict"
+def cookie_header(session_id: str, *, max_age: int | None = None, name: str = COOKIE, path: str = "/") -> str:
+    """The ``Set-Cookie`` value for a session (``max_age=0`` clears it) or another inbox cookie."""
+    value = f"{name}={session_id}; Path={path}; HttpOnly; SameSite=Strict"
     if max_age is not None:
         value += f"; Max-Age={max_age}"
     return value
 
 
-def session_id_from(cookie_header_value: str | None) -> str | None:
-    """The session id in a request's ``Cookie`` header, if any."""
+def session_id_from(cookie_header_value: str | None, name: str = COOKIE) -> str | None:
+    """The session id (or the cookie ``name``'s value) in a request's ``Cookie`` header, if any."""
     from http.cookies import CookieError, SimpleCookie
 
     if not cookie_header_value:
@@ -196,5 +256,5 @@ def session_id_from(cookie_header_value: str | None) -> str | None:
         jar.load(cookie_header_value)
     except CookieError:
         return None
-    morsel = jar.get(COOKIE)
+    morsel = jar.get(name)
     return morsel.value if morsel else None

@@ -85,13 +85,14 @@ def layout(
     )
 
 
-def login_page(problem: str | None = None) -> str:
-    """The token login form."""
+def login_page(problem: str | None = None, *, csrf: str = "") -> str:
+    """The token login form (``csrf``: the token bound to the browser's pre-login cookie)."""
     note = f'<p class="bad" id="problem">{_e(problem)}</p>' if problem else ""
     body = (
         '<div class="card"><h1>Sign in</h1>'
         "<p>Paste the access token you were given. It maps you to your approver name.</p>"
         f'{note}<form method="post" action="/login">'
+        f'<input type="hidden" name="csrf" value="{_e(csrf)}">'
         '<input type="password" name="token" id="token" autocomplete="current-password" required>'
         '<p><button id="login">Sign in</button></p></form></div>'
     )

@@ -49,6 +49,19 @@ def session_cookie(reply_headers: dict[str, str]) -> str:
     return f"{COOKIE}={match.group(1)}"
 
 
+def http_sign_in(url: str, token: str, headers: dict[str, str] | None = None) -> Any:
+    """Sign in over plain HTTP as a browser does: the login page (its pre-login cookie and the form's
+    CSRF token), then the form with ``token``; the login POST's reply."""
+    page = fetch(url + "/login")
+    login_cookie = re.search(r"aw_inbox_login=([^;]+)", page.headers.get("set-cookie", ""))
+    assert page.status == 200 and login_cookie, page.headers
+    return fetch(
+        url + "/login",
+        form={"token": token, "csrf": csrf_of(page.body)},
+        headers={"Cookie": f"aw_inbox_login={login_cookie.group(1)}", **(headers or {})},
+    )
+
+
 async def listed(app: Any, principal: str, task_id: str) -> None:
     """Wait until visibility lists the task for ``principal`` (it is eventually consistent)."""
     deadline = time.monotonic() + 20
@@ -301,7 +314,7 @@ async def test_token_mode_refuses_bad_tokens_missing_sessions_and_logged_out_ses
     for tokens in (tokens_file, hashed):
         app = build_app(client, auth="token", tokens=tokens)
         async with running_inbox(app, "127.0.0.1:0") as url:
-            wrong = await asyncio.to_thread(fetch, url + "/login", form={"token": LEAD_TOKEN + "x"})
+            wrong = await asyncio.to_thread(http_sign_in, url, LEAD_TOKEN + "x")
             assert wrong.status == 401 and "not valid" in wrong.body and "set-cookie" not in wrong.headers
             for cookie in ({}, {"Cookie": f"{COOKIE}=made-up"}):
                 page = await asyncio.to_thread(fetch, url + "/", headers=cookie)
@@ -309,7 +322,7 @@ async def test_token_mode_refuses_bad_tokens_missing_sessions_and_logged_out_ses
             post = await asyncio.to_thread(fetch, url + "/tasks/x/decide", form={"decision": "approve"})
             assert post.status == 401
 
-            good = await asyncio.to_thread(fetch, url + "/login", form={"token": LEAD_TOKEN})
+            good = await asyncio.to_thread(http_sign_in, url, LEAD_TOKEN)
             assert good.status == 303 and "HttpOnly" in good.headers["set-cookie"]
             cookie = {"Cookie": session_cookie(good.headers)}
             page = await asyncio.to_thread(fetch, url + "/", headers=cookie)
