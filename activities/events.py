@@ -1,7 +1,7 @@
 """Delivering task events to a sink: the ``events.publish`` activity.
 
-The workflow holds every event (with a stable ``<task id>/<seq>`` id) in its state until it is
-delivered, and delivers in order; delivery runs as an activity, so replay never repeats it and a
+The workflow holds every event (with a stable ``<task id>/<run chain>/<seq>`` id) in its state until
+it is delivered, and delivers in order; delivery runs as an activity, so replay never repeats it and a
 worker crash only delays it. A retried delivery may carry events the sink already has: sinks drop
 every event whose id they already hold, which makes the stream exactly-once, in order.
 
@@ -24,6 +24,7 @@ from temporalio import activity
 
 from activities.errors import activity_boundary
 from schemas.events import Event, PublishEventsInput, PublishEventsResult
+from security.redact import redact_value
 
 
 class EventSink(Protocol):
@@ -35,8 +36,10 @@ class EventSink(Protocol):
 
 
 class JsonlEventSink:
-    """One append-only JSON-lines file per task; events arrive in order, so a task's last stored
-    sequence number is all the de-duplication needs."""
+    """One append-only JSON-lines file per task id; events arrive in order, so the last stored
+    sequence number of the events' run chain is all the de-duplication needs. A reused task id is a
+    new run chain, whose sequence starts again at 1 after the earlier run's events in the same file
+    (``read_chain`` picks one run's)."""
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
@@ -50,8 +53,9 @@ class JsonlEventSink:
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("r+b" if path.exists() else "w+b") as f:
             fcntl.flock(f, fcntl.LOCK_EX)  # a zombie attempt and its retry never interleave
-            last = _last_seq(f)
-            new = [e for e in events if e.seq > last]
+            chains = {e.run_chain for e in events}
+            last = {chain: _last_seq(f, chain) for chain in chains}
+            new = [e for e in events if e.seq > last[e.run_chain]]
             f.seek(0, os.SEEK_END)
             for event in new:
                 f.write(event.model_dump_json(by_alias=True).encode() + b"\n")
@@ -60,7 +64,7 @@ class JsonlEventSink:
         return len(new)
 
     def read(self, task_id: str) -> Iterator[Event]:
-        """The task's stored events, in order."""
+        """The task id's stored events, in order (of every run that used the id)."""
         path = self.path(task_id)
         if not path.exists():
             return
@@ -69,10 +73,16 @@ class JsonlEventSink:
                 if line.strip():
                     yield Event.model_validate_json(line)
 
+    def read_chain(self, task_id: str, run_chain: str | None) -> Iterator[Event]:
+        """The stored events of one run chain of the task id (None: a task started before run
+        chains), in order."""
+        return (e for e in self.read(task_id) if e.run_chain == run_chain)
 
-def _last_seq(f: BinaryIO) -> int:
-    """The ``seq`` of the file's last complete line (0 for an empty file). A torn last line, left by
-    a crash in the middle of a write, is cut off first (the caller holds the lock)."""
+
+def _last_seq(f: BinaryIO, chain: str | None) -> int:
+    """The ``seq`` of the file's last complete line of run chain ``chain`` (0 when it has none). A
+    torn last line, left by a crash in the middle of a write, is cut off first (the caller holds the
+    lock). Only the tail is read, unless the chain is not in it (a new run of a reused task id)."""
     f.seek(0, os.SEEK_END)
     size = f.tell()
     if size == 0:
@@ -84,8 +94,21 @@ def _last_seq(f: BinaryIO) -> int:
         cut = tail.rfind(b"\n") + 1  # 0 when the whole tail is one torn line
         f.truncate(start + cut)
         tail = tail[:cut]
-    lines = [line for line in tail.splitlines() if line.strip()]
-    return int(json.loads(lines[-1])["seq"]) if lines else 0
+        size = start + cut
+    found = _last_seq_in(tail.splitlines()[1 if start else 0 :], chain)  # a tail's first line may be cut
+    if found is None and start:
+        f.seek(0)
+        found = _last_seq_in(f.read(size).splitlines(), chain)
+    return found or 0
+
+
+def _last_seq_in(lines: list[bytes], chain: str | None) -> int | None:
+    for line in reversed(lines):
+        if line.strip():
+            stored = json.loads(line)
+            if stored.get("run_chain") == chain:
+                return int(stored["seq"])
+    return None
 
 
 class EventActivities:
@@ -97,6 +120,8 @@ class EventActivities:
     @activity.defn(name="events.publish")
     @activity_boundary
     async def publish(self, input: PublishEventsInput) -> PublishEventsResult:
-        """Deliver a task's events (in order); those the sink already holds are dropped."""
-        new = await asyncio.to_thread(self.sink.publish, input.task_id, input.events)
+        """Deliver a task's events (in order); those the sink already holds are dropped. Their data
+        is redacted (``security.redact``) before any sink sees it."""
+        events = [e.model_copy(update={"data": redact_value(e.data)}) for e in input.events]
+        new = await asyncio.to_thread(self.sink.publish, input.task_id, events)
         return PublishEventsResult(delivered=len(input.events), new=new)

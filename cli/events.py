@@ -12,10 +12,11 @@ import sys
 from typing import Any, TextIO
 
 from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities.events import JsonlEventSink
 from cli import render
-from cli.tasks import POLL_SECONDS, query_status
+from cli.tasks import POLL_SECONDS, CliError, query_status
 from schemas.config import WorkerConfig
 from schemas.events import Event
 
@@ -25,16 +26,31 @@ def _line(event: Event) -> str:
     return f"{event.seq:>5}  {event.at:%Y-%m-%d %H:%M:%S}  {event.type.value:<22} {event.phase:<18} {summary}"
 
 
+def _stored(sink: JsonlEventSink, task_id: str, chain: str | None) -> list[Event]:
+    """The current run chain's stored events (a task started before run chains has none of its own:
+    its events carry no chain)."""
+    if not sink.path(task_id).exists():
+        return []
+    return list(sink.read_chain(task_id, chain)) or list(sink.read_chain(task_id, None))
+
+
 async def cmd_events(client: Client, args: Any, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     config = WorkerConfig.from_env(os.environ)
     sink = JsonlEventSink(config.events_dir) if not config.event_sink else None
     handle = client.get_workflow_handle(args.task_id)
     seen = 0
+    # A reused task id keeps each run chain's events in the same file: show the current chain's.
+    try:
+        chain = (await handle.describe()).raw_description.workflow_execution_info.first_run_id or None
+    except RPCError as err:
+        if err.status is RPCStatusCode.NOT_FOUND:
+            raise CliError(f"no task {args.task_id!r}") from None
+        raise
     if not args.json:
         print(f"{'seq':>5}  {'time (UTC)':<19}  {'event':<22} {'phase':<18} details", file=out)
     while True:
-        events = list(sink.read(args.task_id)) if sink and sink.path(args.task_id).exists() else []
+        events = _stored(sink, args.task_id, chain) if sink else []
         if not events or args.follow:
             # The sink may lag the task by a batch; the status query has the newest events.
             tail = (await query_status(handle)).last_events

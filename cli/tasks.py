@@ -21,7 +21,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from cli import render
 from examples import EXAMPLES
 from schemas import visibility
-from schemas.approvals import ApprovalDecision, DecisionKind, DecisionOutcome
+from schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionKind, DecisionOutcome
 from schemas.tasks import TaskInput, TaskPhase, TaskResult, TaskStatus
 from schemas.validation import InvalidPayload, parse_decision, parse_task_input
 
@@ -249,6 +249,19 @@ async def send_decision(
         raise CliError(f"cannot reach task {task_id}: {err.message}") from None
 
 
+async def request_chain(handle: WorkflowHandle[Any, Any], request_id: str) -> str | None:
+    """The run chain a signature on ``request_id`` must cover: the pending request's (None when the
+    task started before run chains, or the request is not pending: the task then ignores the
+    decision whatever it carries)."""
+    try:
+        pending = await handle.query("pending_approvals", result_type=list[ApprovalRequest])
+    except RPCError as err:
+        if err.status is RPCStatusCode.NOT_FOUND:
+            raise CliError(f"no task {handle.id!r}") from None
+        raise
+    return next((r.run_chain for r in pending if r.request_id == request_id), None)
+
+
 async def cmd_decide(client: Client, args: Any, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     raw: dict[str, Any] = {
@@ -275,13 +288,16 @@ async def cmd_decide(client: Client, args: Any, out: TextIO | None = None) -> in
             key = load_private_key(args.principal, args.keys_dir or DEFAULT_KEY_DIR)
         except (OSError, ValueError) as err:
             raise CliError(f"cannot sign as {args.principal}: {err}", 2) from None
-        decision = decision.model_copy(update={"signature": sign(key, args.task_id, decision)})
+        chain = await request_chain(client.get_workflow_handle(args.task_id), decision.request_id)
+        decision = decision.model_copy(update={"signature": sign(key, args.task_id, decision, chain)})
     answer = await send_decision(client, args.task_id, decision, as_signal=args.signal)
     if answer is None:
         print(
             f"sent {args.kind} for {args.request} to {args.task_id} as a signal (see `agent-worker status`)",
             file=out,
         )
+    elif not answer.accepted:
+        raise CliError(f"decision refused: {answer.detail}")
     else:
         print(f"{args.task_id}: {answer.detail}", file=out)
     return 0

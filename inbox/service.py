@@ -253,7 +253,7 @@ class InboxService:
         decision = self._decision(request, principal, form)
         policy = await self.policy(handle)
         if policy is not None:
-            decision = self._signed(task_id, decision, policy)
+            decision = self._signed(task_id, decision, policy, request.run_chain)
         from temporalio.client import WorkflowUpdateFailedError
 
         payload = decision.model_dump(mode="json", exclude_none=True)
@@ -288,8 +288,11 @@ class InboxService:
         except InvalidPayload as err:
             raise InboxError(str(err), 400) from None
 
-    def _signed(self, task_id: str, decision: ApprovalDecision, policy: PolicySpec) -> ApprovalDecision:
-        """Sign when the policy requires it or registers the principal's key."""
+    def _signed(
+        self, task_id: str, decision: ApprovalDecision, policy: PolicySpec, run_chain: str | None
+    ) -> ApprovalDecision:
+        """Sign when the policy requires it or registers the principal's key (over the request's run
+        chain, so the signature holds for this run of the task id only)."""
         if not policy.require_signatures and decision.principal not in policy.signers:
             return decision
         from security.signing import load_private_key, sign
@@ -304,7 +307,7 @@ class InboxService:
                     409,
                 ) from None
             return decision
-        return decision.model_copy(update={"signature": sign(key, task_id, decision)})
+        return decision.model_copy(update={"signature": sign(key, task_id, decision, run_chain)})
 
 
 def edited_arguments(proposed: dict[str, Any], text: str) -> dict[str, Any]:

@@ -6,6 +6,7 @@ Temporal client. A decision binds to the exact ``version`` of the action it appr
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -14,6 +15,14 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from schemas.actions import ProposedAction
 from schemas.digests import DIGEST_PATTERN
+
+# Bounds on what a client may send in a decision: a decision is kept in the task's state and copied
+# into events and evidence, so an unbounded field would grow every payload after it.
+MAX_REQUEST_ID_CHARS = 128
+MAX_PRINCIPAL_CHARS = 256
+MAX_REASON_CHARS = 4_000
+MAX_SIGNATURE_CHARS = 512
+MAX_EDITED_ARGS_BYTES = 65_536
 
 
 class DecisionKind(StrEnum):
@@ -35,6 +44,11 @@ class ApprovalRequest(BaseModel):
     requested_at: datetime
     deadline: datetime
     decided: bool = False
+    run_chain: str | None = Field(
+        default=None,
+        description="The task's run chain, which a signed decision must cover "
+        "(`security.signing.signed_message`); None for tasks that started before it existed.",
+    )
 
 
 class ApprovalDecision(BaseModel):
@@ -42,15 +56,19 @@ class ApprovalDecision(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    request_id: str = Field(min_length=1)
+    request_id: str = Field(min_length=1, max_length=MAX_REQUEST_ID_CHARS)
     version: str = Field(pattern=DIGEST_PATTERN)
     decision: DecisionKind
-    principal: str = Field(min_length=1)
-    edited_args: dict[str, Any] | None = None
-    reason: str | None = Field(
-        default=None, description="Why; for a rejection, the message the model will see."
+    principal: str = Field(min_length=1, max_length=MAX_PRINCIPAL_CHARS)
+    edited_args: dict[str, Any] | None = Field(
+        default=None, description=f"At most {MAX_EDITED_ARGS_BYTES:,} bytes as JSON."
     )
-    signature: str | None = None
+    reason: str | None = Field(
+        default=None,
+        max_length=MAX_REASON_CHARS,
+        description="Why; for a rejection, the message the model will see.",
+    )
+    signature: str | None = Field(default=None, max_length=MAX_SIGNATURE_CHARS)
 
     @model_validator(mode="after")
     def _edited_args_only_with_edit(self) -> ApprovalDecision:
@@ -58,6 +76,12 @@ class ApprovalDecision(BaseModel):
             raise ValueError("edited_args is required when decision is 'edit'")
         if self.decision is not DecisionKind.EDIT and self.edited_args is not None:
             raise ValueError("edited_args is only allowed when decision is 'edit'")
+        if self.edited_args is not None:
+            size = len(json.dumps(self.edited_args, separators=(",", ":"), default=str))
+            if size > MAX_EDITED_ARGS_BYTES:
+                raise ValueError(
+                    f"edited_args is {size:,} bytes as JSON, more than the {MAX_EDITED_ARGS_BYTES:,} allowed"
+                )
         return self
 
 
@@ -78,6 +102,11 @@ class DecisionRecord(BaseModel):
         default=None, description="Set when the principal lost the permission before the action ran."
     )
     revoked_reason: str | None = None
+    refused_reason: str | None = Field(
+        default=None,
+        description="Set when the decision could not take effect (an edit the tool refused); the "
+        "action was put up for a decision again.",
+    )
 
 
 class IgnoredDecision(BaseModel):

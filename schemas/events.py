@@ -1,7 +1,9 @@
 """Structured task events, schema version 1.
 
 Events are for machines (alerts, dashboards, audits). Each has a stable ``event_id``
-(``<task id>/<seq>``) so a consumer that sees one twice can drop the copy. The workflow keeps a
+(``<task id>/<run chain>/<seq>``; ``<task id>/<seq>`` for tasks started before run chains) so a
+consumer that sees one twice can drop the copy; a reused task id is a new run chain whose ``seq``
+starts again at 1. The workflow keeps a
 bounded tail of them in its state for the ``status`` query.
 """
 
@@ -64,6 +66,11 @@ class Event(BaseModel):
     at: datetime
     phase: str
     data: dict[str, Any] = Field(default_factory=dict)
+    run_chain: str | None = Field(
+        default=None,
+        description="The run chain (first run id) of the task's runs that emitted it: a reused task id "
+        "starts a new chain, with its own sequence.",
+    )
 
     model_config = {"populate_by_name": True, "serialize_by_alias": True}
 

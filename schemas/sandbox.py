@@ -11,8 +11,9 @@ from schemas.artifacts import ArtifactRef
 
 
 class SandboxBackend(StrEnum):
-    """Where commands run. ``auto`` lets the worker choose (``docker`` when its daemon is reachable,
-    else ``process``); ``process`` is for trusted development use only."""
+    """Where commands run. ``auto`` lets the worker choose a contained tier (``docker`` when its daemon
+    and image are there, else ``e2b`` when configured; never ``process``); ``process`` runs only where
+    the worker names it, and is for trusted development use only."""
 
     AUTO = "auto"
     DOCKER = "docker"
@@ -31,6 +32,14 @@ class SandboxSpec(BaseModel):
     memory_mb: int = Field(default=512, ge=16, le=65_536)
     cpus: float = Field(default=1.0, gt=0, le=64)
     pids: int = Field(default=256, ge=8, le=65_536)
+    work_dir_mb: int = Field(
+        default=512,
+        ge=16,
+        le=65_536,
+        description="Bytes the work dir may hold, in MiB: a write past it fails with 'No space left on "
+        "device' (docker: a tmpfs of this size, counted in the container's memory limit on top of "
+        "memory_mb; process: the largest file a command may write).",
+    )
     output_limit_bytes: int = Field(
         default=1024, ge=256, le=1_048_576, description="Output kept inline in the command record."
     )
@@ -57,6 +66,10 @@ class CreateSandboxInput(BaseModel):
     spec: SandboxSpec
     inputs: list[ArtifactRef] = Field(default_factory=list)
     run_id: str = Field(default="", description="The workflow run that asked, for the sandbox's labels.")
+    run_chain: str | None = Field(
+        default=None,
+        description="The task's run chain: a reused task id gets its own sandbox (None: by task id alone).",
+    )
 
 
 class ExecInput(BaseModel):

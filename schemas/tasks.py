@@ -222,7 +222,7 @@ class FollowUp(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     text: str = Field(min_length=1, max_length=100_000)
-    principal: str | None = None
+    principal: str | None = Field(default=None, max_length=256)
 
 
 class TaskState(BaseModel):
@@ -240,6 +240,18 @@ class TaskState(BaseModel):
     requests: list[ApprovalRequest] = Field(default_factory=list)
     decisions: list[DecisionRecord] = Field(default_factory=list)
     ignored: list[IgnoredDecision] = Field(default_factory=list)
+    ignored_count: int = Field(
+        default=0, description="Every ignored decision so far (`ignored` keeps a tail of them)."
+    )
+    ignored_window: int = Field(
+        default=0,
+        description="Ignored decisions and inputs recorded as events since the last event delivery.",
+    )
+    ignored_unreported: dict[str, int] = Field(
+        default_factory=dict,
+        description="Ignored ones past the per-delivery bound, by event type: counted, and summed up "
+        "in one event at the next delivery.",
+    )
     inputs: list[ArtifactRef] = Field(default_factory=list)
     artifacts: list[ArtifactRef] = Field(default_factory=list)
     sandbox: SandboxRef | None = None
@@ -267,6 +279,12 @@ class TaskState(BaseModel):
     delivered_seq: int = Field(default=0, description="The last event delivered to the event sink.")
     events: list[Event] = Field(default_factory=list)
     started_at: datetime | None = None
+    run_chain: str | None = Field(
+        default=None,
+        description="The run chain (`first_execution_run_id`) that keys what derives from the task id "
+        "(sandbox, journal, event ids, signatures, operation keys); None for tasks that started before "
+        "run-chain identity existed, which keep the task id alone.",
+    )
 
 
 class TaskInput(BaseModel):
@@ -330,6 +348,7 @@ class TaskStatus(BaseModel):
     reason: str | None = None
     final_output: str | None = None
     ignored: list[IgnoredDecision] = Field(default_factory=list)
+    ignored_count: int = Field(default=0, description="Ignored decisions so far (`ignored` is a tail).")
     last_events: list[Event] = Field(default_factory=list)
     colocated: list[str] = Field(
         default_factory=list,

@@ -29,6 +29,10 @@ class TurnInput(BaseModel):
         default=None, pattern=DIGEST_PATTERN, description="A finished conversation to continue."
     )
     follow_ups: list[str] = Field(default_factory=list, description="User input added since the last turn.")
+    run_chain: str | None = Field(
+        default=None,
+        description="The task's run chain, keying the model-call journal (None: by task id alone).",
+    )
 
 
 class TurnUsage(BaseModel):

@@ -11,10 +11,13 @@ from pydantic import BaseModel, Field
 from schemas.digests import DIGEST_PATTERN, digest_bytes
 
 
-def operation_key(task_id: str, call_id: str) -> str:
-    """The operation key of a write: derived from the task id and the action's call id only, so it
-    is the same on every retry and every worker, and never depends on time or randomness."""
-    return "op-" + digest_bytes(f"{task_id}\x00{call_id}".encode()).split(":", 1)[1][:40]
+def operation_key(task_id: str, call_id: str, run_chain: str | None = None) -> str:
+    """The operation key of a write: derived from the task id, its run chain and the action's call
+    id only, so it is the same on every retry, continue-as-new and worker, and never depends on time
+    or randomness. A reused task id is a new chain, so a new task: its writes get new keys (without
+    ``run_chain``, for tasks started before run chains, the task id alone as before)."""
+    scope = task_id if run_chain is None else f"{task_id}\x00{run_chain}"
+    return "op-" + digest_bytes(f"{scope}\x00{call_id}".encode()).split(":", 1)[1][:40]
 
 
 class WriteOutcome(StrEnum):

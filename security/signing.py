@@ -1,10 +1,12 @@
 """Signed approvals: Ed25519 signatures over exactly what a principal decided.
 
-The signed message binds the task id, the request id, the action version, the decision, the
+The signed message binds the task id, its run chain (``first_execution_run_id``, carried by every
+``ApprovalRequest`` as ``run_chain``), the request id, the action version, the decision, the
 principal, any edited arguments and the reason (which the model sees on a rejection), as canonical
-JSON with a domain prefix. So a signature cannot be
-moved to another task, another request (a re-opened one included), another version of the action,
-or other arguments; a decision sent twice finds its request already decided.
+JSON with a domain prefix. So a signature cannot be moved to another task, to a later task that
+reuses the id (a new run chain), to another request (a re-opened one included), another version of
+the action, or other arguments; a decision sent twice finds its request already decided. Tasks
+started before run chains existed (``run_chain`` None) verify the earlier message, without it.
 
 A task's policy registers each principal's public key (``policy.signers``) and may require
 signatures (``policy.require_signatures``). Verification is deterministic (``security.ed25519``,
@@ -29,27 +31,32 @@ if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 DOMAIN = b"agent-worker.decision/v1\n"
+# With the run chain: another domain, so a message of one form can never be read as the other.
+CHAIN_DOMAIN = b"agent-worker.decision/v2\n"
 DEFAULT_KEY_DIR = Path.home() / ".agent-worker" / "keys"
 
 
-def signed_message(task_id: str, decision: Any) -> bytes:
-    """The bytes a decision's signature covers (``decision`` is an ``ApprovalDecision``)."""
-    return DOMAIN + canonical_json(
-        {
-            "task_id": task_id,
-            "request_id": decision.request_id,
-            "version": decision.version,
-            "decision": decision.decision.value,
-            "principal": decision.principal,
-            "edited_args": decision.edited_args,
-            "reason": decision.reason,
-        }
-    )
+def signed_message(task_id: str, decision: Any, run_chain: str | None = None) -> bytes:
+    """The bytes a decision's signature covers (``decision`` is an ``ApprovalDecision``;
+    ``run_chain`` is the request's, None only for tasks started before run chains)."""
+    fields = {
+        "task_id": task_id,
+        "request_id": decision.request_id,
+        "version": decision.version,
+        "decision": decision.decision.value,
+        "principal": decision.principal,
+        "edited_args": decision.edited_args,
+        "reason": decision.reason,
+    }
+    if run_chain is None:
+        return DOMAIN + canonical_json(fields)
+    return CHAIN_DOMAIN + canonical_json({**fields, "run_chain": run_chain})
 
 
-def sign(private_key: Ed25519PrivateKey, task_id: str, decision: Any) -> str:
-    """The base64 signature of ``decision`` for ``task_id``."""
-    return base64.b64encode(private_key.sign(signed_message(task_id, decision))).decode()
+def sign(private_key: Ed25519PrivateKey, task_id: str, decision: Any, run_chain: str | None = None) -> str:
+    """The base64 signature of ``decision`` for ``task_id`` and its run chain (the pending request's
+    ``run_chain``)."""
+    return base64.b64encode(private_key.sign(signed_message(task_id, decision, run_chain))).decode()
 
 
 def public_key_text(private_key: Ed25519PrivateKey) -> str:
@@ -60,8 +67,11 @@ def public_key_text(private_key: Ed25519PrivateKey) -> str:
     return base64.b64encode(raw).decode()
 
 
-def signature_problem(task_id: str, decision: Any, public_key: str | None, required: bool) -> str | None:
-    """Why the decision's signature does not hold, or None when it does (or none is needed)."""
+def signature_problem(
+    task_id: str, decision: Any, public_key: str | None, required: bool, run_chain: str | None = None
+) -> str | None:
+    """Why the decision's signature does not hold, or None when it does (or none is needed).
+    ``run_chain`` is the task's (None for a task started before run chains)."""
     if decision.signature is None:
         if required:
             return f"a signature is required and {decision.principal!r} sent none"
@@ -73,10 +83,10 @@ def signature_problem(task_id: str, decision: Any, public_key: str | None, requi
         signature = base64.b64decode(decision.signature, validate=True)
     except (ValueError, binascii.Error):
         return "the signature or the registered key is not valid base64"
-    if not ed25519.verify(key, signed_message(task_id, decision), signature):
+    if not ed25519.verify(key, signed_message(task_id, decision, run_chain), signature):
         return (
             f"the signature does not verify for {decision.principal!r} "
-            "(forged, altered, or made for another task or request)"
+            "(forged, altered, or made for another task, request or run of this task id)"
         )
     return None
 

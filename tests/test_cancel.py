@@ -34,7 +34,7 @@ async def test_cancel_kills_the_running_command_and_destroys_the_sandbox(env: Ta
     marker = f"aw-cancel-{uuid.uuid4().hex[:8]}"
     spec = {"agent": "shell", "prompt": f"run: touch started && sleep 300 # {marker}"}
     handle = await env.start(spec)
-    work = env.config.sandbox_root / sandbox_id_for(handle.id) / "work"
+    work = env.config.sandbox_root / sandbox_id_for(handle.id, handle.first_execution_run_id) / "work"
     deadline = time.monotonic() + 30
     while not (work / "started").exists():
         assert time.monotonic() < deadline, "the sandbox command never started"

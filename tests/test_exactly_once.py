@@ -146,7 +146,8 @@ async def test_same_key_with_another_payload_conflicts_and_hands_off(
     task hands off with the reason."""
     env = business_env(client, dev_server, tmp_path, backend, "none")
     task_id = f"conflict-{backend.name}-{tmp_path.name[-8:]}"
-    key = operation_key(task_id, "call_record")
+    handle = await env.start(recorder("ours"), task_id=task_id)  # no worker yet: nothing written
+    key = operation_key(task_id, "call_record", handle.first_execution_run_id)
     backend.writer.write(
         WriteInput(
             operation_key=key,
@@ -157,7 +158,6 @@ async def test_same_key_with_another_payload_conflicts_and_hands_off(
         )
     )
     async with running_worker(client, env.config):
-        handle = await env.start(recorder("ours"), task_id=task_id)
         result: TaskResult = await asyncio.wait_for(handle.result(), 60)
     assert result.phase is TaskPhase.HANDED_OFF
     assert result.reason and "conflicts" in result.reason

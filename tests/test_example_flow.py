@@ -84,9 +84,12 @@ async def test_approval_by_temporal_cli_completes_with_evidence(env: TaskEnv) ->
         request.version,
         "approve",
     )
-    # The write: once, under the operation key derived from task id + call id, confirmed by lookup.
+    # The write: once, under the operation key derived from task id, run chain and call id, confirmed
+    # by lookup.
     [write] = evidence.writes
-    assert write.operation_key == operation_key(handle.id, request.action.call_id)
+    assert write.operation_key == operation_key(
+        handle.id, request.action.call_id, handle.first_execution_run_id
+    )
     assert write.confirmed is True
     assert env.business().count() == 1
     assert env.business().lookup(write.operation_key).payload_digest == write.receipt.payload_digest

@@ -39,7 +39,12 @@ async def approve_then_revoke(env: TaskEnv, handle, principal: str) -> None:  # 
             "principal": principal,
         },
     )
-    started = env.config.sandbox_root / sandbox_id_for(handle.id) / "work" / "started"
+    started = (
+        env.config.sandbox_root
+        / sandbox_id_for(handle.id, handle.first_execution_run_id)
+        / "work"
+        / "started"
+    )
     for _ in range(200):
         if started.exists():
             break

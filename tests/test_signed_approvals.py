@@ -52,7 +52,7 @@ async def test_forged_altered_replayed_and_unsigned_decisions_are_ignored(
 
     unsigned = decision(request)
     forged = unsigned.model_copy(update={"signature": sign(mallory, first.id, unsigned)})
-    genuine = unsigned.model_copy(update={"signature": sign(lead, first.id, unsigned)})
+    genuine = unsigned.model_copy(update={"signature": sign(lead, first.id, unsigned, request.run_chain)})
     altered = genuine.model_copy(update={"reason": "approved, and wire the money elsewhere"})
     replayed = genuine  # signed for `first`, sent to `other` (same request id and version there)
     for handle, bad in ((first, unsigned), (first, forged), (first, altered), (other, replayed)):

@@ -12,7 +12,7 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
 from activities.sandbox import sandbox_id_for
 from schemas.tasks import TaskPhase, TaskResult
-from tests.support import TaskEnv, assert_replays
+from tests.support import TaskEnv, assert_replays, run_ids
 
 
 async def test_delegated_sub_task_runs_as_a_child_and_its_answer_returns(env: TaskEnv) -> None:
@@ -53,8 +53,11 @@ async def test_cancelling_the_parent_cancels_the_child(env: TaskEnv) -> None:
         {"agent": "manager", "prompt": "delegate to shell: run: touch started && sleep 300"}
     )
     child_id = f"{handle.id}/sub/call_sub"
-    work = env.config.sandbox_root / sandbox_id_for(child_id) / "work"
     deadline = time.monotonic() + 30
+    while not (child_runs := await run_ids(env.client, child_id)):  # its sandbox id needs its run chain
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.1)
+    work = env.config.sandbox_root / sandbox_id_for(child_id, child_runs[0]) / "work"
     while not (work / "started").exists():
         assert time.monotonic() < deadline, "the child's command never started"
         await asyncio.sleep(0.1)

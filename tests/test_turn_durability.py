@@ -59,7 +59,12 @@ async def test_follow_up_input_reaches_the_next_turn(env: TaskEnv) -> None:
     """Input added with the `add_input` signal while a command runs is seen by the agent's next
     turn; input that is not valid is recorded as ignored."""
     handle = await env.start({"agent": "shell", "prompt": "run: touch started && sleep 2 && echo done"})
-    started = env.config.sandbox_root / sandbox_id_for(handle.id) / "work" / "started"
+    started = (
+        env.config.sandbox_root
+        / sandbox_id_for(handle.id, handle.first_execution_run_id)
+        / "work"
+        / "started"
+    )
     deadline = time.monotonic() + 30
     while not started.exists():
         assert time.monotonic() < deadline

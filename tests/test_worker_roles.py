@@ -134,7 +134,12 @@ async def test_sigterm_drains_a_busy_worker_without_losing_or_repeating_work(
         handle = await env.start(
             {"agent": "shell", "prompt": "run: echo run >> runs; touch started; sleep 4; wc -l < runs"}
         )
-        started = env.config.sandbox_root / sandbox_id_for(handle.id) / "work" / "started"
+        started = (
+            env.config.sandbox_root
+            / sandbox_id_for(handle.id, handle.first_execution_run_id)
+            / "work"
+            / "started"
+        )
         deadline = time.monotonic() + 60
         while not started.exists():
             assert time.monotonic() < deadline, "the command never started"

@@ -34,13 +34,15 @@ async def test_many_tasks_with_random_write_faults_write_exactly_once(
     seed = os.environ.get("AW_SOAK_FAULTS", f"random:{tmp_path.name}")
     env = business_env(client, dev_server, tmp_path, backend, seed)
     ids = [f"soak-{backend.name}-{tmp_path.name[-6:]}-{i}" for i in range(TASKS)]
-    planned = collections.Counter(fault_for(operation_key(i, "call_record"), seed) for i in ids)
     workers = [spawn_worker(env, tmp_path / f"worker-{n}.log") for n in range(2)]
     restarts = 0
     started = time.monotonic()
     handles = await asyncio.gather(
         *(env.start(recorder(f"v{n}"), task_id=task_id) for n, task_id in enumerate(ids))
     )
+    # Operation keys derive from the task id and its run chain (the first run id).
+    keys = [operation_key(h.id, "call_record", h.first_execution_run_id) for h in handles]
+    planned = collections.Counter(fault_for(key, seed) for key in keys)
     results = asyncio.ensure_future(asyncio.gather(*(h.result() for h in handles), return_exceptions=True))
     try:
         while not results.done():
@@ -63,7 +65,7 @@ async def test_many_tasks_with_random_write_faults_write_exactly_once(
     phases = collections.Counter(
         o.phase.value if isinstance(o, TaskResult) else type(o).__name__ for o in outcomes
     )
-    per_key = [backend.store.count(operation_key(task_id, "call_record")) for task_id in ids]
+    per_key = [backend.store.count(key) for key in keys]
     rows, duplicates, missing = backend.store.count(), sum(c - 1 for c in per_key if c > 1), per_key.count(0)
     print(
         f"\nsoak [{backend.name}]: {TASKS} tasks in {time.monotonic() - started:.0f} s, "

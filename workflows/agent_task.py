@@ -27,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
     from schemas.actions import ActionResult, ActionStatus
     from schemas.approvals import (
         ApprovalRequest,
+        DecisionKind,
         DecisionOutcome,
     )
     from schemas.artifacts import IngestInput
@@ -34,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
     from schemas.sandbox import DestroySandboxInput
     from schemas.tasks import (
         BatchItem,
+        FollowUp,
         PolicyVerdict,
         TaskInput,
         TaskPhase,
@@ -46,12 +48,13 @@ with workflow.unsafe.imports_passed_through():
     from schemas.turns import TurnInput
     from schemas.validation import InvalidPayload, parse_decision, parse_follow_up, parse_task_input
     from telemetry import metrics
-    from workflows import options
+    from workflows import bounds, options
     from workflows.approvals import ApprovalDesk
     from workflows.budgets import exhausted
     from workflows.decisions import why_not
-    from workflows.effects import EffectRunner, HandOff
+    from workflows.effects import CHECK_EDITS_PATCH, EffectRunner
     from workflows.evidence import EvidenceKeeper, evidence_of
+    from workflows.handoff import HandOff
     from workflows.placement import Placement
     from workflows.policy import evaluate
 
@@ -61,6 +64,17 @@ EVENT_TAIL = 100
 DELIVERY_BATCH = 25
 DELIVER_EVENTS_PATCH = "deliver-events"
 TENANT_ADMISSION_PATCH = "tenant-admission"
+# Ignored decisions and inputs recorded one by one between two event deliveries; past it they are
+# counted and summed up in one event, so a flood of bad signals costs a counter each.
+IGNORED_EVENTS_PER_DELIVERY = 100
+# Follow-up input waiting for the next turn: more is refused at arrival, with the reason.
+MAX_PENDING_FOLLOW_UPS = 100
+MAX_PENDING_FOLLOW_UP_BYTES = 400_000
+# One ``events.publish`` input at most (a delivery of more is split).
+DELIVERY_BYTES = 400_000
+# What derives from the task id (sandbox, journal, event ids, signatures, operation keys) is keyed by
+# the run chain too, so a reused task id starts clean.
+RUN_CHAIN_PATCH = "run-chain-identity"
 # What a person reading the worker's log wants to see; every event is in the status query anyway.
 _LOGGED_AT_INFO = frozenset(
     {
@@ -102,6 +116,8 @@ class AgentTaskWorkflow:
         self.input_error: str | None = None
         try:
             task = parse_task_input(decode(raw))
+            if workflow.info().continued_run_id is None:
+                bounds.check_spec(task.spec)
             if (
                 task.state is not None
                 and workflow.info().continued_run_id is None
@@ -117,6 +133,10 @@ class AgentTaskWorkflow:
             task = None
         self.spec: TaskSpec | None = task.spec if task else None
         self.state: TaskState = (task.state if task and task.state else None) or TaskState()
+        if task is not None and task.state is None and workflow.patched(RUN_CHAIN_PATCH):
+            # Decided once, at the chain's start, and carried by continue-as-new: a chain that began
+            # before run chains keeps the task id alone (its sandbox, signatures, keys) to its end.
+            self.state.run_chain = workflow.info().first_execution_run_id
         self.effects = EffectRunner(self)
         self.approvals = ApprovalDesk(self)
         self.evidence_keeper = EvidenceKeeper(self)
@@ -257,22 +277,24 @@ class AgentTaskWorkflow:
             EventType.TURN_STARTED, turn=turn, results=len(state.pending_results), follow_ups=follow_ups
         )
         self.details(f"Agent turn {turn} running")
-        result = await self.placement.execute(
-            "agent",
-            AgentActivities.turn,
-            TurnInput(
-                task_id=self.task_id,
-                agent=spec.agent,
-                turn=turn,
-                prompt=spec.prompt,
-                inputs=state.inputs,
-                run_state_ref=state.run_state_ref,
-                results=state.pending_results,
-                conversation_ref=state.conversation_ref,
-                follow_ups=[f.text for f in state.follow_ups[:follow_ups]],
-            ),
-            options.TURN,
+        turn_input = TurnInput(
+            task_id=self.task_id,
+            agent=spec.agent,
+            turn=turn,
+            prompt=spec.prompt,
+            inputs=state.inputs,
+            run_state_ref=state.run_state_ref,
+            results=state.pending_results,
+            conversation_ref=state.conversation_ref,
+            follow_ups=[f.text for f in state.follow_ups[:follow_ups]],
+            run_chain=state.run_chain,
         )
+        if workflow.patched(bounds.BOUNDED_PATCH):
+            bounds.check(
+                f"turn {turn}'s input ({len(state.pending_results)} results, {follow_ups} follow-ups)",
+                turn_input,
+            )
+        result = await self.placement.execute("agent", AgentActivities.turn, turn_input, options.TURN)
         # Input that arrived while the turn ran stays for the next one.
         del state.follow_ups[:follow_ups]
         state.turn = turn
@@ -344,7 +366,11 @@ class AgentTaskWorkflow:
                 if not await self.approvals.reauthorize(item):
                     reopened = True  # the approver lost the permission: the request is open again
                     break
-                item.result = await self.effects.run(item)
+                result = await self.effects.run(item)
+                if result is None:
+                    reopened = True  # the approver's edit cannot take effect: the request is open again
+                    break
+                item.result = result
             if not reopened:
                 break
         results = [item.result for item in self.state.batch if item.result is not None]
@@ -394,21 +420,56 @@ class AgentTaskWorkflow:
         """Follow-up input from a user ({"text": ..., "principal": ...} or a string); the next turn sees
         it. Input the task cannot take is recorded as ignored, with why."""
         if self.spec is None or self.state.phase.terminal:
-            self.emit(EventType.INPUT_IGNORED, reason=f"the task is {self.state.phase.value}")
+            self.emit_ignored(EventType.INPUT_IGNORED, reason=f"the task is {self.state.phase.value}")
             return
         try:
             follow_up = parse_follow_up(decode(raw))
         except InvalidPayload as err:
-            self.emit(EventType.INPUT_IGNORED, reason=str(err))
+            self.emit_ignored(EventType.INPUT_IGNORED, reason=str(err))
+            return
+        refused = self.follow_up_refused(follow_up)
+        if refused is not None:
+            self.emit_ignored(EventType.INPUT_IGNORED, reason=refused, principal=follow_up.principal)
             return
         self.state.follow_ups.append(follow_up)
         self.emit(EventType.INPUT_ADDED, principal=follow_up.principal, chars=len(follow_up.text))
 
+    def follow_up_refused(self, follow_up: FollowUp) -> str | None:
+        """Why ``follow_up`` cannot wait for the next turn, or None. What waits goes into the next
+        turn's input, so it is capped at arrival rather than found too large later."""
+        if not workflow.patched(bounds.BOUNDED_PATCH):
+            return None
+        pending = self.state.follow_ups
+        if len(pending) >= MAX_PENDING_FOLLOW_UPS:
+            return (
+                f"refused: {len(pending)} follow-ups already wait for the next turn "
+                f"(at most {MAX_PENDING_FOLLOW_UPS}); send it after the agent's next turn"
+            )
+        waiting = sum(len(f.text.encode()) for f in pending)
+        size = len(follow_up.text.encode())
+        if waiting + size > MAX_PENDING_FOLLOW_UP_BYTES:
+            return (
+                f"refused: {size:,} bytes of input would make {waiting + size:,} bytes waiting for the "
+                f"next turn, more than the {MAX_PENDING_FOLLOW_UP_BYTES:,} a task holds; send it after "
+                "the agent's next turn"
+            )
+        return None
+
     @workflow.update(name="decide")
-    def decide(self, raw: RawValue) -> DecisionOutcome:
-        """Like ``submit_decision``, with a synchronous answer."""
+    async def decide(self, raw: RawValue) -> DecisionOutcome:
+        """Like ``submit_decision``, with a synchronous answer. An edit is first checked by the tool
+        itself (``agent.plan``): one it refuses is not accepted, and the answer says why."""
         decision = parse_decision(decode(raw))
-        reason = self.approvals.apply(decision, "update")
+        reason = None
+        if (
+            decision.decision is DecisionKind.EDIT
+            and self.spec is not None
+            and workflow.patched(CHECK_EDITS_PATCH)
+        ):
+            reason = await self.effects.edit_problem(decision)
+            if reason is not None:
+                self.approvals.ignore(reason, "update", decision)
+        reason = reason or self.approvals.apply(decision, "update")
         return DecisionOutcome(
             request_id=decision.request_id,
             accepted=reason is None,
@@ -423,7 +484,7 @@ class AgentTaskWorkflow:
             raise ValueError(self.input_error)
         decision = parse_decision(decode(raw))
         assert self.spec is not None
-        reason = why_not(self.state.requests, decision, self.task_id, self.spec.policy)
+        reason = why_not(self.state.requests, decision, self.task_id, self.spec.policy, self.state.run_chain)
         if reason is not None:
             raise ValueError(reason)
 
@@ -445,6 +506,7 @@ class AgentTaskWorkflow:
             reason=self.state.reason or self.input_error,
             final_output=self.state.final_output,
             ignored=self.state.ignored[-20:],
+            ignored_count=self.state.ignored_count,
             last_events=self.state.events[-20:],
             colocated=self.state.colocated,
         )
@@ -465,7 +527,8 @@ class AgentTaskWorkflow:
 
     async def end(self, phase: TaskPhase, reason: str | None) -> None:
         """Enter a terminal phase. The sandbox is destroyed even when the task was cancelled."""
-        self.state.reason = reason
+        bounded = workflow.patched(bounds.BOUNDED_PATCH)
+        self.state.reason = bounds.cut(reason, bounds.EVENT_TEXT_CHARS) if bounded and reason else reason
         for item in self.state.batch:
             if item.result is None:
                 item.result = ActionResult(
@@ -486,8 +549,11 @@ class AgentTaskWorkflow:
                 )
             )
             self.state.admitted = False
+        if bounded:
+            # The result carries the inline evidence: older records move out until it fits.
+            await asyncio.shield(self.evidence_keeper.archive_older(by_count=False))
         self.set_phase(phase)
-        self.emit(EventType.TASK_FINISHED, phase=phase.value, reason=reason)
+        self.emit(EventType.TASK_FINISHED, phase=phase.value, reason=self.state.reason)
         assert self.spec is not None
         metrics.workflow_counter(
             "agent_worker_tasks_finished", agent=self.spec.agent, tenant=self.spec.tenant, phase=phase.value
@@ -511,8 +577,10 @@ class AgentTaskWorkflow:
         self.emit(EventType.SANDBOX_DESTROYED, sandbox_id=sandbox.sandbox_id)
 
     def result(self) -> TaskResult:
+        """The task's result, with its evidence. One that would still be too large for Temporal
+        (inline evidence is archived to fit at the end) keeps only what fits, and says what it left out."""
         evidence = evidence_of(self.state)
-        return TaskResult(
+        result = TaskResult(
             task_id=self.task_id,
             phase=self.state.phase,
             final_output=self.state.final_output,
@@ -521,6 +589,11 @@ class AgentTaskWorkflow:
             usage=self.state.usage,
             evidence_complete=evidence.complete,
         )
+        if workflow.patched(bounds.BOUNDED_PATCH):
+            size = bounds.size_of(result)
+            if size > bounds.MAX_PAYLOAD_BYTES:
+                return bounds.slim_result(result, size)
+        return result
 
     # ---- visibility ----------------------------------------------------------------------------
 
@@ -567,35 +640,83 @@ class AgentTaskWorkflow:
         return self.state.event_seq - self.state.delivered_seq if self.delivering else 0
 
     async def deliver_events(self) -> None:
-        """Deliver the events the sink does not have yet, in order (``events.publish``). Shielded, so
-        the last events of a cancelled task are delivered too."""
+        """Deliver the events the sink does not have yet, in order (``events.publish``), in parts of
+        at most ``DELIVERY_BYTES``. Shielded, so the last events of a cancelled task are delivered too."""
+        self.report_held_back()
         if not self.undelivered():
             return
         events = [e for e in self.state.events if e.seq > self.state.delivered_seq]
-        await asyncio.shield(
-            workflow.execute_activity_method(
-                EventActivities.publish,
-                PublishEventsInput(task_id=self.task_id, events=events),
-                **options.EVENTS.kwargs(),
+        for part in self.delivery_parts(events):
+            await asyncio.shield(
+                workflow.execute_activity_method(
+                    EventActivities.publish,
+                    PublishEventsInput(task_id=self.task_id, events=part),
+                    **options.EVENTS.kwargs(),
+                )
             )
-        )
-        self.state.delivered_seq = events[-1].seq
+            self.state.delivered_seq = part[-1].seq
+        self.state.ignored_window = 0
         self.trim_events()
+
+    def delivery_parts(self, events: list[Event]) -> list[list[Event]]:
+        """``events`` in order, split so no ``events.publish`` input passes ``DELIVERY_BYTES``."""
+        if not workflow.patched(bounds.BOUNDED_PATCH):
+            return [events]
+        parts: list[list[Event]] = [[]]
+        size = 0
+        for event in events:
+            event_size = bounds.size_of(event)
+            if parts[-1] and size + event_size > DELIVERY_BYTES:
+                parts.append([])
+                size = 0
+            parts[-1].append(event)
+            size += event_size
+        return parts
+
+    def emit_ignored(self, type: EventType, **data: Any) -> None:
+        """Record ignored input as an event, up to ``IGNORED_EVENTS_PER_DELIVERY`` between two
+        deliveries; past that, count it by type, to be summed up at the next delivery. So a flood of
+        bad signals does bounded work and keeps the state bounded until the sink has caught up."""
+        state = self.state
+        if state.ignored_window >= IGNORED_EVENTS_PER_DELIVERY and workflow.patched(bounds.BOUNDED_PATCH):
+            state.ignored_unreported[type.value] = state.ignored_unreported.get(type.value, 0) + 1
+            return
+        state.ignored_window += 1
+        self.emit(type, **data)
+
+    def report_held_back(self) -> None:
+        """One event for each kind of ignored input held back since the last delivery."""
+        held, self.state.ignored_unreported = self.state.ignored_unreported, {}
+        for type, count in sorted(held.items()):
+            self.emit(
+                EventType(type),
+                reason=f"{count} more ignored since the last delivery, past the "
+                f"{IGNORED_EVENTS_PER_DELIVERY} recorded one by one; counted, not recorded",
+                count=count,
+            )
 
     def trim_events(self) -> None:
         """Keep the state's tail bounded, dropping only events already delivered."""
-        excess = len(self.state.events) - EVENT_TAIL
+        events = self.state.events
+        excess = len(events) - EVENT_TAIL
         if excess <= 0:
             return
         if self.delivering:
-            excess = sum(1 for e in self.state.events[:excess] if e.seq <= self.state.delivered_seq)
-        del self.state.events[:excess]
+            # Events are in seq order, so the delivered ones are a prefix: count them without a scan
+            # (this runs for every event; a scan made a flood of signals quadratic).
+            excess = min(excess, max(self.state.delivered_seq - events[0].seq + 1, 0))
+        del events[:excess]
 
     def emit(self, type: EventType, **data: Any) -> None:
         """Record an event in the state's bounded tail (and the replay-safe workflow log)."""
         self.state.event_seq += 1
+        if workflow.patched(bounds.BOUNDED_PATCH):
+            data = bounds.cut_values(data)
+        chain = self.state.run_chain
+        scope = f"{self.task_id}/{chain}" if chain else self.task_id
         event = Event(
-            event_id=f"{self.task_id}/{self.state.event_seq}",
+            event_id=f"{scope}/{self.state.event_seq}",
+            run_chain=chain,
             task_id=self.task_id,
             seq=self.state.event_seq,
             type=type,

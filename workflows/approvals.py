@@ -127,6 +127,22 @@ class ApprovalDesk:
         self.request(item, approvers)
         return False
 
+    def edit_refused(self, item: BatchItem, record: DecisionRecord, problem: str) -> None:
+        """``record``'s edit cannot take effect (the tool refuses its arguments): say why, and put the
+        action up for a decision again, to the same approvers."""
+        record.refused_reason = problem
+        self.task.emit(
+            EventType.APPROVAL_IGNORED,
+            request_id=record.request_id,
+            principal=record.principal,
+            decision=record.decision.value,
+            via=record.via,
+            reason=f"{problem}; the request is open again",
+        )
+        request = find_request(self.task.state.requests, record.request_id)
+        assert request is not None
+        self.request(item, request.approvers)
+
     def decision_for(self, item: BatchItem) -> DecisionRecord | None:
         """The accepted decision on ``item``'s current request, if any."""
         if item.request_id is None:

@@ -16,9 +16,14 @@ def find_request(requests: Iterable[ApprovalRequest], request_id: str) -> Approv
 
 
 def why_not(
-    requests: Iterable[ApprovalRequest], decision: ApprovalDecision, task_id: str, policy: PolicySpec
+    requests: Iterable[ApprovalRequest],
+    decision: ApprovalDecision,
+    task_id: str,
+    policy: PolicySpec,
+    run_chain: str | None = None,
 ) -> str | None:
-    """Why ``decision`` must be ignored, or None when it may be applied."""
+    """Why ``decision`` must be ignored, or None when it may be applied. A signature must cover
+    ``run_chain`` (the task's, None for tasks started before run chains)."""
     request = find_request(requests, decision.request_id)
     if request is None:
         return f"unknown request {decision.request_id!r}"
@@ -40,5 +45,5 @@ def why_not(
         if unknown:
             return f"edited_args names arguments the action does not have: {', '.join(unknown)}"
     return signature_problem(
-        task_id, decision, policy.signers.get(decision.principal), policy.require_signatures
+        task_id, decision, policy.signers.get(decision.principal), policy.require_signatures, run_chain
     )

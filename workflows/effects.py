@@ -25,7 +25,7 @@ with workflow.unsafe.imports_passed_through():
         SandboxCommand,
         action_version,
     )
-    from schemas.approvals import DecisionKind
+    from schemas.approvals import ApprovalDecision, DecisionKind
     from schemas.artifacts import InputFile
     from schemas.events import EventType
     from schemas.sandbox import CreateSandboxInput, ExecInput, SandboxRef
@@ -38,7 +38,7 @@ with workflow.unsafe.imports_passed_through():
         TaskResult,
         TaskSpec,
     )
-    from schemas.turns import PlanInput
+    from schemas.turns import PlanInput, PlanResult
     from schemas.writes import (
         LookupInput,
         WriteEvidence,
@@ -50,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
     from telemetry import metrics
     from workflows import bounds, options
     from workflows.bounds import BOUNDED_PATCH, cut
+    from workflows.decisions import find_request
     from workflows.handoff import HandOff
 
 if TYPE_CHECKING:
@@ -59,6 +60,9 @@ if TYPE_CHECKING:
 # Patch ids are public contracts: histories in flight carry them.
 REBUILD_SANDBOX_PATCH = "rebuild-lost-sandbox"
 SETTLE_CANCELLED_WRITE_PATCH = "settle-cancelled-write"
+# Edits are planned before they are accepted (the update ``decide``), and an edit that still cannot be
+# planned when its action runs re-opens the request, explained, instead of failing the action silently.
+CHECK_EDITS_PATCH = "check-edits"
 
 
 class _CancelledWrite(Exception):
@@ -81,8 +85,9 @@ class EffectRunner:
     def __init__(self, task: AgentTaskWorkflow) -> None:
         self.task = task
 
-    async def run(self, item: BatchItem) -> ActionResult:
-        """The result of a decided action: refused, or run (as approved or as edited)."""
+    async def run(self, item: BatchItem) -> ActionResult | None:
+        """The result of a decided action: refused, or run (as approved or as edited). None when an
+        edit the tool refuses put the request up for a decision again."""
         action = item.action
         if item.verdict is PolicyVerdict.DENY:
             return _result(action, ActionStatus.DENIED, f"denied by policy: {item.policy_reason}")
@@ -94,16 +99,13 @@ class EffectRunner:
         if record is not None and record.decision is DecisionKind.EDIT:
             assert record.edited_args is not None
             arguments = {**action.arguments, **record.edited_args}
-            plan = await self.task.placement.execute(
-                "agent",
-                AgentActivities.plan,
-                PlanInput(agent=spec_of(self.task).agent, tool=action.tool, arguments=arguments),
-                options.PLAN,
-            )
+            plan = await self.plan(action.tool, arguments)
             if plan.operation is None:
-                return _result(
-                    action, ActionStatus.FAILED, f"the approver's edited arguments are invalid: {plan.error}"
-                )
+                problem = f"the approver's edited arguments are invalid: {plan.error}"
+                if workflow.patched(CHECK_EDITS_PATCH):
+                    self.task.approvals.edit_refused(item, record, problem)
+                    return None
+                return _result(action, ActionStatus.FAILED, problem)
             operation, status = plan.operation, ActionStatus.EDITED
             record.edited_version = action_version(action.tool, arguments, operation)
         state, budgets = self.task.state, spec_of(self.task).budgets
@@ -130,6 +132,30 @@ class EffectRunner:
             output_ref=output_ref,
             edited_arguments=arguments if status is ActionStatus.EDITED else None,
         )
+
+    async def plan(self, tool: str, arguments: dict[str, Any]) -> PlanResult:
+        """The tool's own check of ``arguments`` (``agent.plan``): its operation, or why not."""
+        return await self.task.placement.execute(
+            "agent",
+            AgentActivities.plan,
+            PlanInput(agent=spec_of(self.task).agent, tool=tool, arguments=arguments),
+            options.PLAN,
+        )
+
+    async def edit_problem(self, decision: ApprovalDecision) -> str | None:
+        """Why the tool refuses ``decision``'s edited arguments, or None (also when the request is
+        unknown, which the decision's other checks report, or the check itself could not run: the edit
+        is then checked again before its action runs)."""
+        request = find_request(self.task.state.requests, decision.request_id)
+        if request is None or decision.edited_args is None:
+            return None
+        try:
+            plan = await self.plan(request.action.tool, {**request.action.arguments, **decision.edited_args})
+        except ActivityError:
+            return None
+        if plan.operation is not None:
+            return None
+        return f"the approver's edited arguments are invalid: {plan.error}"
 
     # ---- sandbox -------------------------------------------------------------------------------
 

@@ -43,6 +43,12 @@ from telemetry import metrics
 
 log = structlog.get_logger(__name__)
 
+# What a turn hands the workflow is a Temporal payload (2 MB at most) that the task then carries: a
+# model's answer past this many characters is kept whole as an artifact, and the tool arguments one
+# response proposes are capped in total (past it, further calls go back to the model as errors).
+FINAL_OUTPUT_CHARS = 200_000
+MAX_PROPOSED_ARGUMENT_BYTES = 256_000
+
 # Results the model sees as its tool's output; everything else is a refusal of the call.
 _RAN = frozenset({ActionStatus.EXECUTED, ActionStatus.EDITED, ActionStatus.FAILED})
 
@@ -129,10 +135,11 @@ class AgentActivities:
         )
         if not result.interruptions:
             conversation_ref = await asyncio.to_thread(self.store.put_json, result.to_input_list())
+            final_output = await asyncio.to_thread(self._bounded_output, str(result.final_output), services)
             return TurnResult(
                 turn=input.turn,
                 status="final",
-                final_output=str(result.final_output),
+                final_output=final_output,
                 conversation_ref=conversation_ref,
                 artifacts=services.saved,
                 usage=usage,
@@ -170,6 +177,19 @@ class AgentActivities:
         if input.run_state_ref is not None:
             return await self._resume(agent, input, context, max_calls)
         return "\n\n".join([_first_message(input), *input.follow_ups])
+
+    def _bounded_output(self, text: str, services: TurnServices) -> str:
+        """The final answer as the workflow carries it: whole up to ``FINAL_OUTPUT_CHARS``; past that,
+        its head, with the whole answer saved as an artifact (named in the evidence)."""
+        if len(text) <= FINAL_OUTPUT_CHARS:
+            return text
+        ref = self.store.ref("final-output.txt", text.encode(), "text/plain")
+        services.saved.append(ref)
+        return (
+            f"{text[:FINAL_OUTPUT_CHARS]}\n\n[the answer is {len(text):,} characters; the first "
+            f"{FINAL_OUTPUT_CHARS:,} are here; the whole answer is the artifact final-output.txt, "
+            f"{ref.digest}]"
+        )
 
     def _tool_outputs(self, results: list[ActionResult]) -> dict[str, str]:
         """The text the model sees for each result: the full output (loaded by reference), and for an
@@ -289,6 +309,7 @@ def _propose(items: list[ToolApprovalItem], turn: int) -> tuple[list[ProposedAct
     """Plan each interrupted call; calls that cannot be planned go back to the model as failures."""
     proposed: list[ProposedAction] = []
     invalid: list[ActionResult] = []
+    proposed_bytes = 0
     for item in items:
         call_id = _call_id(item)
         tool_name = item.tool_name or ""
@@ -302,8 +323,16 @@ def _propose(items: list[ToolApprovalItem], turn: int) -> tuple[list[ProposedAct
                     f"{tool_name} needs approval but declares no effect; use sandbox_tool or write_tool",
                     operation="agent.turn",
                 )
-            arguments = parse_arguments(raw_args or "{}")
+            raw_args = raw_args or "{}"
+            if proposed_bytes + len(raw_args) > MAX_PROPOSED_ARGUMENT_BYTES:
+                raise ToolPlanError(
+                    f"this response's tool arguments pass {MAX_PROPOSED_ARGUMENT_BYTES:,} bytes in "
+                    "total; propose fewer or smaller calls at once",
+                    operation="agent.turn",
+                )
+            arguments = parse_arguments(raw_args)
             operation = plan_call(tool, arguments)
+            proposed_bytes += len(raw_args)
         except ToolPlanError as err:
             invalid.append(
                 ActionResult(

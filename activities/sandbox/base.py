@@ -14,11 +14,17 @@ LABEL_TENANT = "agent-worker.tenant"
 LABEL_RUN = "agent-worker.run_id"
 LABEL_BACKEND = "agent-worker.backend"
 LABEL_CREATED = "agent-worker.created_at"
+# Who owns a sandbox: the reaper judges only its own namespace's and deployment's.
+LABEL_NAMESPACE = "agent-worker.namespace"
+LABEL_DEPLOYMENT = "agent-worker.deployment"
 
 
-def sandbox_id_for(task_id: str) -> str:
-    """The sandbox id of a task: derived from the task id, so a retried create finds the same one."""
-    return "aw-" + hashlib.sha256(task_id.encode("utf-8")).hexdigest()[:24]
+def sandbox_id_for(task_id: str, run_chain: str | None = None) -> str:
+    """The sandbox id of a task: derived from the task id and its run chain, so a retried create
+    finds the same one and a reused task id (a new chain) never finds an earlier run's sandbox.
+    Without a chain (tasks started before run chains) the task id alone, as before."""
+    scope = task_id if run_chain is None else f"{task_id}\x00{run_chain}"
+    return "aw-" + hashlib.sha256(scope.encode("utf-8")).hexdigest()[:24]
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,8 @@ class Sandbox(Protocol):
 __all__ = [
     "LABEL_BACKEND",
     "LABEL_CREATED",
+    "LABEL_DEPLOYMENT",
+    "LABEL_NAMESPACE",
     "LABEL_RUN",
     "LABEL_TASK",
     "LABEL_TENANT",

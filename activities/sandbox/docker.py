@@ -4,10 +4,15 @@ Each container runs the configured image with:
 
 - no network unless the task's spec grants it (``network_mode=none``);
 - a read-only root, a private ``/tmp`` (tmpfs), and a writable work dir ``/sandbox/work`` on a named
-  volume (``<sandbox id>-work``);
+  volume (``<sandbox id>-work``) that is a tmpfs of ``work_dir_mb``: a command writing past it gets
+  "No space left on device" and the host's disk is never touched (overlay2 on ext4 has no per-volume
+  quota). Its bytes are memory, so the container's memory limit is ``memory_mb + work_dir_mb``; the
+  work dir lives as long as the container runs (a container restarted by its daemon gets its inputs
+  again, not earlier commands' files);
 - memory (no swap), CPU and pids limits, every capability dropped, ``no-new-privileges``, a non-root
   user, an init process reaping zombies, and no environment from the host;
-- labels carrying task id, tenant, run id, backend and creation time, for reaping.
+- labels carrying task id, tenant, run id, backend, creation time, and the owning Temporal namespace
+  and deployment (the reaper judges only its own), for reaping.
 
 The container name is the task's sandbox id, so a retried create (or another worker) finds the
 container instead of making a second. A read-only root needs a way in: inputs are written with the
@@ -37,6 +42,8 @@ from activities.errors import SandboxError
 from activities.sandbox.base import (
     LABEL_BACKEND,
     LABEL_CREATED,
+    LABEL_DEPLOYMENT,
+    LABEL_NAMESPACE,
     LABEL_RUN,
     LABEL_TASK,
     LABEL_TENANT,
@@ -97,9 +104,19 @@ class DockerSandbox:
 
     backend = SandboxBackend.DOCKER
 
-    def __init__(self, image: str, *, user: str = SANDBOX_USER) -> None:
+    def __init__(
+        self,
+        image: str,
+        *,
+        user: str = SANDBOX_USER,
+        namespace: str | None = None,
+        deployment: str | None = None,
+    ) -> None:
         self.image = image
         self.user = user
+        # Labels every container gets and ``list`` filters on (None: not labelled, not filtered).
+        owner = {LABEL_NAMESPACE: namespace, LABEL_DEPLOYMENT: deployment}
+        self.owner_labels = {k: v for k, v in owner.items() if v is not None}
         self._client: Any = None
 
     @property
@@ -115,11 +132,13 @@ class DockerSandbox:
 
     def _create(self, input: CreateSandboxInput, inputs: dict[str, bytes]) -> SandboxRef:
         errors = _docker().errors
-        name = sandbox_id_for(input.task_id)
+        name = sandbox_id_for(input.task_id, input.run_chain)
         try:
             container = self.client.containers.get(name)
             if container.status != "running":
                 container.start()
+                # The work dir is a tmpfs: a restarted container starts with it empty.
+                container.put_archive(MOUNT, _tar(inputs, directory="work"))
             log.info("reusing sandbox container", sandbox_id=name, task_id=input.task_id)
         except errors.NotFound:
             try:
@@ -149,8 +168,20 @@ class DockerSandbox:
             LABEL_RUN: input.run_id,
             LABEL_BACKEND: "docker",
             LABEL_CREATED: datetime.now(UTC).isoformat(),
+            **self.owner_labels,
         }
-        volume = self.client.volumes.create(name=f"{name}-work", labels=labels)
+        uid, gid = SANDBOX_USER.split(":")
+        volume = self.client.volumes.create(
+            name=f"{name}-work",
+            driver="local",
+            # A size-capped tmpfs: overlay2 and vfs offer no per-volume quota on ext4.
+            driver_opts={
+                "type": "tmpfs",
+                "device": "tmpfs",
+                "o": f"size={spec.work_dir_mb}m,uid={uid},gid={gid},mode=0755,nosuid,nodev",
+            },
+            labels=labels,
+        )
         return self.client.containers.create(
             self.image,
             ["sleep", "infinity"],
@@ -164,8 +195,9 @@ class DockerSandbox:
             mounts=[docker.types.Mount(target=MOUNT, source=volume.name, type="volume")],
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
-            mem_limit=f"{spec.memory_mb}m",
-            memswap_limit=f"{spec.memory_mb}m",
+            # The work dir's tmpfs pages count against the container's memory.
+            mem_limit=f"{spec.memory_mb + spec.work_dir_mb}m",
+            memswap_limit=f"{spec.memory_mb + spec.work_dir_mb}m",
             nano_cpus=int(spec.cpus * 1e9),
             pids_limit=spec.pids,
             init=True,
@@ -294,9 +326,8 @@ class DockerSandbox:
         return existed
 
     async def list(self) -> list[SandboxInfo]:
-        containers = await asyncio.to_thread(
-            self.client.containers.list, all=True, filters={"label": f"{LABEL_BACKEND}=docker"}
-        )
+        labels = [f"{LABEL_BACKEND}=docker", *(f"{k}={v}" for k, v in self.owner_labels.items())]
+        containers = await asyncio.to_thread(self.client.containers.list, all=True, filters={"label": labels})
         now = datetime.now(UTC)
         found = []
         for container in containers:

@@ -40,6 +40,8 @@ from activities.errors import Retryable, SandboxError
 from activities.sandbox.base import (
     LABEL_BACKEND,
     LABEL_CREATED,
+    LABEL_DEPLOYMENT,
+    LABEL_NAMESPACE,
     LABEL_RUN,
     LABEL_TASK,
     LABEL_TENANT,
@@ -107,7 +109,12 @@ class E2BSandbox:
         on_timeout: Literal["kill", "pause"] = "kill",
         request_timeout: float | None = None,
         retries: int | None = None,
+        namespace: str | None = None,
+        deployment: str | None = None,
     ) -> None:
+        # Metadata every sandbox gets and ``list`` filters on: the reaper judges only its own.
+        owner = {LABEL_NAMESPACE: namespace, LABEL_DEPLOYMENT: deployment}
+        self.owner_labels = {k: v for k, v in owner.items() if v is not None}
         self.template = template
         self.lifetime_seconds = lifetime_seconds
         self.on_timeout = on_timeout
@@ -122,8 +129,9 @@ class E2BSandbox:
         self._bound: Any = None
 
     @classmethod
-    def from_config(cls, config: WorkerConfig) -> E2BSandbox:
-        """The backend for a worker's config (``E2B_API_KEY``, ``E2B_DOMAIN``, ``e2b_template``)."""
+    def from_config(cls, config: WorkerConfig, namespace: str | None = None) -> E2BSandbox:
+        """The backend for a worker's config (``E2B_API_KEY``, ``E2B_DOMAIN``, ``e2b_template``),
+        its sandboxes labelled with ``namespace`` and the config's deployment."""
         if config.e2b_api_key is None:
             raise SandboxError(
                 "the e2b sandbox needs E2B_API_KEY",
@@ -135,6 +143,8 @@ class E2BSandbox:
             api_key=config.e2b_api_key.get_secret_value(),
             domain=config.e2b_domain,
             template=config.e2b_template,
+            namespace=namespace,
+            deployment=config.sandbox_deployment,
         )
 
     @property
@@ -147,10 +157,10 @@ class E2BSandbox:
     # ---- create --------------------------------------------------------------------------------
 
     async def create(self, input: CreateSandboxInput, inputs: dict[str, bytes]) -> SandboxRef:
-        sandbox_id = sandbox_id_for(input.task_id)
+        sandbox_id = sandbox_id_for(input.task_id, input.run_chain)
         files = [{"path": _inside(name, "sandbox.create"), "data": data} for name, data in inputs.items()]
         with _translated("sandbox.create"):
-            existing = await self._find(input.task_id)
+            existing = await self._find(input.task_id, sandbox_id)
             if existing is not None:
                 provider_id = existing.sandbox_id
                 log.info("reusing e2b sandbox", sandbox_id=sandbox_id, provider_id=provider_id)
@@ -177,6 +187,7 @@ class E2BSandbox:
             LABEL_BACKEND: self.backend.value,
             LABEL_CREATED: datetime.now(UTC).isoformat(),
             LABEL_SANDBOX: sandbox_id,
+            **self.owner_labels,
         }
         return await self.sandboxes.create(
             template=self.template,
@@ -188,9 +199,12 @@ class E2BSandbox:
             idempotency_key=sandbox_id,
         )
 
-    async def _find(self, task_id: str) -> Any:
-        """The task's sandbox (the oldest, should a race have made two), running before paused."""
-        found = await self._query({LABEL_TASK: task_id, LABEL_BACKEND: self.backend.value})
+    async def _find(self, task_id: str, sandbox_id: str) -> Any:
+        """The task's sandbox (the oldest, should a race have made two), running before paused. Found
+        by its id too: a reused task id (another run chain) must not find an earlier run's sandbox."""
+        found = await self._query(
+            {LABEL_TASK: task_id, LABEL_SANDBOX: sandbox_id, LABEL_BACKEND: self.backend.value}
+        )
         if len(found) > 1:
             log.warning("task has several e2b sandboxes", task_id=task_id, count=len(found))
         running = self._states().RUNNING
@@ -283,7 +297,7 @@ class E2BSandbox:
 
     async def list(self) -> list[SandboxInfo]:
         with _translated("sandbox.list"):
-            found = await self._query({LABEL_BACKEND: self.backend.value})
+            found = await self._query({LABEL_BACKEND: self.backend.value, **self.owner_labels})
         now = datetime.now(UTC)
         infos = []
         for info in found:

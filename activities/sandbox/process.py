@@ -1,11 +1,20 @@
 """The ``process`` sandbox tier: FOR TRUSTED DEVELOPMENT USE ONLY.
 
-Commands run as local processes on the worker host. With bubblewrap (``bwrap``) each command gets no
-network (unless the task grants it), a read-only view of the host root with the home and data
-directories hidden, a private writable work dir at ``/work``, a private ``/tmp``, a non-root user with
-no capabilities, and a kill timeout. Without bubblewrap it is a plain subprocess in the work dir with
-a cleared environment: no isolation at all. Neither is a security boundary for hostile code: use the
-``docker`` or ``e2b`` tier for that.
+Commands run as local processes on the worker host, only where the worker names this tier
+(``sandbox_backend=process``; ``auto`` never picks it). With bubblewrap (``bwrap``) each command sees
+only what commands need, read-only: ``/usr`` (and the ``/bin``, ``/lib*`` links), and an ``/etc``
+holding a few public files (no ``shadow``, no keys); no ``/run`` (no Docker socket), no home, no data
+dir. It gets a private writable work dir at ``/work``, a size-capped private ``/tmp``, no network
+(unless the task grants it), a fresh pid, IPC and UTS namespace, the ``nobody`` user with no
+capabilities, ``no_new_privs``, a kill timeout, and rlimits: processes (the spec's ``pids``; the
+count is of every process of the sandbox user on the host), address space (``memory_mb``) and file
+size (``work_dir_mb``). A worker running as root runs bubblewrap privileged and drops to the real
+``nobody`` (so root's files stay root's); any other worker uses a user namespace.
+
+The worker proves that isolation when it builds the tier (``ProcessSandbox.prove_isolation``) and
+refuses to start otherwise. A plain subprocess (``isolation="none"``: the worker's user, its files,
+its network) needs the explicit ``unsafe_dev`` setting (``AGENT_WORKER_SANDBOX_UNSAFE_DEV=true``).
+Neither is a security boundary for hostile code: use the ``docker`` or ``e2b`` tier for that.
 
 A process sandbox lives on one worker host; a fleet must route a task's sandbox activities to the
 host that holds its work dir.
@@ -20,6 +29,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,6 +41,8 @@ from activities.errors import SandboxError
 from activities.sandbox.base import (
     LABEL_BACKEND,
     LABEL_CREATED,
+    LABEL_DEPLOYMENT,
+    LABEL_NAMESPACE,
     LABEL_RUN,
     LABEL_TASK,
     LABEL_TENANT,
@@ -38,7 +50,7 @@ from activities.sandbox.base import (
     SandboxInfo,
     sandbox_id_for,
 )
-from schemas.sandbox import CreateSandboxInput, ExecInput, SandboxBackend, SandboxRef
+from schemas.sandbox import CreateSandboxInput, ExecInput, SandboxBackend, SandboxRef, SandboxSpec
 
 log = structlog.get_logger(__name__)
 
@@ -48,43 +60,183 @@ _NOBODY = "65534"
 _OUTPUT_HARD_LIMIT = 64 * 1024 * 1024
 # How long past its own timeout a command may take before the activity kills it from outside.
 _OUTSIDE_GRACE_SECONDS = 5.0
+_MIB = 1024 * 1024
+_TMP_BYTES = 64 * _MIB
+# What commands may see of the host, read-only. /etc is a fresh directory with these few public files.
+_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_ETC_FILES = (
+    "passwd", "group", "nsswitch.conf", "hosts", "host.conf", "resolv.conf", "gai.conf", "protocols",
+    "services", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "ssl",
+    "ca-certificates", "mime.types", "os-release", "debian_version",
+)  # fmt: skip
+DOCKER_SOCKETS = ("/run/docker.sock", "/var/run/docker.sock")
+UNSAFE_HINT = (
+    "AGENT_WORKER_SANDBOX_UNSAFE_DEV=true runs commands as plain subprocesses of the worker "
+    "(development on trusted code only)"
+)
+# Run inside the sandbox at start: one FAIL line per promise the isolation does not keep.
+_PROBE = r"""
+cat /etc/shadow >/dev/null 2>&1 && echo "FAIL host secret /etc/shadow is readable"
+if [ -e root-only ] && cat root-only >/dev/null 2>&1; then echo "FAIL a root-only file is readable"; fi
+for s in /run/docker.sock /var/run/docker.sock; do
+  [ -e "$s" ] && echo "FAIL Docker socket $s is visible"
+done
+[ "$(id -u)" = 0 ] && echo "FAIL commands run as root"
+grep -Ev '^ *(Inter-|face|lo:)' /proc/net/dev | grep -q . && echo "FAIL network beyond loopback"
+for limit in "Max address space" "Max file size"; do
+  grep "^$limit" /proc/self/limits | grep -q unlimited && echo "FAIL no cap on $limit"
+done
+nproc=$(grep '^Max processes' /proc/self/limits | tr -s ' ' | cut -d ' ' -f 3)
+case "$nproc" in
+  ''|*[!0-9]*) echo "FAIL no cap on processes";;
+  *) [ "$nproc" -gt 65536 ] && echo "FAIL no cap on processes";;
+esac
+echo PROBED
+"""
 
 
 def bwrap_available() -> bool:
-    """Whether bubblewrap is installed and can create a sandbox here."""
-    path = shutil.which("bwrap")
-    if path is None:
-        return False
-    probe = [path, "--ro-bind", "/", "/", "--unshare-all", "--unshare-user", "--uid", _NOBODY, "true"]
+    """Whether bubblewrap is installed and can create an isolated sandbox here."""
+    return shutil.which("bwrap") is not None and not isolation_problems(Path(tempfile.gettempdir()))
+
+
+def isolation_problems(root: Path) -> list[str]:
+    """What the bubblewrap sandbox fails to hide or cap here (empty: isolation proven).
+
+    Runs a probe command the way every command runs, in a scratch work dir under ``root``.
+    """
+    if shutil.which("bwrap") is None:
+        return ["bubblewrap is not installed (apt-get install bubblewrap)"]
+    missing = [tool for tool in ("prlimit", "timeout") if shutil.which(tool) is None]
+    if os.geteuid() == 0 and shutil.which("setpriv") is None:
+        missing.append("setpriv")
+    if missing:
+        return [f"{', '.join(missing)} not installed (util-linux, coreutils)"]
+    root.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=".probe-", dir=root))
     try:
-        return subprocess.run(probe, capture_output=True, timeout=10).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
+        work = scratch / "work"
+        work.mkdir()
+        work.chmod(0o777)
+        secret = work / "root-only"
+        secret.write_text("secret")
+        secret.chmod(0o600)
+        if os.geteuid() != 0:
+            secret.unlink()  # only root can make a root-only file; such a worker cannot read them anyway
+        argv = _bwrap_argv(work, SandboxSpec(), ["sh", "-c", _PROBE], timeout=20)
+        try:
+            done = subprocess.run(argv, cwd=work, capture_output=True, timeout=30, text=True)
+        except (OSError, subprocess.SubprocessError) as err:
+            return [f"bubblewrap could not run: {err}"]
+        if "PROBED" not in done.stdout:
+            reason = (done.stderr or done.stdout).strip()[-300:]
+            return [f"bubblewrap could not create the sandbox: {reason or f'exit {done.returncode}'}"]
+        return [line[5:] for line in done.stdout.splitlines() if line.startswith("FAIL ")]
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _bwrap_argv(work: Path, spec: SandboxSpec, command: list[str], timeout: float) -> list[str]:
+    """The argv that runs ``command`` in bubblewrap with ``work`` as ``/work``."""
+    argv = ["bwrap"]
+    for path in _SYSTEM_DIRS:
+        if os.path.islink(path):
+            argv += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            argv += ["--ro-bind", path, path]
+    argv += ["--dir", "/etc"]
+    for name in _ETC_FILES:
+        argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    argv += [
+        "--bind", str(work), "/work", "--chdir", "/work",
+        "--size", str(_TMP_BYTES), "--perms", "1777", "--tmpfs", "/tmp",
+        "--proc", "/proc", "--dev", "/dev", "--remount-ro", "/",
+        "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try",
+        "--die-with-parent", "--new-session",
+        "--clearenv", "--setenv", "PATH", SANDBOX_PATH, "--setenv", "HOME", "/work",
+    ]  # fmt: skip
+    if not spec.network:
+        argv.append("--unshare-net")
+    limits = [
+        "prlimit",
+        f"--nproc={spec.pids}",
+        f"--as={spec.memory_mb * _MIB}",
+        f"--fsize={spec.work_dir_mb * _MIB}",
+        "--core=0",
+        "--",
+    ]
+    # Killed from inside too, so the command dies even if the worker vanishes.
+    inner = [*limits, "timeout", "-s", "KILL", f"{timeout:g}", *command]
+    if os.geteuid() == 0:
+        # Privileged bubblewrap, then the real nobody: in a user namespace nobody would map to root,
+        # which reads root's files and escapes RLIMIT_NPROC.
+        drop = ["setpriv", f"--reuid={_NOBODY}", f"--regid={_NOBODY}", "--clear-groups"]
+        drop += ["--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
+        return [*argv, "--", *drop, *inner]
+    argv += ["--unshare-user", "--uid", _NOBODY, "--gid", _NOBODY, "--cap-drop", "ALL"]
+    return [*argv, "--", *inner]
 
 
 class ProcessSandbox:
-    """Work dirs under ``root``, one per task, commands isolated by bubblewrap when available."""
+    """Work dirs under ``root``, one per task, commands isolated by bubblewrap (proven at start).
+
+    Raises:
+        SandboxError: ``sandbox_unisolated`` when isolation cannot be proven (or ``none`` is asked)
+            without ``unsafe_dev``; the message says what is missing and how to fix it.
+    """
 
     backend = SandboxBackend.PROCESS
 
-    def __init__(self, root: Path, isolation: Literal["auto", "bwrap", "none"] = "auto") -> None:
+    def __init__(
+        self,
+        root: Path,
+        isolation: Literal["auto", "bwrap", "none"] = "auto",
+        *,
+        unsafe_dev: bool = False,
+        namespace: str | None = None,
+        deployment: str | None = None,
+    ) -> None:
         self.root = Path(root).resolve()
-        if isolation == "auto":
-            isolation = "bwrap" if bwrap_available() else "none"
-        elif isolation == "bwrap" and not bwrap_available():
+        self.namespace, self.deployment = namespace, deployment
+        if isolation != "none":
+            problems = isolation_problems(self.root)
+            if not problems:
+                isolation = "bwrap"
+            elif isolation == "bwrap" or not unsafe_dev:
+                raise SandboxError(
+                    "the process sandbox tier cannot prove its isolation here: "
+                    + "; ".join(problems)
+                    + ". Fix: install bubblewrap (and util-linux) where it can create namespaces, or "
+                    "use AGENT_WORKER_SANDBOX_BACKEND=docker (agent-worker sandbox-image) or e2b; "
+                    f"only for development on trusted code: {UNSAFE_HINT}",
+                    code="sandbox_unisolated",
+                    operation="sandbox.create",
+                    retryable="no",
+                )
+            else:
+                isolation = "none"
+                log.error("process sandbox cannot prove its isolation", problems=problems)
+        if isolation == "none" and not unsafe_dev:
             raise SandboxError(
-                "process_isolation=bwrap but bubblewrap is not usable here "
-                "(install the 'bubblewrap' package)",
-                code="sandbox_unavailable",
+                "process_isolation=none runs model code as plain subprocesses of the worker, with its "
+                f"files, network and Docker socket; refused. {UNSAFE_HINT}",
+                code="sandbox_unisolated",
                 operation="sandbox.create",
                 retryable="no",
             )
         self.isolation = isolation
-        log.warning(
-            "process sandbox tier is for trusted development use only",
-            isolation=self.isolation,
-            root=str(self.root),
-        )
+        if isolation == "none":
+            log.error(
+                "UNSAFE: process sandbox tier without isolation (sandbox_unsafe_dev): commands run as "
+                "plain subprocesses of this worker; development on trusted code only",
+                root=str(self.root),
+            )
+        else:
+            log.warning(
+                "process sandbox tier is for trusted development use only",
+                isolation=self.isolation,
+                root=str(self.root),
+            )
 
     def _dir(self, sandbox_id: str) -> Path:
         return self.root / sandbox_id
@@ -93,7 +245,7 @@ class ProcessSandbox:
         return self._dir(sandbox_id) / "work"
 
     async def create(self, input: CreateSandboxInput, inputs: dict[str, bytes]) -> SandboxRef:
-        sandbox_id = sandbox_id_for(input.task_id)
+        sandbox_id = sandbox_id_for(input.task_id, input.run_chain)
         work = self._work(sandbox_id)
         work.mkdir(parents=True, exist_ok=True)
         work.chmod(0o777)  # the sandbox user (nobody) writes here
@@ -108,6 +260,8 @@ class ProcessSandbox:
                         LABEL_BACKEND: "process",
                         LABEL_CREATED: datetime.now(UTC).isoformat(),
                         "agent-worker.trusted_only": "true",
+                        "agent-worker.isolation": self.isolation,
+                        **self._owner_labels(),
                     }
                 )
             )
@@ -115,30 +269,23 @@ class ProcessSandbox:
             target = self._inside(work, name, "sandbox.create")
             if not target.exists() or target.read_bytes() != data:
                 target.write_bytes(data)
+                if self.isolation == "bwrap" and os.geteuid() == 0:
+                    os.chown(target, int(_NOBODY), int(_NOBODY))  # commands run as the real nobody
         return SandboxRef(
             backend=self.backend, sandbox_id=sandbox_id, isolation=self.isolation, trusted_only=True
         )
 
+    def _owner_labels(self) -> dict[str, str]:
+        owner = {LABEL_NAMESPACE: self.namespace, LABEL_DEPLOYMENT: self.deployment}
+        return {k: v for k, v in owner.items() if v is not None}
+
     def _argv(self, input: ExecInput, timeout: float) -> list[str]:
         work = self._work(input.sandbox.sandbox_id)
-        # The command is killed from inside too, so it dies even if the worker vanishes.
-        inner = ["timeout", "-s", "KILL", f"{timeout:g}", *input.command.argv]
         if self.isolation == "none":
-            return inner
-        argv = ["bwrap", "--ro-bind", "/", "/"]
-        # Hide the worker's home and data dir (other tasks' work, artifacts, databases).
-        for hidden in sorted({str(Path.home()), str(self.root.parent)}, key=len):
-            argv += ["--tmpfs", hidden]
-        argv += [
-            "--bind", str(work), "/work", "--chdir", "/work",
-            "--tmpfs", "/tmp", "--proc", "/proc", "--dev", "/dev",
-            "--unshare-all", "--unshare-user", "--uid", _NOBODY, "--gid", _NOBODY,
-            "--die-with-parent", "--new-session",
-            "--clearenv", "--setenv", "PATH", SANDBOX_PATH, "--setenv", "HOME", "/work",
-        ]  # fmt: skip
-        if input.spec.network:
-            argv.append("--share-net")
-        return [*argv, "--", *inner]
+            # UNSAFE (sandbox_unsafe_dev): the worker's user, files and network. Killed from inside
+            # too, so the command dies even if the worker vanishes.
+            return ["timeout", "-s", "KILL", f"{timeout:g}", *input.command.argv]
+        return _bwrap_argv(work, input.spec, input.command.argv, timeout)
 
     async def exec(self, input: ExecInput) -> ExecOutcome:
         work = self._work(input.sandbox.sandbox_id)
@@ -211,6 +358,8 @@ class ProcessSandbox:
                 created = datetime.fromisoformat(data[LABEL_CREATED])
             except (OSError, ValueError, KeyError):
                 data, created = {}, datetime.fromtimestamp(labels.stat().st_mtime, UTC)
+            if any(data.get(k) != v for k, v in self._owner_labels().items()):
+                continue  # another namespace's or deployment's sandbox: not ours to judge
             found.append(
                 SandboxInfo(
                     sandbox_id=labels.parent.name,
