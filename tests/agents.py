@@ -208,3 +208,24 @@ registrations = [
         scripted_model=ManagerScript,
     ),
 ]
+
+
+class LoudScript(ConversationModel):
+    """Runs 'print N bytes K times': K commands, one per turn, each printing N bytes to stdout; then
+    answers with the exit codes it saw. With 'answer M chars' it answers with M characters instead."""
+
+    def respond(self, instructions: str | None, items: list[dict[str, Any]]) -> list[TResponseOutputItem]:
+        prompt = _user_texts(items)[0]
+        if match := re.search(r"answer (\d+) chars", prompt):
+            return [assistant_message("y" * int(match.group(1)))]
+        size, times = (int(g) for g in re.search(r"print (\d+) bytes (\d+) times", prompt).groups())  # type: ignore[union-attr]
+        seen = [json.loads(i["output"]) for i in items if i.get("type") == "function_call_output"]
+        if len(seen) < times:
+            script = f"head -c {size} /dev/zero | tr '\\0' x"
+            return [function_call("run_shell", {"script": script}, call_id=f"call_loud_{len(seen) + 1}")]
+        return [assistant_message(f"printed {[(s['exit_code'], len(s['stdout'])) for s in seen]}")]
+
+
+registrations.append(
+    AgentRegistration(name="loud", build=lambda: _shell_agent("loud"), scripted_model=LoudScript)
+)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import Client
-from temporalio.service import RPCError, RPCStatusCode
 
+from activities.events import JsonlEventSink
 from cli.main import main as cli_main
 from schemas.tasks import EvidenceArchive, TaskInput, TaskPhase, TaskResult
 from tests.support import (
@@ -131,23 +131,26 @@ async def test_older_evidence_moves_to_the_store_and_the_bundle_puts_it_back(
     assert sum(line.startswith("ok  archive evidence-") for line in out.splitlines()) == len(parts)
 
 
-async def test_state_too_large_to_carry_hands_off_explained(can_env: TaskEnv) -> None:
-    """Follow-up input piling up while a task waits for approval would make the carried state larger
-    than Temporal accepts: the task hands off, naming the size, instead of failing workflow tasks
-    forever."""
+async def test_follow_ups_piling_up_while_a_task_waits_are_capped_so_the_state_stays_carriable(
+    can_env: TaskEnv,
+) -> None:
+    """Follow-up input piling up while a task waits for approval used to make the carried state too
+    large for continue-as-new: now what would pass the per-task cap is refused at arrival (named in
+    the event), the state stays small, and the task completes once approved."""
     env = can_env
     handle = await env.start(example_spec())
     await env.awaiting_approval(handle)
     for n in range(17):
-        try:
-            await handle.signal("add_input", {"text": f"{n} " + "x" * 99_990, "principal": "finance-lead"})
-        except RPCError as err:
-            # Handed off once 15 follow-ups passed the limit: a later one finds the task closed.
-            assert err.status is RPCStatusCode.NOT_FOUND and n >= 15, (n, err)
-            break
+        await handle.signal("add_input", {"text": f"{n} " + "x" * 99_990, "principal": "finance-lead"})
+    await env.approve(handle)
     result: TaskResult = await asyncio.wait_for(handle.result(), 120)
-    assert result.phase is TaskPhase.HANDED_OFF
-    assert result.reason and "more than the 1.5 MB continue-as-new can carry" in result.reason, result.reason
-    assert "pending follow-ups" in result.reason
-    assert env.business().count() == 0
-    await assert_replays(env.client, handle.id, keep=False)  # 2.3 MB of follow-ups: not committed
+    assert result.phase is TaskPhase.COMPLETED, result.reason
+    assert env.business().count() == 1
+    events = list(JsonlEventSink(env.config.events_dir).read(handle.id))
+    refused = [e for e in events if e.type.value == "input.ignored"]
+    assert len(refused) == 13 and all("400,000" in e.data["reason"] for e in refused)
+    for run_id in await run_ids(env.client, handle.id):
+        history = await env.client.get_workflow_handle(handle.id, run_id=run_id).fetch_history()
+        first = history.events[0].workflow_execution_started_event_attributes
+        assert len(first.input.payloads[0].data) < 600_000
+    await assert_replays(env.client, handle.id, keep=False)  # 400 KB of follow-ups: not committed

@@ -21,7 +21,9 @@ with workflow.unsafe.imports_passed_through():
     from schemas.sandbox import CommandRecord
     from schemas.tasks import Evidence, EvidenceArchive, TaskInput, TaskState
     from workflows import options
-    from workflows.effects import HandOff, spec_of
+    from workflows.bounds import BOUNDED_PATCH, size_of
+    from workflows.effects import spec_of
+    from workflows.handoff import HandOff
 
 if TYPE_CHECKING:
     from workflows.agent_task import AgentTaskWorkflow
@@ -31,6 +33,9 @@ ARCHIVE_EVIDENCE_PATCH = "archive-evidence"
 MAX_CARRIED_BYTES = 1_500_000
 # Each archive activity's input stays well under that limit too.
 ARCHIVE_PART_BYTES = 500_000
+# Command records and artifact references kept inline, in bytes of JSON, once payloads are bounded
+# (``BOUNDED_PATCH``): a record can hold up to 2 MiB of output, so a count alone does not bound them.
+INLINE_EVIDENCE_BYTES = 500_000
 
 
 def missing_outputs(commands: list[CommandRecord]) -> list[str]:
@@ -62,6 +67,16 @@ def evidence_of(state: TaskState) -> Evidence:
     )
 
 
+def _overflow(items: list[CommandRecord] | list[ArtifactRef], budget: int) -> int:
+    """How many of the oldest ``items`` must go for the newest to fit in ``budget`` bytes of JSON."""
+    size = 0
+    for kept, item in enumerate(reversed(items)):
+        size += size_of(item)
+        if size > budget:
+            return len(items) - kept
+    return 0
+
+
 def _parts(
     commands: list[CommandRecord], artifacts: list[ArtifactRef]
 ) -> list[tuple[list[CommandRecord], list[ArtifactRef]]]:
@@ -85,11 +100,16 @@ class EvidenceKeeper:
     def __init__(self, task: AgentTaskWorkflow) -> None:
         self.task = task
 
-    async def archive_older(self) -> None:
-        """Archive all but the newest ``spec.inline_evidence`` command records and artifact references."""
+    async def archive_older(self, by_count: bool = True) -> None:
+        """Archive all but the newest ``spec.inline_evidence`` command records and artifact references
+        (``by_count``), and older ones still while the newest pass ``INLINE_EVIDENCE_BYTES``."""
         state, keep = self.task.state, spec_of(self.task).inline_evidence
-        commands = state.commands[:-keep] if len(state.commands) > keep else []
-        artifacts = state.artifacts[:-keep] if len(state.artifacts) > keep else []
+        old_commands = max(len(state.commands) - keep, 0) if by_count else 0
+        old_artifacts = max(len(state.artifacts) - keep, 0) if by_count else 0
+        if workflow.patched(BOUNDED_PATCH):
+            old_commands = max(old_commands, _overflow(state.commands, INLINE_EVIDENCE_BYTES))
+            old_artifacts = max(old_artifacts, _overflow(state.artifacts, INLINE_EVIDENCE_BYTES))
+        commands, artifacts = state.commands[:old_commands], state.artifacts[:old_artifacts]
         if not (commands or artifacts) or not workflow.patched(ARCHIVE_EVIDENCE_PATCH):
             return
         for part_commands, part_artifacts in _parts(commands, artifacts):

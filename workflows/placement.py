@@ -23,8 +23,10 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from pydantic import BaseModel
+
     from schemas.events import EventType
-    from workflows import options
+    from workflows import bounds, options
 
 if TYPE_CHECKING:
     from workflows.agent_task import AgentTaskWorkflow
@@ -53,7 +55,10 @@ class Placement:
         opts: options.ActivityOptions,
         start_to_close: timedelta | None = None,
     ) -> Result:
-        """Run ``activity`` of ``role`` with ``arg``, where the task's placement says."""
+        """Run ``activity`` of ``role`` with ``arg``, where the task's placement says. An input too
+        large to send hands the task off, explained (``workflows.bounds``)."""
+        if workflow.patched(bounds.BOUNDED_PATCH) and isinstance(arg, BaseModel):
+            bounds.check(f"the input of {getattr(activity, '__name__', role)}", arg)
         state = self.task.state
         if role in state.colocated:
             try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Mapping
 
@@ -24,6 +25,11 @@ from schemas.sandbox import (
 )
 from telemetry import metrics
 
+# A command record's inline stdout and stderr together, as JSON: the record is the activity's result
+# and travels in the task's state, so it must fit a Temporal payload (2 MB) whatever the spec's
+# ``output_limit_bytes``. The full output is always in the record's artifacts.
+RECORD_OUTPUT_BYTES = 1_000_000
+
 log = structlog.get_logger(__name__)
 
 
@@ -35,15 +41,27 @@ class SandboxActivities:
         backends: Mapping[SandboxBackend, Sandbox],
         store: LocalArtifactStore,
         default: SandboxBackend | None = None,
+        *,
+        unavailable: str | None = None,
     ) -> None:
         self.backends = dict(backends)
         self.store = store
-        # What ``auto`` means on this worker: the first of docker, e2b, process that it has.
+        # What ``auto`` means on this worker: the given default, else the first of docker, e2b, process
+        # that it has (a worker offers process only when it names it); None: auto is refused, because
+        # of ``unavailable``.
         preference = [SandboxBackend.DOCKER, SandboxBackend.E2B, SandboxBackend.PROCESS]
-        self.default = default or next((b for b in preference if b in self.backends), SandboxBackend.PROCESS)
+        self.default = default or next((b for b in preference if b in self.backends), None)
+        self.unavailable = unavailable or "this worker has no contained sandbox backend (docker or e2b)"
 
     def _backend(self, backend: SandboxBackend, operation: str) -> Sandbox:
         if backend is SandboxBackend.AUTO:
+            if self.default is None:
+                raise SandboxError(
+                    f"refusing to run model code: {self.unavailable}",
+                    code="sandbox_unavailable",
+                    operation=operation,
+                    retryable="no",
+                )
             backend = self.default
         try:
             return self.backends[backend]
@@ -102,6 +120,8 @@ class SandboxActivities:
             "truncated": len(out) > model_limit or len(err) > model_limit,
             "outputs": [o.model_dump(mode="json") for o in outputs],
         }
+        stdout = _fit_json(_capped_text(out, limit), RECORD_OUTPUT_BYTES)
+        stderr = _fit_json(_capped_text(err, limit), RECORD_OUTPUT_BYTES - len(json.dumps(stdout)))
         return CommandRecord(
             call_id=input.call_id,
             sandbox_id=input.sandbox.sandbox_id,
@@ -110,11 +130,11 @@ class SandboxActivities:
             timed_out=timed_out,
             oom_killed=outcome.oom_killed,
             duration_ms=duration_ms,
-            stdout=_capped_text(out, limit),
-            stderr=_capped_text(err, limit),
+            stdout=stdout,
+            stderr=stderr,
             stdout_artifact=self.store.ref(f"{input.call_id}.stdout", out, "text/plain"),
             stderr_artifact=self.store.ref(f"{input.call_id}.stderr", err, "text/plain"),
-            truncated=len(out) > limit or len(err) > limit,
+            truncated=len(stdout) < len(out) or len(stderr) < len(err),
             outputs=outputs,
             missing_outputs=missing,
             tool_output=self.store.ref(
@@ -129,6 +149,16 @@ class SandboxActivities:
         backend = self._backend(input.sandbox.backend, "sandbox.destroy")
         existed = await backend.destroy(input.sandbox)
         return DestroySandboxResult(sandbox_id=input.sandbox.sandbox_id, existed=existed)
+
+
+def _fit_json(text: str, budget: int) -> str:
+    """``text`` cut until it takes at most ``budget`` bytes as JSON (escapes can make a byte of output
+    six bytes of JSON)."""
+    size = len(json.dumps(text))
+    while size > budget and text:
+        text = text[: max(int(len(text) * budget / size) - 16, 0)]
+        size = len(json.dumps(text))
+    return text
 
 
 def _capped_text(data: bytes, limit: int) -> str:
