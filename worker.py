@@ -40,6 +40,7 @@ from schemas import visibility
 from schemas.config import ConfigError, WorkerConfig
 from schemas.sandbox import SandboxBackend
 from security.codec import converter_from_env
+from security.redact import register_config_secrets
 from telemetry import configure_logging, configure_tracing, tracing_interceptors
 from telemetry.health import Health, serve_health
 from telemetry.metrics import prometheus_runtime
@@ -195,6 +196,8 @@ def build_workers(client: Client, config: WorkerConfig) -> list[Worker]:
         from agents import set_tracing_disabled
 
         set_tracing_disabled(True)
+    # From here on, logs, activity errors and events mask the configured secrets (security.redact).
+    register_config_secrets(config, os.environ)
     store = LocalArtifactStore(config.artifact_dir)
     common: dict[str, Any] = {
         "max_concurrent_activities": config.max_concurrent_activities,

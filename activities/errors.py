@@ -19,7 +19,8 @@
 Each carries a stable ``code``, the ``operation`` it concerns, and ``retryable``: ``"yes"``,
 ``"no"`` or ``"unknown"``. ``activity_boundary`` turns them into Temporal ``ApplicationError``s in one
 place (``activity_boundary``): ``retryable="no"`` becomes non-retryable, everything else is
-retried by the activity's retry policy.
+retried by the activity's retry policy. No secret leaves there: the message, the details and every
+cause of what an activity raises go through ``security.redact`` (``redacted_failure``).
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ from typing import Literal, ParamSpec, TypeVar
 import pydantic
 import structlog
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, FailureError
+
+from security.redact import redact, redact_value
 
 Retryable = Literal["yes", "no", "unknown"]
 
@@ -176,15 +179,70 @@ def activity_boundary(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]
                 async with heartbeating():
                     return await fn(*args, **kwargs)
         except AgentWorkerError as err:
-            raise ApplicationError(
+            translated = ApplicationError(
                 str(err),
                 {"code": err.code, "operation": err.operation, "retryable": err.retryable},
                 type=err.code,
                 non_retryable=err.retryable == "no",
-            ) from err
+            )
+            translated.__cause__ = err
+            failure = redacted_failure(translated)
+            raise failure from failure.__cause__
         except pydantic.ValidationError as err:
-            raise ApplicationError(
+            translated = ApplicationError(
                 f"invalid payload: {err}", type="invalid_payload", non_retryable=True
-            ) from err
+            )
+            translated.__cause__ = err
+            failure = redacted_failure(translated)
+            raise failure from failure.__cause__
+        except ApplicationError as err:
+            failure = redacted_failure(err)
+            raise failure from failure.__cause__
+        except FailureError:
+            raise  # cancellation and the SDK's own failures pass untouched
+        except Exception as err:
+            if _needs_redaction(err):
+                failure = redacted_failure(err)
+                raise failure from failure.__cause__
+            raise
 
     return wrapper
+
+
+_MAX_CAUSES = 20
+
+
+def redacted_failure(err: BaseException, depth: int = 0) -> ApplicationError:
+    """``err`` as the ``ApplicationError`` Temporal would make of it (message, type, retry settings,
+    details, and the chain of causes it follows), with every message and detail redacted."""
+    if isinstance(err, ApplicationError):
+        failure = ApplicationError(
+            redact(err.message),
+            *(redact_value(d) for d in err.details),
+            type=err.type,
+            non_retryable=err.non_retryable,
+            next_retry_delay=err.next_retry_delay,
+            category=err.category,
+        )
+    else:
+        failure = ApplicationError(redact(str(err)), type=type(err).__name__)
+    failure.__traceback__ = err.__traceback__  # the stack (code lines only) stays readable
+    cause = err.__cause__ or (None if err.__suppress_context__ else err.__context__)
+    if cause is not None and depth < _MAX_CAUSES:
+        failure.__cause__ = redacted_failure(cause, depth + 1)
+    # Raised inside an ``except``, it gets the raw exception as its context: never follow that. (The
+    # caller raises it ``from`` its own, redacted, cause, which suppresses the context too.)
+    failure.__suppress_context__ = True
+    return failure
+
+
+def _needs_redaction(err: BaseException) -> bool:
+    """Whether any message in ``err``'s chain of causes holds something ``redact`` masks."""
+    seen: set[int] = set()
+    link: BaseException | None = err
+    while link is not None and id(link) not in seen and len(seen) < _MAX_CAUSES:
+        seen.add(id(link))
+        if redact(text := str(link)) != text:
+            return True
+        link = link.__cause__ or (None if link.__suppress_context__ else link.__context__)
+    return False

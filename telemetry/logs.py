@@ -3,6 +3,10 @@
 Every line an activity writes carries the task id, run id, activity type and attempt
 (``activities.errors.activity_boundary`` binds them); workflow logs come through the SDK's
 replay-safe ``workflow.logger`` and are silent during replay.
+
+No secret is written: every line, its exception text included, passes through
+``security.redact.redact`` right before it is rendered (``redact_secrets``), and the rendered line
+once more as it is written.
 """
 
 from __future__ import annotations
@@ -14,6 +18,12 @@ from typing import Any
 import structlog
 
 from schemas.config import WorkerConfig
+from security.redact import redact, redact_value
+
+
+def redact_secrets(_logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    """structlog processor: every string in the event (message, fields, formatted exception) redacted."""
+    return {key: redact_value(value) for key, value in event_dict.items()}
 
 
 def configure_logging(config: WorkerConfig) -> None:
@@ -45,6 +55,9 @@ def configure_logging(config: WorkerConfig) -> None:
             foreign_pre_chain=shared,
             processors=[
                 structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                # Tracebacks become text here, so that redaction sees them before the renderer does.
+                structlog.processors.format_exc_info,
+                redact_secrets,
                 renderer,
             ],
         )
@@ -64,3 +77,7 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
     @stream.setter
     def stream(self, _value: Any) -> None:
         pass
+
+    def format(self, record: logging.LogRecord) -> str:
+        # The last gate: whatever a renderer added (escaped or not) is scrubbed once more.
+        return redact(super().format(record))

@@ -19,6 +19,7 @@ from agents.usage import Usage
 from activities.agent.registry import AgentRegistration
 from activities.errors import AgentError
 from schemas.config import WorkerConfig
+from security.redact import redact
 
 
 class ConversationModel(Model, abc.ABC):
@@ -105,8 +106,9 @@ def model_for(registration: AgentRegistration, config: WorkerConfig) -> tuple[Mo
         key = config.openai_api_key.get_secret_value() if config.openai_api_key else None
         # Temporal owns retries: the client must not retry behind its back.
         client = AsyncOpenAI(api_key=key, base_url=config.openai_base_url, max_retries=0)
+        # The name reaches usage, status and events: never the credentials of the base URL.
         name = f"openai:{config.openai_model}" + (
-            f"@{config.openai_base_url}" if config.openai_base_url else ""
+            f"@{redact(config.openai_base_url)}" if config.openai_base_url else ""
         )
         return OpenAIProvider(openai_client=client).get_model(config.openai_model), name
     if registration.scripted_model is None:

@@ -25,6 +25,9 @@ of HTTP attempts per model call equals the ``maximum_attempts`` of the turn acti
 (``workflows.options.TURN``); a retried turn repeats only its in-flight model call. One SDK retry is
 on by default: a 400 ``conversation_locked`` is re-sent up to three more times within one attempt.
 Running with ``RunConfig(model_settings=no_sdk_retries())`` turns that off as well.
+
+A provider's words can quote the request's credentials (``Incorrect API key provided: sk-...``):
+the message is redacted (``security.redact``) before it becomes an ``ApplicationError``.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ import openai
 from agents import ModelRetrySettings, ModelSettings
 from agents.exceptions import ModelTimeoutError
 from temporalio.exceptions import ApplicationError
+
+from security.redact import redact, redact_value
 
 RETRYABLE = "model_provider_retryable"
 REJECTED = "model_provider_rejected"
@@ -134,15 +139,19 @@ def _failure(
     err: openai.APIStatusError | None = None,
     delay: timedelta | None = None,
 ) -> ApplicationError:
-    details: dict[str, Any] = {
-        "code": code,
-        "operation": _OPERATION,
-        "retryable": "yes" if retryable else "no",
-        "status_code": status,
-        "provider_code": err.code if err is not None else None,
-        "request_id": err.request_id if err is not None else None,
-    }
-    return ApplicationError(message, details, type=code, non_retryable=not retryable, next_retry_delay=delay)
+    details: dict[str, Any] = redact_value(
+        {
+            "code": code,
+            "operation": _OPERATION,
+            "retryable": "yes" if retryable else "no",
+            "status_code": status,
+            "provider_code": err.code if err is not None else None,
+            "request_id": err.request_id if err is not None else None,
+        }
+    )
+    return ApplicationError(
+        redact(message), details, type=code, non_retryable=not retryable, next_retry_delay=delay
+    )
 
 
 def _provider_message(err: openai.APIStatusError) -> str:
