@@ -10,6 +10,11 @@ class AdmitInput(BaseModel):
 
     task_id: str
     tenant: str
+    run_chain: str | None = Field(
+        default=None,
+        description="The task's run chain: a place held under the same task id by an earlier run "
+        "(another chain, ended without releasing) is not this run's (None: by task id alone).",
+    )
 
 
 class AdmitResult(BaseModel):

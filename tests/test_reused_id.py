@@ -135,3 +135,35 @@ async def test_a_terminated_task_id_started_again_by_another_tenant_shares_nothi
         assert write.operation_key != operation_key(task_id, call_id, old.first_execution_run_id)
     finally:
         await asyncio.to_thread(_remove_container, old_sandbox)
+
+
+def _waiting(tenant: str) -> dict:
+    """A task that waits for an approval without a sandbox, under ``tenant``."""
+    rule = {"tool": "record_value", "decision": "require_approval", "approvers": ["finance-lead"]}
+    return {"agent": "recorder", "prompt": "record: x", "tenant": tenant, "policy": {"rules": [rule]}}
+
+
+async def test_a_reused_task_id_holds_a_place_under_its_new_tenants_cap_and_frees_the_old_one(
+    client: Client, dev_server: DevServer, tmp_path: Path
+) -> None:
+    """With a cap of one running task per tenant: a task id terminated under `acme` and started
+    again under `globex` takes globex's place (another globex task is refused) and no longer holds
+    acme's (a new acme task runs)."""
+    config = make_config(tmp_path / "data", tenant_caps={"acme": 1, "globex": 1})
+    env = TaskEnv(client=client, config=config, address=dev_server.address)
+    task_id = f"reused-{uuid.uuid4().hex[:8]}"
+    async with running_worker(client, config):
+        old = await env.start(_waiting("acme"), task_id=task_id)
+        await env.awaiting_approval(old)
+        await old.terminate("abandoned")  # ends without releasing its place
+        new = await env.start(_waiting("globex"), task_id=task_id)
+        await env.awaiting_approval(new)
+
+        other_globex = await env.start(_waiting("globex"))
+        refused = await env.wait_status(other_globex, lambda s: s.phase is not TaskPhase.RECEIVED)
+        assert refused.phase is TaskPhase.REJECTED and "cap is 1" in (refused.reason or "")
+        next_acme = await env.start(_waiting("acme"))
+        await env.awaiting_approval(next_acme)
+
+        for handle in (new, next_acme, other_globex):
+            await env.cancel(handle)

@@ -133,7 +133,7 @@ class AgentTaskWorkflow:
             task = None
         self.spec: TaskSpec | None = task.spec if task else None
         self.state: TaskState = (task.state if task and task.state else None) or TaskState()
-        if False and task is not None and task.state is None and workflow.patched(RUN_CHAIN_PATCH):
+        if task is not None and task.state is None and workflow.patched(RUN_CHAIN_PATCH):
             # Decided once, at the chain's start, and carried by continue-as-new: a chain that began
             # before run chains keeps the task id alone (its sandbox, signatures, keys) to its end.
             self.state.run_chain = workflow.info().first_execution_run_id
