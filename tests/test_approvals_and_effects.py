@@ -13,10 +13,11 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailed
 from activities.authz import SqliteAuthorizer
 from activities.business import SqliteBusinessStore
 from activities.events import JsonlEventSink
+from cli.main import main as cli_main
 from schemas.config import WorkerConfig
 from schemas.tasks import TaskPhase, TaskResult, TaskStatus
 from schemas.writes import WriteInput, WriteReceipt
-from tests.support import TaskEnv, assert_replays, make_config, running_worker
+from tests.support import TaskEnv, assert_replays, example_spec, make_config, running_worker
 from tests.test_reauthorization import approve_then_revoke, approved_write_after_slow_command
 
 
@@ -131,3 +132,58 @@ async def test_a_write_committed_while_the_task_is_cancelled_is_in_its_events(
     ]
     assert [e.data["record_id"] for e in stored] == [confirmed.data["record_id"]]
     await assert_replays(client, handle.id)
+
+
+async def test_an_edit_the_tool_refuses_is_refused_to_the_cli_and_the_request_stays_open(
+    env: TaskEnv, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`agent-worker edit` with a value the tool's planner refuses exits 1 with the tool's reason; the
+    request still waits, an event says why, and a valid decision then completes the task."""
+    handle = await env.start(example_spec())
+    [request] = (await env.awaiting_approval(handle)).pending
+    args = ["--address", env.address]
+    decide = [handle.id, "--request", request.request_id, "--version", request.version]
+    edit = [*args, "edit", *decide, "--as", "finance-lead", "--args", '{"month": "June"}']
+    assert await asyncio.to_thread(cli_main, edit) == 1
+    assert "month must look like YYYY-MM" in capsys.readouterr().err
+    status = await handle.query("status", result_type=TaskStatus)
+    assert [r.request_id for r in status.pending] == [request.request_id]
+    assert any(
+        e.type.value == "approval.ignored" and "month must look like" in e.data["reason"]
+        for e in status.last_events
+    )
+    assert await asyncio.to_thread(cli_main, [*args, "approve", *decide, "--as", "finance-lead"]) == 0
+    result: TaskResult = await asyncio.wait_for(handle.result(), 60)
+    assert result.phase is TaskPhase.COMPLETED and len(result.evidence.writes) == 1
+    await assert_replays(env.client, handle.id)
+
+
+async def test_a_signalled_edit_the_tool_refuses_puts_the_action_up_for_a_decision_again(
+    env: TaskEnv,
+) -> None:
+    """A signal cannot be answered, so the edit is recorded; when the tool refuses it, an event says
+    why and the same approvers are asked again (nothing written, nothing silently dropped)."""
+    handle = await env.start(example_spec())
+    [request] = (await env.awaiting_approval(handle)).pending
+    await handle.signal(
+        "submit_decision",
+        {
+            "request_id": request.request_id,
+            "version": request.version,
+            "decision": "edit",
+            "principal": "finance-lead",
+            "edited_args": {"month": "June"},
+        },
+    )
+    status = await env.wait_status(handle, lambda s: [r.request_id for r in s.pending] == ["req-2"])
+    assert status.pending[0].approvers == request.approvers
+    [refused] = [e for e in status.last_events if e.type.value == "approval.ignored"]
+    assert "month must look like" in refused.data["reason"] and "open again" in refused.data["reason"]
+    assert env.business().count() == 0
+    await env.approve(handle)
+    result: TaskResult = await asyncio.wait_for(handle.result(), 60)
+    assert result.phase is TaskPhase.COMPLETED and len(result.evidence.writes) == 1
+    first, second = result.evidence.approvals
+    assert first.refused_reason and "month must look like" in first.refused_reason
+    assert second.decision.value == "approve" and second.refused_reason is None
+    await assert_replays(env.client, handle.id)
