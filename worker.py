@@ -30,6 +30,7 @@ from activities.agent import AgentActivities, AgentRegistry
 from activities.artifacts import ArtifactActivities, LocalArtifactStore
 from activities.authz import Authorizer, AuthzActivities, SqliteAuthorizer
 from activities.business import BusinessActivities, BusinessWriter, SqliteBusinessStore, load_writer
+from activities.errors import SandboxError
 from activities.events import EventActivities, EventSink, JsonlEventSink
 from activities.loading import load_object
 from activities.sandbox import ProcessSandbox, Sandbox, SandboxActivities
@@ -105,40 +106,66 @@ async def ensure_search_attributes(client: Client) -> None:
         )
 
 
-def build_sandboxes(config: WorkerConfig) -> tuple[dict[SandboxBackend, Sandbox], SandboxBackend]:
-    """The sandbox backends this worker offers, and what a task's ``auto`` means here.
+def build_sandboxes(
+    config: WorkerConfig, namespace: str = "default"
+) -> tuple[dict[SandboxBackend, Sandbox], SandboxBackend | None, str | None]:
+    """The sandbox backends this worker offers, what a task's ``auto`` means here, and (when
+    ``auto`` has no contained tier to mean) why, for the refusal.
 
-    Docker and E2B are offered whenever they are usable. The process tier (trusted use only) is
-    offered only when it is this worker's default, so a task cannot ask its way out of isolation.
+    Docker and E2B are offered whenever they are usable, and ``auto`` picks one of them, never the
+    process tier. The process tier (trusted use only) is offered only when it is this worker's
+    configured backend, so a task cannot ask its way out of isolation, and only once it has proven its
+    isolation (or ``sandbox_unsafe_dev`` says to run without). Sandboxes are labelled with
+    ``namespace`` and the config's deployment, which is all the reaper here may judge.
 
     Raises:
-        ConfigError: the configured backend cannot run here (and why).
+        ConfigError: the configured backend cannot run here, or the process tier is not isolated
+            (and why, and how to fix it).
     """
     backends: dict[SandboxBackend, Sandbox] = {}
+    owner = {"namespace": namespace, "deployment": config.sandbox_deployment}
     docker_problem = docker_available(config.docker_image)
     if docker_problem is None:
-        backends[SandboxBackend.DOCKER] = DockerSandbox(config.docker_image)
+        backends[SandboxBackend.DOCKER] = DockerSandbox(config.docker_image, **owner)
     elif config.sandbox_backend == "docker":
         raise ConfigError(f"AGENT_WORKER_SANDBOX_BACKEND=docker, but {docker_problem}")
     if config.e2b_api_key is not None:
         from activities.sandbox.e2b import E2BSandbox
 
-        backends[SandboxBackend.E2B] = E2BSandbox.from_config(config)
+        backends[SandboxBackend.E2B] = E2BSandbox.from_config(config, namespace)
     elif config.sandbox_backend == "e2b":
         raise ConfigError("AGENT_WORKER_SANDBOX_BACKEND=e2b needs E2B_API_KEY")
+    unavailable = None
+    default: SandboxBackend | None
     if config.sandbox_backend == "auto":
-        default = SandboxBackend.DOCKER if SandboxBackend.DOCKER in backends else SandboxBackend.PROCESS
+        default = next((b for b in (SandboxBackend.DOCKER, SandboxBackend.E2B) if b in backends), None)
+        if default is None:
+            unavailable = (
+                f"sandbox backend 'auto' found no contained tier: docker: {docker_problem}; e2b: "
+                "E2B_API_KEY is not set. Fix: start Docker and build the image (agent-worker "
+                "sandbox-image), or set E2B_API_KEY; the process tier runs only when named "
+                "(AGENT_WORKER_SANDBOX_BACKEND=process)"
+            )
+            log.error("no contained sandbox tier: sandbox commands will be refused", reason=unavailable)
     else:
         default = SandboxBackend(config.sandbox_backend)
     if default is SandboxBackend.PROCESS:
-        backends[SandboxBackend.PROCESS] = ProcessSandbox(config.sandbox_root, config.process_isolation)
+        try:
+            backends[SandboxBackend.PROCESS] = ProcessSandbox(
+                config.sandbox_root,
+                config.process_isolation,
+                unsafe_dev=config.sandbox_unsafe_dev,
+                **owner,
+            )
+        except SandboxError as err:
+            raise ConfigError(f"AGENT_WORKER_SANDBOX_BACKEND=process: {err}") from None
     log.info(
         "sandbox backends",
-        default=default.value,
+        default=default.value if default else None,
         offered=sorted(b.value for b in backends),
         docker=docker_problem or "available",
     )
-    return backends, default
+    return backends, default, unavailable
 
 
 def build_writer(config: WorkerConfig) -> BusinessWriter:
@@ -221,8 +248,8 @@ def build_workers(client: Client, config: WorkerConfig) -> list[Worker]:
         agent = AgentActivities(AgentRegistry.from_import_paths(config.agents), store, config)
         role_activities[AGENT_QUEUE_SUFFIX] = [agent.turn, agent.plan]
     if "sandbox" in roles:
-        backends, default = build_sandboxes(config)
-        sandbox = SandboxActivities(backends, store, default)
+        backends, default, unavailable = build_sandboxes(config, client.namespace)
+        sandbox = SandboxActivities(backends, store, default, unavailable=unavailable)
         reaper = ReaperActivities(SandboxReaper(list(backends.values()), client))
         role_activities[SANDBOX_QUEUE_SUFFIX] = [sandbox.create, sandbox.exec, sandbox.destroy, reaper.reap]
     if "business" in roles:

@@ -266,7 +266,8 @@ def scratch(prefix: str) -> Iterator[Path]:
 
 def bench_config(data_dir: Path, **overrides: Any) -> WorkerConfig:
     """A worker config for the benchmarks: product defaults, plus the bench agents, scripted models,
-    and the process sandbox tier without isolation (a plain subprocess, as the baselines run)."""
+    and the process sandbox tier without isolation (a plain subprocess, as the baselines run: the
+    unsafe development setting, for trusted benchmark code only)."""
     values: dict[str, Any] = {
         "task_queue": f"bench-{uuid.uuid4().hex[:8]}",
         "data_dir": data_dir,
@@ -274,6 +275,7 @@ def bench_config(data_dir: Path, **overrides: Any) -> WorkerConfig:
         "model_provider": "scripted",
         "sandbox_backend": "process",
         "process_isolation": "none",
+        "sandbox_unsafe_dev": True,
         **overrides,
     }
     return WorkerConfig(**values)
@@ -313,6 +315,7 @@ def worker_env(address: str, config: WorkerConfig, **extra: str) -> dict[str, st
             "AGENT_WORKER_MODEL_PROVIDER": "scripted",
             "AGENT_WORKER_SANDBOX_BACKEND": config.sandbox_backend,
             "AGENT_WORKER_PROCESS_ISOLATION": config.process_isolation,
+            "AGENT_WORKER_SANDBOX_UNSAFE_DEV": str(config.sandbox_unsafe_dev).lower(),
             "PYTHONPATH": str(REPO),
             **extra,
         }

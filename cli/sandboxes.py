@@ -66,7 +66,7 @@ async def cmd_reap(client: Client, args: Any, out: TextIO | None = None) -> int:
     from activities.sandbox.reaper import SandboxReaper
     from worker import build_sandboxes
 
-    backends, _default = build_sandboxes(config)
+    backends, _default, _unavailable = build_sandboxes(config, client.namespace)
     result = await SandboxReaper(list(backends.values()), client).reap(reap)
     verb = "would remove" if reap.dry_run else "removed"
     for removed in result.removed:

@@ -64,13 +64,32 @@ class WorkerConfig(BaseModel):
     sandbox_backend: Literal["auto", "docker", "e2b", "process"] = Field(
         default="auto",
         description="What a task's sandbox backend 'auto' means here: 'auto' picks docker when its daemon "
-        "and image are available, else process. Naming a backend this worker cannot run is an error.",
+        "and image are available, else e2b when configured, else none: sandbox commands are then refused "
+        "with the reason (auto never picks the process tier). Naming a backend this worker cannot run "
+        "is an error at start.",
     )
     docker_image: str = Field(default="agent-worker-sandbox:bookworm", min_length=1)
     e2b_api_key: SecretStr | None = None
     e2b_domain: str | None = None
     e2b_template: str = "base"
-    process_isolation: Literal["auto", "bwrap", "none"] = "auto"
+    process_isolation: Literal["auto", "bwrap", "none"] = Field(
+        default="auto",
+        description="How the process tier (sandbox_backend=process) isolates commands: 'bwrap' "
+        "(bubblewrap; the worker proves its isolation at start or refuses to start), 'auto' (the same), "
+        "or 'none' (a plain subprocess: needs sandbox_unsafe_dev).",
+    )
+    sandbox_unsafe_dev: bool = Field(
+        default=False,
+        description="UNSAFE, development only: let the process tier run commands as plain subprocesses "
+        "of the worker (host files, network, Docker socket reachable) when it cannot prove isolation "
+        "or process_isolation=none. Never set it where model code is not trusted.",
+    )
+    deployment_id: str | None = Field(
+        default=None,
+        description="Which deployment owns the sandboxes this worker creates (a label on each); the "
+        "reaper removes only sandboxes of its own Temporal namespace and deployment. Default: the task "
+        "queue.",
+    )
     business_backend: Literal["sqlite", "postgres", "http"] = Field(
         default="sqlite", description="Where business writes go (sqlite is the embedded default)."
     )
@@ -169,6 +188,11 @@ class WorkerConfig(BaseModel):
         if not self.uses_openai:
             return 0.0
         return (input_tokens * self.price_input_per_mtok + output_tokens * self.price_output_per_mtok) / 1e6
+
+    @property
+    def sandbox_deployment(self) -> str:
+        """The deployment id sandboxes are labelled with (``deployment_id``, else the task queue)."""
+        return self.deployment_id or self.task_queue
 
     @property
     def artifact_dir(self) -> Path:

@@ -290,6 +290,18 @@ def test_the_worker_environment_is_a_valid_worker_config(config: dict[str, Any])
     assert worker_config.log_format == "json"
 
 
+def test_the_worker_never_runs_model_code_as_plain_subprocesses_by_default(config: dict[str, Any]) -> None:
+    """The worker's sandbox default is `auto` (a contained tier or none, never the process tier),
+    the unsafe development setting is not set, and E2B (a contained tier) can be given to it."""
+    env = services(config)["worker"]["environment"]
+    worker_config = WorkerConfig.from_env(env)
+    assert worker_config.sandbox_backend == "auto"
+    assert worker_config.sandbox_unsafe_dev is False
+    assert "AGENT_WORKER_SANDBOX_UNSAFE_DEV" not in env
+    assert "AGENT_WORKER_PROCESS_ISOLATION" not in env
+    assert {"E2B_API_KEY", "E2B_DOMAIN"} <= set(env)
+
+
 # ---- search attributes ----------------------------------------------------------------------------
 
 

@@ -167,14 +167,20 @@ async def test_reaper_removes_orphans_and_leaves_live_tasks_alone(
     live = await docker_env.start(example_spec())
     await docker_env.awaiting_approval(live)
     [live_container] = containers_of(live.id)
-    backend = DockerSandbox(docker_image)
+    # Orphans of this worker's namespace and deployment: the only ones its reaper may judge.
+    owner = {"namespace": docker_env.client.namespace, "deployment": docker_env.config.sandbox_deployment}
+    backend = DockerSandbox(docker_image, **owner)
     spec = SandboxSpec(backend=SandboxBackend.DOCKER)
     ghosts = [f"ghost-{uuid.uuid4().hex[:8]}" for _ in range(2)]
     for ghost in ghosts:
         await backend.create(CreateSandboxInput(task_id=ghost, tenant="t", spec=spec), {})
     assert all(containers_of(g) for g in ghosts)
 
-    env_vars = {"AGENT_WORKER_SANDBOX_BACKEND": "docker", "AGENT_WORKER_DOCKER_IMAGE": docker_image}
+    env_vars = {
+        "AGENT_WORKER_SANDBOX_BACKEND": "docker",
+        "AGENT_WORKER_DOCKER_IMAGE": docker_image,
+        "AGENT_WORKER_TASK_QUEUE": docker_env.task_queue,
+    }
     os.environ.update(env_vars)
     try:
         code = await asyncio.to_thread(cli_main, ["--address", docker_env.address, "reap", "--min-age", "0s"])

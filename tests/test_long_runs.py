@@ -45,7 +45,7 @@ async def quiet_env(quiet_server: DevServer, tmp_path: Path) -> AsyncIterator[Ta
     client: Client = await connect(quiet_server.address)
     env = TaskEnv(
         client=client,
-        config=make_config(tmp_path / "data", process_isolation="none"),
+        config=make_config(tmp_path / "data", process_isolation="none", sandbox_unsafe_dev=True),
         address=quiet_server.address,
     )
     async with running_worker(client, env.config):

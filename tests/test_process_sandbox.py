@@ -35,7 +35,8 @@ INPUTS = {"sales.csv": b"date,amount\n2026-10-01,12.50\n", "notes.txt": "caf\u00
 
 
 def _setup(root: Path, store: LocalArtifactStore, isolation: str = "bwrap") -> SandboxActivities:
-    sandbox = ProcessSandbox(root, isolation=isolation)  # type: ignore[arg-type]
+    # "none" is a plain subprocess: only with the explicit unsafe development setting.
+    sandbox = ProcessSandbox(root, isolation=isolation, unsafe_dev=isolation == "none")  # type: ignore[arg-type]
     assert sandbox.isolation == isolation
     return SandboxActivities({SandboxBackend.PROCESS: sandbox}, store)
 
@@ -319,7 +320,7 @@ async def test_missing_backend_is_a_non_retryable_error(store: LocalArtifactStor
     """A worker without the requested backend refuses the create with ``backend_unavailable``."""
     acts = SandboxActivities({}, store)
     with pytest.raises(ApplicationError) as info:
-        await _create(acts)
+        await _create(acts, spec=SandboxSpec(backend=SandboxBackend.DOCKER))
     assert (info.value.type, info.value.non_retryable) == ("backend_unavailable", True)
 
 

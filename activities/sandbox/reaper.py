@@ -2,9 +2,12 @@
 
 Destroy runs when a task completes, fails or is cancelled; the reaper is the backstop for what that
 could not reach (a worker that died with the process, a task terminated from outside, a daemon that
-was down). It runs as ``agent-worker reap`` and as the ``sandbox.reap`` activity, which a Temporal
-Schedule starts (``agent-worker reap --schedule 15m``). Process-tier sandboxes are local to a worker
-host, so each host's reaper sees its own.
+was down). It judges only sandboxes of its own Temporal namespace and deployment: each backend lists
+only those carrying its ``agent-worker.namespace`` and ``agent-worker.deployment`` labels, so another
+deployment's live sandboxes on a shared Docker daemon or E2B account are never "unknown" to it (and
+sandboxes from before those labels are left alone). It runs as ``agent-worker reap`` and as the
+``sandbox.reap`` activity, which a Temporal Schedule starts (``agent-worker reap --schedule 15m``).
+Process-tier sandboxes are local to a worker host, so each host's reaper sees its own.
 """
 
 from __future__ import annotations
