@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# What the test suite needs on this machine, installed and started if missing (idempotent: what is
+# there is left alone). `make test` runs it first; so does `.ci/run`, through `make test`.
+#
+# - Debian packages: bubblewrap (the process sandbox tier), docker.io (the Docker tier's daemon),
+#   debootstrap (builds the sandbox image locally), postgresql (business-write tests), docker-compose
+#   (validates docker-compose.temporal.yml), chromium and chromium-driver (the web inbox's browser
+#   tests). Installed with apt-get when running as root; otherwise named, and the tests that need
+#   them fail rather than skip.
+# - The Docker daemon, started in the background when none answers.
+# - The sandbox image (`agent-worker sandbox-image`), built once and cached by the daemon.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${BIN:-.venv/bin}
+export DEBIAN_FRONTEND=noninteractive
+
+need=()
+command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
+command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
+command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+command -v docker-compose >/dev/null 2>&1 || need+=(docker-compose)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "test-machine: installing ${need[*]}"
+    apt-get update -q >/dev/null
+    apt-get install -y -q "${need[@]}" >/dev/null
+  else
+    echo "test-machine: missing ${need[*]}; install them (as root: apt-get install ${need[*]})" >&2
+    exit 1
+  fi
+fi
+# Fail early, with a clear message, where bubblewrap cannot isolate (an unprivileged container, say).
+bwrap --ro-bind / / --unshare-all --unshare-user --uid 65534 true \
+  || { echo "test-machine: bubblewrap cannot create namespaces here" >&2; exit 1; }
+
+if ! docker info >/dev/null 2>&1; then
+  echo "test-machine: starting dockerd (log: /tmp/dockerd.log)"
+  (dockerd >/tmp/dockerd.log 2>&1 &)
+  for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
+  docker info >/dev/null 2>&1 || { tail -20 /tmp/dockerd.log >&2; exit 1; }
+fi
+"$BIN/agent-worker" sandbox-image
