@@ -41,7 +41,12 @@ class SandboxSpec(BaseModel):
         "memory_mb; process: the largest file a command may write).",
     )
     output_limit_bytes: int = Field(
-        default=1024, ge=256, le=1_048_576, description="Output kept inline in the command record."
+        default=1024,
+        ge=256,
+        le=1_048_576,
+        description="Output kept inline in the command record, each of stdout and stderr (the two "
+        "together stay under 1 MB of JSON, so the record fits a Temporal payload; the full output is "
+        "always in the record's artifacts).",
     )
     model_output_limit_bytes: int = Field(
         default=262_144, ge=1024, le=16_777_216, description="Output the model sees (stored by reference)."
