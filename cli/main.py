@@ -116,6 +116,13 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--sign", action="store_true", help="sign with the principal's key (agent-worker keys new)"
         )
+        p.add_argument(
+            "--timeout",
+            type=float,
+            default=30.0,
+            help="seconds to wait for a worker's answer (default 30); past it the decision expires "
+            "and the task refuses it if it arrives later",
+        )
         p.add_argument("--keys-dir", type=Path, help="where private keys live (default ~/.agent-worker/keys)")
         if kind == "edit":
             p.add_argument("--args", required=True, help="JSON object of the arguments to change")

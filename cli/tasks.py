@@ -9,11 +9,17 @@ import asyncio
 import json
 import sys
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
@@ -28,6 +34,8 @@ from schemas.validation import InvalidPayload, parse_decision, parse_task_input
 WORKFLOW_TYPE = "AgentTask"
 POLL_SECONDS = 0.5
 INBOX_QUERY_TIMEOUT = timedelta(seconds=5)
+# How long `approve` / `edit` / `reject` wait for a worker to answer; the decision expires then.
+DECIDE_TIMEOUT_SECONDS = 30.0
 
 
 class CliError(Exception):
@@ -228,20 +236,45 @@ async def cmd_inbox(client: Client, args: Any, out: TextIO | None = None) -> int
 
 
 async def send_decision(
-    client: Client, task_id: str, decision: ApprovalDecision, *, as_signal: bool = False
+    client: Client,
+    task_id: str,
+    decision: ApprovalDecision,
+    *,
+    as_signal: bool = False,
+    wait_seconds: float = DECIDE_TIMEOUT_SECONDS,
 ) -> DecisionOutcome | None:
     """Send a decision by update (checked, synchronous answer) or by signal (fire and forget).
 
+    An update waits at most ``wait_seconds`` for a worker to answer, and carries ``expires_at``
+    (now + ``wait_seconds``): a task that receives it later, when this call has given up, refuses it
+    rather than act on a decision whose sender was told it failed. A signal is durable by design: it
+    waits in the task's history and takes effect when a worker next runs the task.
+
     Raises:
-        CliError: the task refused the decision, or does not exist / has ended.
+        CliError: the task refused the decision, does not exist / has ended, or no worker answered.
     """
     handle = client.get_workflow_handle(task_id)
+    if not as_signal:
+        expires_at = datetime.now(UTC) + timedelta(seconds=wait_seconds)
+        decision = decision.model_copy(update={"expires_at": expires_at})
     payload = decision.model_dump(mode="json", exclude_none=True)
     try:
         if as_signal:
             await handle.signal("submit_decision", payload)
             return None
-        return await handle.execute_update("decide", payload, result_type=DecisionOutcome)
+        return await asyncio.wait_for(
+            handle.execute_update(
+                "decide", payload, result_type=DecisionOutcome, rpc_timeout=timedelta(seconds=wait_seconds)
+            ),
+            wait_seconds,
+        )
+    except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
+        raise CliError(
+            f"no worker answered for task {task_id} within {wait_seconds:g} s (is a worker running on its "
+            f"task queue?); the decision was not applied, and the task refuses it if it arrives after "
+            f"{decision.expires_at.isoformat() if decision.expires_at else 'now'}: decide again once a "
+            "worker runs"
+        ) from None
     except WorkflowUpdateFailedError as err:
         cause = err.cause
         raise CliError(f"decision refused: {getattr(cause, 'message', None) or cause}") from None
@@ -290,7 +323,10 @@ async def cmd_decide(client: Client, args: Any, out: TextIO | None = None) -> in
             raise CliError(f"cannot sign as {args.principal}: {err}", 2) from None
         chain = await request_chain(client.get_workflow_handle(args.task_id), decision.request_id)
         decision = decision.model_copy(update={"signature": sign(key, args.task_id, decision, chain)})
-    answer = await send_decision(client, args.task_id, decision, as_signal=args.signal)
+    wait_seconds = getattr(args, "timeout", None) or DECIDE_TIMEOUT_SECONDS
+    answer = await send_decision(
+        client, args.task_id, decision, as_signal=args.signal, wait_seconds=wait_seconds
+    )
     if answer is None:
         print(
             f"sent {args.kind} for {args.request} to {args.task_id} as a signal (see `agent-worker status`)",

@@ -11,7 +11,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 from schemas.actions import ProposedAction
 from schemas.digests import DIGEST_PATTERN
@@ -69,6 +69,11 @@ class ApprovalDecision(BaseModel):
         description="Why; for a rejection, the message the model will see.",
     )
     signature: str | None = Field(default=None, max_length=MAX_SIGNATURE_CHARS)
+    expires_at: AwareDatetime | None = Field(
+        default=None,
+        description="When set, the task refuses the decision once its clock is past this time: a "
+        "client that stopped waiting for an answer (no worker reached it) is not acted on later.",
+    )
 
     @model_validator(mode="after")
     def _edited_args_only_with_edit(self) -> ApprovalDecision:

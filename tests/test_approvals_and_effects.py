@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -186,4 +187,59 @@ async def test_a_signalled_edit_the_tool_refuses_puts_the_action_up_for_a_decisi
     first, second = result.evidence.approvals
     assert first.refused_reason and "month must look like" in first.refused_reason
     assert second.decision.value == "approve" and second.refused_reason is None
+    await assert_replays(env.client, handle.id)
+
+
+async def test_a_decision_no_worker_answers_times_out_and_is_not_applied_later(
+    config_env: TaskEnv, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`agent-worker approve` with every worker stopped gives up after its timeout with a clear
+    message; when a worker runs again, the task does not act on that decision, and the request waits
+    for a new one."""
+    env = config_env
+    async with running_worker(env.client, env.config):
+        handle = await env.start(example_spec())
+        [request] = (await env.awaiting_approval(handle)).pending
+    approve = [
+        *("--address", env.address, "approve", handle.id, "--request", request.request_id),
+        *("--version", request.version, "--as", "finance-lead", "--timeout", "3"),
+    ]
+    code = await asyncio.wait_for(asyncio.to_thread(cli_main, approve), 30)
+    assert code == 1
+    assert "no worker answered" in capsys.readouterr().err
+    async with running_worker(env.client, env.config):
+        # Long enough for the task's next workflow task (the stale update is delivered with it).
+        await asyncio.sleep(8)
+        status = await env.wait_status(handle, lambda s: True)
+        assert [r.request_id for r in status.pending] == [request.request_id]
+        assert not any(e.type.value == "approval.decided" for e in status.last_events)
+        assert env.business().count() == 0
+        await env.approve(handle)
+        result: TaskResult = await asyncio.wait_for(handle.result(), 60)
+    assert result.phase is TaskPhase.COMPLETED
+    [approval] = result.evidence.approvals
+    assert approval.via == "update"
+    await assert_replays(env.client, handle.id)
+
+
+async def test_a_signalled_decision_past_its_expiry_is_ignored_with_the_reason(env: TaskEnv) -> None:
+    """A decision carrying ``expires_at`` that reaches the task too late changes nothing, and says so."""
+    handle = await env.start(example_spec())
+    [request] = (await env.awaiting_approval(handle)).pending
+    await handle.signal(
+        "submit_decision",
+        {
+            "request_id": request.request_id,
+            "version": request.version,
+            "decision": "approve",
+            "principal": "finance-lead",
+            "expires_at": (datetime.now(UTC) - timedelta(minutes=1)).isoformat(),
+        },
+    )
+    status = await env.wait_status(handle, lambda s: bool(s.ignored))
+    assert "expired" in status.ignored[-1].reason
+    assert [r.request_id for r in status.pending] == [request.request_id]
+    await env.approve(handle)
+    result: TaskResult = await asyncio.wait_for(handle.result(), 60)
+    assert result.phase is TaskPhase.COMPLETED
     await assert_replays(env.client, handle.id)

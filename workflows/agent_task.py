@@ -51,7 +51,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import bounds, options
     from workflows.approvals import ApprovalDesk
     from workflows.budgets import exhausted
-    from workflows.decisions import why_not
+    from workflows.decisions import expiry_problem, why_not
     from workflows.effects import CHECK_EDITS_PATCH, EffectRunner
     from workflows.evidence import EvidenceKeeper, evidence_of
     from workflows.handoff import HandOff
@@ -484,7 +484,9 @@ class AgentTaskWorkflow:
             raise ValueError(self.input_error)
         decision = parse_decision(decode(raw))
         assert self.spec is not None
-        reason = why_not(self.state.requests, decision, self.task_id, self.spec.policy, self.state.run_chain)
+        reason = expiry_problem(decision, workflow.now()) or why_not(
+            self.state.requests, decision, self.task_id, self.spec.policy, self.state.run_chain
+        )
         if reason is not None:
             raise ValueError(reason)
 

@@ -23,7 +23,7 @@ with workflow.unsafe.imports_passed_through():
     from telemetry import metrics
     from workflows import options
     from workflows.bounds import KEPT_TEXT_CHARS, cut
-    from workflows.decisions import find_request, why_not
+    from workflows.decisions import expiry_problem, find_request, why_not
     from workflows.handoff import HandOff
 
 if TYPE_CHECKING:
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 # Patch ids are public contracts too: histories in flight carry them.
 REAUTHORIZE_PATCH = "reauthorize-approved-actions"
 REOPEN_WITHOUT_REVOKED_PATCH = "reopen-without-revoked-approver"
+DECISION_EXPIRY_PATCH = "decision-expiry"
 # Ignored decisions kept in the state (and shown by ``status``); the event sink has all of them.
 IGNORED_KEPT = 100
 
@@ -127,6 +128,12 @@ class ApprovalDesk:
         self.request(item, approvers)
         return False
 
+    def expired(self, decision: ApprovalDecision) -> str | None:
+        """Why ``decision`` comes too late (its sender stopped waiting for an answer), or None."""
+        if decision.expires_at is None or not workflow.patched(DECISION_EXPIRY_PATCH):
+            return None
+        return expiry_problem(decision, workflow.now())
+
     def edit_refused(self, item: BatchItem, record: DecisionRecord, problem: str) -> None:
         """``record``'s edit cannot take effect (the tool refuses its arguments): say why, and put the
         action up for a decision again, to the same approvers."""
@@ -159,12 +166,18 @@ class ApprovalDesk:
     def apply(self, decision: ApprovalDecision, via: str) -> str | None:
         """Apply a decision or record why it is ignored; returns that reason (None when applied)."""
         spec = self.task.spec
-        reason = self.task.input_error or why_not(
-            self.task.state.requests,
-            decision,
-            self.task.task_id,
-            spec.policy if spec else PolicySpec(),
-            self.task.state.run_chain,
+        # An update's expiry is checked by its validator, when the task receives it.
+        expired = self.expired(decision) if via == "signal" else None
+        reason = (
+            self.task.input_error
+            or expired
+            or why_not(
+                self.task.state.requests,
+                decision,
+                self.task.task_id,
+                spec.policy if spec else PolicySpec(),
+                self.task.state.run_chain,
+            )
         )
         if reason is None and self._batch_item(decision.request_id) is None:
             reason = f"request {decision.request_id} no longer waits for a decision"

@@ -4,6 +4,7 @@ update's validator and the update handler, so all three agree."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 
 from schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionKind
 from schemas.tasks import PolicySpec
@@ -13,6 +14,16 @@ from security.signing import signature_problem
 def find_request(requests: Iterable[ApprovalRequest], request_id: str) -> ApprovalRequest | None:
     """The request with ``request_id``, or None."""
     return next((r for r in requests if r.request_id == request_id), None)
+
+
+def expiry_problem(decision: ApprovalDecision, now: datetime) -> str | None:
+    """Why ``decision`` comes too late at ``now`` (past its ``expires_at``), or None."""
+    if decision.expires_at is None or now <= decision.expires_at:
+        return None
+    return (
+        f"the decision expired at {decision.expires_at.isoformat()} before the task received it "
+        "(its sender stopped waiting for an answer); send it again"
+    )
 
 
 def why_not(
