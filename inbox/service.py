@@ -20,7 +20,7 @@ import asyncio
 import json
 import re
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,8 @@ from schemas.tasks import PolicySpec, TaskResult, TaskStatus
 from schemas.validation import InvalidPayload, parse_decision, parse_task_input
 
 QUERY_TIMEOUT = timedelta(seconds=5)
+# How long a decision waits for a worker's answer; it expires then (``ApprovalDecision.expires_at``).
+DECIDE_TIMEOUT = timedelta(seconds=30)
 PREVIEW_BYTES = 64 * 1024
 # Principals that are safe to put inside a visibility query literal; others are filtered here only.
 _QUERYABLE = re.compile(r"^[A-Za-z0-9._@:+-]+$")
@@ -254,11 +256,26 @@ class InboxService:
         policy = await self.policy(handle)
         if policy is not None:
             decision = self._signed(task_id, decision, policy, request.run_chain)
-        from temporalio.client import WorkflowUpdateFailedError
+        from temporalio.client import WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
 
-        payload = decision.model_dump(mode="json", exclude_none=True)
+        # Not acted on later when no worker answers in time: the task refuses it past its expiry.
+        expires_at = datetime.now(UTC) + DECIDE_TIMEOUT
+        payload = decision.model_copy(update={"expires_at": expires_at}).model_dump(
+            mode="json", exclude_none=True
+        )
         try:
-            return await handle.execute_update("decide", payload, result_type=DecisionOutcome)
+            return await asyncio.wait_for(
+                handle.execute_update(
+                    "decide", payload, result_type=DecisionOutcome, rpc_timeout=DECIDE_TIMEOUT
+                ),
+                DECIDE_TIMEOUT.total_seconds(),
+            )
+        except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
+            raise InboxError(
+                f"no worker answered for task {task_id} within {DECIDE_TIMEOUT.total_seconds():g} s; "
+                "the decision was not applied and will not be: decide again once a worker runs",
+                504,
+            ) from None
         except WorkflowUpdateFailedError as err:
             cause = err.cause
             raise InboxError(
