@@ -151,8 +151,8 @@ class EffectRunner:
             return None
         try:
             plan = await self.plan(request.action.tool, {**request.action.arguments, **decision.edited_args})
-        except ActivityError:
-            return None
+        except (ActivityError, HandOff):
+            return None  # not in an update handler: before the action runs, where a hand-off ends the task
         if plan.operation is not None:
             return None
         return f"the approver's edited arguments are invalid: {plan.error}"
