@@ -1,0 +1,99 @@
+"""agent-worker's public face: the one import path agent authors and clients rely on.
+
+Everything importable from ``agent_worker`` (and its modules ``agent_worker.client`` and
+``agent_worker.testing``) is the stable API: names listed in ``__all__`` keep working across
+releases. Everything else in the distribution (``activities``, ``workflows``, ``schemas``, ``cli``,
+``worker`` ...) is internal and may move; its old import paths keep working for one release.
+
+- **Author API**: ``AgentRegistration``; the effect decorators ``sandbox_tool``, ``write_tool``,
+  ``delegate_tool`` and the operations they return (``SandboxCommand``, ``BusinessWrite``,
+  ``Delegation``); the OpenAI Agents SDK's ``Agent`` and ``function_tool`` (read tools);
+  ``current_turn`` for a tool that needs the task's artifact store; ``ConversationModel`` and its
+  helpers ``tool_outputs`` and ``first_user_text`` for deterministic models.
+- **Payloads**: ``TaskSpec`` and the models a client reads or sends (``TaskStatus``, ``TaskResult``,
+  ``ApprovalRequest``, ``ApprovalDecision`` ...). All are plain JSON on the wire.
+- **Client**: ``AgentWorkerClient`` (start, status, pending, awaiting, decide, say, cancel, result)
+  and its errors, rooted at ``AgentWorkerError``.
+- **Testing**: ``agent_worker.testing`` (``Script``, ``local_worker``), imported on its own.
+"""
+
+from agents import Agent, function_tool
+
+from activities.agent import (
+    AgentRegistration,
+    ConversationModel,
+    current_turn,
+    delegate_tool,
+    first_user_text,
+    sandbox_tool,
+    tool_outputs,
+    write_tool,
+)
+from agent_worker.client import (
+    AgentWorkerClient,
+    AgentWorkerError,
+    AwaitingTask,
+    DecisionRefused,
+    TaskEnded,
+    TaskNotFound,
+    TaskRef,
+    WorkerUnreachable,
+)
+from schemas.actions import BusinessWrite, Delegation, ProposedAction, SandboxCommand
+from schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionKind, DecisionOutcome
+from schemas.artifacts import InputFile
+from schemas.digests import is_digest
+from schemas.events import Event, EventType
+from schemas.tasks import (
+    Budgets,
+    Evidence,
+    PolicyRule,
+    PolicySpec,
+    TaskInput,
+    TaskPhase,
+    TaskResult,
+    TaskSpec,
+    TaskStatus,
+)
+
+__all__ = [
+    "Agent",
+    "AgentRegistration",
+    "AgentWorkerClient",
+    "AgentWorkerError",
+    "ApprovalDecision",
+    "ApprovalRequest",
+    "AwaitingTask",
+    "Budgets",
+    "BusinessWrite",
+    "ConversationModel",
+    "DecisionKind",
+    "DecisionOutcome",
+    "DecisionRefused",
+    "Delegation",
+    "Event",
+    "EventType",
+    "Evidence",
+    "InputFile",
+    "PolicyRule",
+    "PolicySpec",
+    "ProposedAction",
+    "SandboxCommand",
+    "TaskEnded",
+    "TaskInput",
+    "TaskNotFound",
+    "TaskPhase",
+    "TaskRef",
+    "TaskResult",
+    "TaskSpec",
+    "TaskStatus",
+    "WorkerUnreachable",
+    "current_turn",
+    "delegate_tool",
+    "first_user_text",
+    "function_tool",
+    "is_digest",
+    "sandbox_tool",
+    "tool_outputs",
+    "write_tool",
+]

@@ -1,0 +1,396 @@
+"""The client side of the task protocol, in one place.
+
+Every name the ``AgentTask`` workflow answers to (its type, the queries ``status`` and
+``pending_approvals``, the update ``decide``, the signals ``submit_decision`` and ``add_input``)
+is reached here through typed references to the workflow's own handlers, never as a string, and
+every payload goes out as plain JSON (``model_dump(mode="json")``), as any other client would send.
+
+Errors::
+
+    AgentWorkerError            anything this client refuses or cannot do
+    ├── TaskNotFound            no task with that id (or none that is running, for a signal)
+    ├── TaskEnded               the task closed without a result (failed, cancelled, terminated)
+    ├── DecisionRefused         the task refused a decision; ``reason`` says why
+    └── WorkerUnreachable       no worker answered in time; nothing was applied
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from schemas import visibility
+from schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionKind, DecisionOutcome
+from schemas.config import DEFAULT_TASK_QUEUE
+from schemas.tasks import TaskInput, TaskResult, TaskSpec, TaskStatus
+from schemas.validation import InvalidPayload, parse_decision
+from workflows import AgentTaskWorkflow
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+DEFAULT_TIMEOUT = 30.0
+"""Seconds a query or a ``decide`` update waits for a worker before ``WorkerUnreachable``."""
+_QUERYABLE = re.compile(r"^[A-Za-z0-9._@:+-]+$")  # safe inside a visibility query literal
+
+
+class AgentWorkerError(Exception):
+    """The root of this client's errors."""
+
+
+class TaskNotFound(AgentWorkerError):
+    """Raised when no task has the id (or, for a signal or cancel, none is running under it)."""
+
+
+class TaskEnded(AgentWorkerError):
+    """Raised by ``result`` when the task closed without a result (failed, cancelled, terminated)."""
+
+
+class DecisionRefused(AgentWorkerError):
+    """Raised when the task refuses a decision: stale version, unknown or decided request, a
+    principal not allowed, a bad signature, an edit the tool refuses. ``reason`` is the task's word."""
+
+    def __init__(self, task_id: str, request_id: str, reason: str) -> None:
+        super().__init__(f"task {task_id} refused the decision on {request_id}: {reason}")
+        self.task_id = task_id
+        self.request_id = request_id
+        self.reason = reason
+
+
+class WorkerUnreachable(AgentWorkerError):
+    """Raised when no worker answered a query or an update in time. The task is not
+    changed: an update that arrives later carries ``expires_at`` and the task refuses it."""
+
+
+@dataclass(frozen=True)
+class TaskRef:
+    """A started (or already existing) task."""
+
+    task_id: str
+    run_id: str | None
+    started: bool  # False when a task with this id already existed: it was not started again
+
+
+@dataclass
+class AwaitingTask:
+    """A task waiting for a human, with the requests the caller may decide."""
+
+    task_id: str
+    tenant: str
+    agent: str
+    requests: list[ApprovalRequest] = field(default_factory=list)
+    error: str | None = None  # its worker did not answer: only what visibility knows is shown
+
+
+def _message(err: BaseException) -> str:
+    cause = getattr(err, "cause", None) or err
+    return getattr(cause, "message", None) or str(cause)
+
+
+class AgentWorkerClient:
+    """Starts tasks, reads them, and sends them decisions and input.
+
+    Args:
+        client: a connected Temporal client whose data converter the workers share (the pydantic
+            converter, with encryption where the workers use it).
+        task_queue: the workers' task queue (``agent-tasks`` by default).
+    """
+
+    def __init__(self, client: Client, task_queue: str = DEFAULT_TASK_QUEUE) -> None:
+        self.temporal = client
+        self.task_queue = task_queue
+
+    @classmethod
+    async def connect(
+        cls, address: str | None = None, *, task_queue: str = DEFAULT_TASK_QUEUE, **overrides: Any
+    ) -> AgentWorkerClient:
+        """Connect as the SDK's environment configuration says (``TEMPORAL_ADDRESS``, profiles, TLS,
+        API key), ``address`` first when given; encryption keys as the worker reads them."""
+        from worker import connect
+
+        return cls(await connect(target_host=address, **overrides), task_queue)
+
+    def handle(self, task_id: str) -> WorkflowHandle[Any, TaskResult]:
+        """The Temporal handle of a task (for what this client does not wrap)."""
+        return self.temporal.get_workflow_handle(task_id, result_type=TaskResult)
+
+    # ---- starting ------------------------------------------------------------------------------
+
+    async def start(self, spec: TaskSpec | TaskInput | dict[str, Any], task_id: str | None = None) -> TaskRef:
+        """Start a task, unless one with ``task_id`` exists (running or closed): the id is the task.
+
+        Raises:
+            pydantic.ValidationError: ``spec`` is not a valid TaskSpec (naming the field).
+        """
+        task = spec if isinstance(spec, TaskInput) else TaskInput(spec=TaskSpec.model_validate(spec))
+        task_id = task_id or f"task-{uuid.uuid4().hex[:12]}"
+        try:
+            handle = await self.temporal.start_workflow(
+                AgentTaskWorkflow.run,
+                task.model_dump(mode="json", exclude_none=True),  # type: ignore[arg-type]
+                id=task_id,
+                task_queue=self.task_queue,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+            )
+        except WorkflowAlreadyStartedError:
+            return TaskRef(task_id, None, started=False)
+        return TaskRef(task_id, handle.result_run_id, started=True)
+
+    # ---- reading -------------------------------------------------------------------------------
+
+    async def status(self, task_id: str, *, wait_seconds: float = DEFAULT_TIMEOUT) -> TaskStatus:
+        """The task's phase, pending requests, budgets, usage and latest events.
+
+        Raises:
+            TaskNotFound: no such task.
+            WorkerUnreachable: no worker answered within ``wait_seconds`` seconds.
+        """
+        return await self._query(task_id, AgentTaskWorkflow.status, wait_seconds)
+
+    async def pending(self, task_id: str, *, wait_seconds: float = DEFAULT_TIMEOUT) -> list[ApprovalRequest]:
+        """The task's requests still waiting for a decision."""
+        return await self._query(task_id, AgentTaskWorkflow.pending_approvals, wait_seconds)
+
+    async def _query(self, task_id: str, query: Any, wait_seconds: float) -> Any:
+        handle = self.handle(task_id)
+        try:
+            return await asyncio.wait_for(
+                handle.query(query, rpc_timeout=timedelta(seconds=wait_seconds)), wait_seconds
+            )
+        except TimeoutError:
+            raise self._unreachable(task_id, wait_seconds, "the query") from None
+        except RPCError as err:
+            if err.status is RPCStatusCode.NOT_FOUND:
+                raise TaskNotFound(f"no task {task_id!r}") from None
+            if err.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
+                raise self._unreachable(task_id, wait_seconds, "the query") from None
+            raise AgentWorkerError(f"cannot read task {task_id}: {err.message}") from None
+
+    async def next_request(self, task_id: str, *, within: float = 60.0, poll: float = 0.2) -> ApprovalRequest:
+        """Wait until the task has a pending request and return the oldest one.
+
+        Raises:
+            TaskEnded: the task reached a terminal phase first (the reason says why).
+            AgentWorkerError: no request came within ``within`` seconds.
+        """
+        deadline = time.monotonic() + within
+        while True:
+            status = await self.status(task_id)
+            if status.pending:
+                return status.pending[0]
+            if status.phase.terminal:
+                raise TaskEnded(
+                    f"task {task_id} ended {status.phase.value} with no request pending: {status.reason}"
+                )
+            if time.monotonic() > deadline:
+                raise AgentWorkerError(
+                    f"task {task_id} asked for no approval within {within:g} s (phase {status.phase.value})"
+                )
+            await asyncio.sleep(poll)
+
+    async def awaiting(
+        self, *, principal: str | None = None, tenant: str | None = None, wait_seconds: float = 5.0
+    ) -> list[AwaitingTask]:
+        """Every running task waiting for a human (from visibility), with its pending requests, those
+        ``principal`` may decide when given. A task whose worker does not answer within ``wait_seconds``
+        is still listed, with ``error`` set, so one dead worker cannot hide the others."""
+        query = visibility.AWAITING_QUERY
+        if tenant is not None:
+            if not _QUERYABLE.match(tenant):
+                raise ValueError(f"tenant {tenant!r} is not a valid tenant name")
+            query += f" AND {visibility.TENANT.name} = '{tenant}'"
+        if principal is not None and _QUERYABLE.match(principal):
+            query += f" AND {visibility.APPROVERS.name} = '{principal}'"
+        executions = [
+            e
+            async for e in self.temporal.list_workflows(query)
+            if principal is None or principal in (e.typed_search_attributes.get(visibility.APPROVERS) or [])
+        ]
+        answers = await asyncio.gather(
+            *(self.status(e.id, wait_seconds=wait_seconds) for e in executions), return_exceptions=True
+        )
+        found = []
+        for execution, answer in zip(executions, answers, strict=True):
+            attributes = execution.typed_search_attributes
+            entry = AwaitingTask(
+                task_id=execution.id,
+                tenant=attributes.get(visibility.TENANT) or "",
+                agent=attributes.get(visibility.AGENT) or "",
+            )
+            if isinstance(answer, TaskStatus):
+                entry.requests = [r for r in answer.pending if principal is None or principal in r.approvers]
+                if not entry.requests:
+                    continue  # decided since visibility last heard
+            else:
+                entry.error = f"its worker did not answer the status query ({answer})"
+            found.append(entry)
+        return found
+
+    async def result(self, task_id: str) -> TaskResult:
+        """Wait for the task to close and return its result (completed, rejected or handed off).
+
+        Raises:
+            TaskNotFound: no such task.
+            TaskEnded: it failed, was cancelled or terminated, with no result.
+        """
+        try:
+            return await self.handle(task_id).result()
+        except WorkflowFailureError as err:
+            raise TaskEnded(f"task {task_id} ended without a result: {_message(err)}") from None
+        except RPCError as err:
+            if err.status is RPCStatusCode.NOT_FOUND:
+                raise TaskNotFound(f"no task {task_id!r}") from None
+            raise AgentWorkerError(f"cannot read task {task_id}: {err.message}") from None
+
+    # ---- deciding ------------------------------------------------------------------------------
+
+    async def decide(
+        self,
+        task_id: str,
+        request_id: str,
+        decision: DecisionKind | str,
+        principal: str,
+        *,
+        version: str | None = None,
+        edited_args: dict[str, Any] | None = None,
+        reason: str | None = None,
+        sign_with: Ed25519PrivateKey | None = None,
+        via: Literal["update", "signal"] = "update",
+        wait_seconds: float = DEFAULT_TIMEOUT,
+    ) -> DecisionOutcome | None:
+        """Decide a pending request: ``approve``, ``edit`` (with ``edited_args``) or ``reject``
+        (with a ``reason`` the model sees).
+
+        ``version`` defaults to the pending request's; give the one that was reviewed to bind the
+        decision to it. ``sign_with`` signs over the request's run chain (``security.signing``).
+        By ``update`` the task checks the decision and answers (an accepted ``DecisionOutcome``);
+        it carries ``expires_at`` (now + ``wait_seconds``) so a late delivery is refused rather than
+        applied after this call gave up. By ``signal`` it is durable and unanswered (None): a bad
+        one is recorded as ignored, with the reason, in ``status(...).ignored``.
+
+        Raises:
+            DecisionRefused: the task refused it (or the request is not pending, when the version
+                or run chain had to be looked up), or the payload is invalid (naming the field).
+            TaskNotFound: no such task, or it is not running.
+            WorkerUnreachable: no worker answered within ``wait_seconds`` seconds.
+        """
+        request: ApprovalRequest | None = None
+        if version is None or sign_with is not None:
+            pending = await self.pending(task_id, wait_seconds=wait_seconds)
+            request = next((r for r in pending if r.request_id == request_id), None)
+            if request is None:
+                waiting = ", ".join(r.request_id for r in pending) or "none"
+                raise DecisionRefused(task_id, request_id, f"not pending (pending: {waiting})")
+        raw: dict[str, Any] = {
+            "request_id": request_id,
+            "version": version or (request.version if request else ""),
+            "decision": decision.value if isinstance(decision, DecisionKind) else decision,
+            "principal": principal,
+            "edited_args": edited_args,
+            "reason": reason,
+        }
+        if via == "update":
+            raw["expires_at"] = datetime.now(UTC) + timedelta(seconds=wait_seconds)
+        try:
+            parsed = parse_decision({k: v for k, v in raw.items() if v is not None})
+        except InvalidPayload as err:
+            raise DecisionRefused(task_id, request_id, str(err)) from None
+        if sign_with is not None:
+            from security.signing import sign
+
+            chain = request.run_chain if request else None
+            parsed = parsed.model_copy(update={"signature": sign(sign_with, task_id, parsed, chain)})
+        return await self._send(task_id, parsed, via, wait_seconds)
+
+    async def _send(
+        self, task_id: str, decision: ApprovalDecision, via: str, wait_seconds: float
+    ) -> DecisionOutcome | None:
+        handle = self.handle(task_id)
+        payload = decision.model_dump(mode="json", exclude_none=True)
+        try:
+            if via == "signal":
+                await handle.signal(AgentTaskWorkflow.submit_decision, payload)  # type: ignore[arg-type]
+                return None
+            outcome = await asyncio.wait_for(
+                handle.execute_update(
+                    AgentTaskWorkflow.decide,
+                    payload,  # type: ignore[arg-type]
+                    rpc_timeout=timedelta(seconds=wait_seconds),
+                ),
+                wait_seconds,
+            )
+        except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
+            raise self._unreachable(task_id, wait_seconds, "the decision", decision=True) from None
+        except WorkflowUpdateFailedError as err:
+            raise DecisionRefused(task_id, decision.request_id, _message(err)) from None
+        except RPCError as err:
+            if err.status is RPCStatusCode.NOT_FOUND:
+                raise TaskNotFound(f"no running task {task_id!r}") from None
+            raise AgentWorkerError(f"cannot reach task {task_id}: {err.message}") from None
+        if not outcome.accepted:
+            raise DecisionRefused(task_id, decision.request_id, outcome.detail)
+        return outcome
+
+    # ---- input and cancel ----------------------------------------------------------------------
+
+    async def say(self, task_id: str, text: str, *, principal: str | None = None) -> None:
+        """Queue follow-up input (signal ``add_input``); the agent's next turn sees it. Input the
+        task cannot take is recorded as ignored, with why (event ``input.ignored``).
+
+        Raises:
+            TaskNotFound: no running task with that id.
+        """
+        payload: dict[str, Any] = {"text": text}
+        if principal is not None:
+            payload["principal"] = principal
+        try:
+            await self.handle(task_id).signal(AgentTaskWorkflow.add_input, payload)  # type: ignore[arg-type]
+        except RPCError as err:
+            if err.status is RPCStatusCode.NOT_FOUND:
+                raise TaskNotFound(f"no running task {task_id!r}") from None
+            raise AgentWorkerError(f"cannot reach task {task_id}: {err.message}") from None
+
+    add_input = say
+
+    async def cancel(self, task_id: str) -> None:
+        """Request cancellation; the task destroys its sandbox and lets a write in flight settle.
+
+        Raises:
+            TaskNotFound: no running task with that id.
+        """
+        try:
+            await self.handle(task_id).cancel()
+        except RPCError as err:
+            if err.status is RPCStatusCode.NOT_FOUND:
+                raise TaskNotFound(f"no running task {task_id!r}") from None
+            raise AgentWorkerError(f"cannot cancel {task_id}: {err.message}") from None
+
+    def _unreachable(
+        self, task_id: str, wait_seconds: float, what: str, *, decision: bool = False
+    ) -> WorkerUnreachable:
+        tail = (
+            ""
+            if not decision
+            else "; the decision was not applied and the task refuses it if it arrives later"
+        )
+        return WorkerUnreachable(
+            f"no worker answered {what} for task {task_id} within {wait_seconds:g} s (is a worker polling "
+            f"task queue {self.task_queue!r}?){tail}"
+        )
