@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import pytest
 
@@ -151,3 +152,24 @@ async def test_deciding_with_no_worker_polling_raises_worker_unreachable_within_
             await asyncio.wait_for(client.status(task.task_id, wait_seconds=2), 60)
     finally:
         await client.handle(task.task_id).terminate("test over")
+
+
+async def test_a_decision_signed_with_the_principals_key_is_accepted_where_the_policy_requires_it(
+    env: TaskEnv, tmp_path: Path
+) -> None:
+    """Under a policy requiring signatures, an unsigned decision is refused and one made with
+    `sign_with` (over the pending request's run chain) completes the task."""
+    from security.signing import new_private_key, public_key_text
+
+    key = new_private_key("finance-lead", tmp_path)
+    spec = example_spec()
+    spec["policy"].update(signers={"finance-lead": public_key_text(key)}, require_signatures=True)
+    client = AgentWorkerClient(env.client, env.task_queue)
+    task = await client.start(spec)
+    request = await client.next_request(task.task_id)
+    with pytest.raises(DecisionRefused, match="a signature is required"):
+        await client.decide(task.task_id, request.request_id, "approve", "finance-lead")
+    outcome = await client.decide(task.task_id, request.request_id, "approve", "finance-lead", sign_with=key)
+    assert outcome is not None and outcome.accepted
+    result = await asyncio.wait_for(client.result(task.task_id), 60)
+    assert result.phase is TaskPhase.COMPLETED
