@@ -282,15 +282,32 @@ async def send_decision(
         raise CliError(f"cannot reach task {task_id}: {err.message}") from None
 
 
-async def request_chain(handle: WorkflowHandle[Any, Any], request_id: str) -> str | None:
+async def request_chain(handle: WorkflowHandle[Any, Any], request_id: str, wait_seconds: float) -> str | None:
     """The run chain a signature on ``request_id`` must cover: the pending request's (None when the
     task started before run chains, or the request is not pending: the task then ignores the
-    decision whatever it carries)."""
+    decision whatever it carries). A query needs a worker: none answering within ``wait_seconds``
+    is an error that says so."""
     try:
-        pending = await handle.query("pending_approvals", result_type=list[ApprovalRequest])
+        pending = await asyncio.wait_for(
+            handle.query(
+                "pending_approvals",
+                result_type=list[ApprovalRequest],
+                rpc_timeout=timedelta(seconds=wait_seconds),
+            ),
+            wait_seconds,
+        )
+    except TimeoutError:
+        raise CliError(
+            f"no worker answered for task {handle.id} within {wait_seconds:g} s (is a worker running on "
+            "its task queue?); nothing was signed or sent: decide again once a worker runs"
+        ) from None
     except RPCError as err:
         if err.status is RPCStatusCode.NOT_FOUND:
             raise CliError(f"no task {handle.id!r}") from None
+        if err.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):  # the rpc timeout
+            raise CliError(
+                f"no worker answered for task {handle.id} within {wait_seconds:g} s; nothing was sent"
+            ) from None
         raise
     return next((r.run_chain for r in pending if r.request_id == request_id), None)
 
@@ -321,9 +338,11 @@ async def cmd_decide(client: Client, args: Any, out: TextIO | None = None) -> in
             key = load_private_key(args.principal, args.keys_dir or DEFAULT_KEY_DIR)
         except (OSError, ValueError) as err:
             raise CliError(f"cannot sign as {args.principal}: {err}", 2) from None
-        chain = await request_chain(client.get_workflow_handle(args.task_id), decision.request_id)
-        decision = decision.model_copy(update={"signature": sign(key, args.task_id, decision, chain)})
     wait_seconds = getattr(args, "timeout", None) or DECIDE_TIMEOUT_SECONDS
+    if args.sign:
+        handle = client.get_workflow_handle(args.task_id)
+        chain = await request_chain(handle, decision.request_id, wait_seconds)
+        decision = decision.model_copy(update={"signature": sign(key, args.task_id, decision, chain)})
     answer = await send_decision(
         client, args.task_id, decision, as_signal=args.signal, wait_seconds=wait_seconds
     )

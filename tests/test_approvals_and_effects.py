@@ -20,6 +20,7 @@ from schemas.tasks import TaskPhase, TaskResult, TaskStatus
 from schemas.writes import WriteInput, WriteReceipt
 from tests.support import TaskEnv, assert_replays, example_spec, make_config, running_worker
 from tests.test_reauthorization import approve_then_revoke, approved_write_after_slow_command
+from tests.test_signed_approvals import signed_spec
 
 
 async def test_a_tool_the_agent_does_not_have_goes_back_to_the_model_as_a_tool_error(env: TaskEnv) -> None:
@@ -220,6 +221,32 @@ async def test_a_decision_no_worker_answers_times_out_and_is_not_applied_later(
     [approval] = result.evidence.approvals
     assert approval.via == "update"
     await assert_replays(env.client, handle.id)
+
+
+async def test_a_signed_approve_with_no_worker_gives_up_with_a_clear_message(
+    config_env: TaskEnv, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`approve --sign` first asks the task which run chain to sign for: with no worker running,
+    that query gives up after the timeout too, with the same clear message, and nothing is sent."""
+    env = config_env
+    keys = tmp_path / "keys"
+    async with running_worker(env.client, env.config):
+        handle = await env.start(signed_spec(keys))
+        [request] = (await env.awaiting_approval(handle)).pending
+    approve = [
+        *("--address", env.address, "approve", handle.id, "--request", request.request_id),
+        *("--version", request.version, "--as", "finance-lead", "--timeout", "3"),
+        *("--sign", "--keys-dir", str(keys)),
+    ]
+    started = time.monotonic()
+    code = await asyncio.wait_for(asyncio.to_thread(cli_main, approve), 30)
+    assert code == 1
+    assert "no worker answered" in capsys.readouterr().err
+    assert time.monotonic() - started < 20
+    history = await handle.fetch_history()
+    assert not any(e.HasField("workflow_execution_signaled_event_attributes") for e in history.events)
+    async with running_worker(env.client, env.config):
+        await env.cancel(handle)
 
 
 async def test_a_signalled_decision_past_its_expiry_is_ignored_with_the_reason(env: TaskEnv) -> None:
