@@ -14,7 +14,7 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle
 from activities.events import JsonlEventSink
 from schemas.approvals import MAX_EDITED_ARGS_BYTES, MAX_PRINCIPAL_CHARS
 from schemas.tasks import TaskPhase, TaskStatus
-from tests.support import TaskEnv
+from tests.support import TaskEnv, assert_replays
 from workflows.agent_task import MAX_PENDING_FOLLOW_UP_BYTES
 from workflows.bounds import MAX_PAYLOAD_BYTES, MAX_SPEC_BYTES
 
@@ -141,6 +141,7 @@ async def test_an_edit_at_the_maximum_size_is_written(env: TaskEnv) -> None:
     assert result.phase is TaskPhase.COMPLETED, result.reason
     assert env.business().count() == 1
     await assert_no_workflow_task_failed(handle)
+    await assert_replays(env.client, handle.id, keep=False)  # 64 KiB in many places: not committed
 
 
 async def test_follow_ups_past_the_per_task_cap_are_refused_at_arrival_and_the_task_completes(
