@@ -45,6 +45,11 @@ from workflows import AgentTaskWorkflow
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+WORKFLOW_TYPE = "AgentTask"
+"""The workflow type name, for what needs it as text: a visibility query (``WorkflowType = '...'``), a
+stand-in workflow in a test. Everything else reaches the workflow through ``AgentTaskWorkflow``."""
+TASKS_QUERY = f"WorkflowType = '{WORKFLOW_TYPE}'"
+"""The visibility query that lists every task (add ``AND ...`` to narrow it)."""
 DEFAULT_TIMEOUT = 30.0
 """Seconds a query or a ``decide`` update waits for a worker before ``WorkerUnreachable``."""
 _QUERYABLE = re.compile(r"^[A-Za-z0-9._@:+-]+$")  # safe inside a visibility query literal
