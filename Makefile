@@ -48,12 +48,9 @@ lint: install
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
 # Re-record tests/histories/ from real runs (only for intended workflow changes; review the diff).
+# The tests that record them are listed in tests/recorded_histories.txt.
 histories: install
-	AW_RECORD_HISTORIES=tests/histories $(BIN)/pytest -q tests/test_example_flow.py \
-	  tests/test_subagents.py tests/test_turn_durability.py tests/test_continue_as_new.py tests/test_providers_e2e.py \
-	  tests/test_reauthorization.py tests/test_approvals_and_effects.py \
-	  tests/test_fault_matrix.py::test_sandbox_removed_mid_command_is_rebuilt_and_the_evidence_says_so \
-	  tests/test_worker_roles.py::test_a_task_moves_its_work_back_to_the_role_queues_when_the_fleet_is_split
+	AW_RECORD_HISTORIES=tests/histories $(BIN)/pytest -q $$(grep -v '^#' tests/recorded_histories.txt)
 
 clean:
 	rm -rf $(VENV) .agent-worker .pytest_cache

@@ -45,6 +45,28 @@ def test_the_committed_histories_are_all_there() -> None:
         assert EXPECTED <= {p.stem for p in folder.glob("*.json")}, folder
 
 
+def test_make_histories_records_every_committed_history_from_its_one_list() -> None:
+    """`make histories` runs the tests listed in tests/recorded_histories.txt: each listed file and
+    test exists, and each history at the top of tests/histories/ is recorded by a listed test (so a
+    refresh rewrites them all and none goes stale unnoticed)."""
+    tests = Path(__file__).parent
+    listed = [
+        line.strip()
+        for line in (tests / "recorded_histories.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert "recorded_histories.txt" in (tests.parent / "Makefile").read_text()
+    recorded: set[str] = set()
+    for node in listed:
+        file, _, name = node.partition("::")
+        source = (tests.parent / file).read_text()
+        names = set(re.findall(r"^(?:async )?def (test_\w+)", source, re.M))
+        assert not name or name in names, f"{node}: no such test"
+        recorded |= {name} if name else names
+    committed = {p.stem for p in HISTORIES.glob("*.json") if p.name != HISTORY_IDS}
+    assert committed <= recorded, f"not recorded by make histories: {sorted(committed - recorded)}"
+
+
 def patch_ids(history_file: Path) -> set[str]:
     """The ``workflow.patched`` ids a committed history carries (its patch markers)."""
     found = set()
