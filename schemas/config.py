@@ -8,6 +8,7 @@ profiles).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
@@ -21,6 +22,44 @@ DEFAULT_AGENTS = ["examples.monthly_report.agent:registration"]
 
 class ConfigError(ValueError):
     """Raised when configuration is invalid; the message names the variable at fault."""
+
+
+class ProviderConfig(BaseModel):
+    """A model provider, named in model strings by prefix (``local/qwen2`` uses provider ``local``).
+
+    ``kind`` is how the worker talks to it: ``openai`` (the ``openai`` client, for OpenAI and every
+    OpenAI-compatible server) or ``litellm`` (the Agents SDK's LiteLLM extension, for providers the
+    ``openai`` client does not cover; LiteLLM reads their keys from its own variables when
+    ``api_key`` is unset). Unset: ``litellm`` for a provider named ``litellm``, else ``openai``.
+    An ``openai``-kind provider needs ``api_key`` unless it has a ``base_url`` (a local server).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["openai", "litellm"] | None = None
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    api: Literal["responses", "chat_completions"] = Field(
+        default="responses",
+        description="The OpenAI API an openai-kind provider speaks; most compatible servers (vLLM, "
+        "Ollama, LiteLLM proxy) speak chat_completions.",
+    )
+    timeout_seconds: float | None = Field(
+        default=None, gt=0, description="Per-request timeout (unset: the client's default)."
+    )
+
+
+# Settings of AGENT_WORKER_PROVIDER_<NAME>_<SETTING>, longest suffix first.
+_PROVIDER_SETTINGS = (
+    ("_TIMEOUT_SECONDS", "timeout_seconds"),
+    ("_BASE_URL", "base_url"),
+    ("_API_KEY", "api_key"),
+    ("_TIMEOUT", "timeout_seconds"),
+    ("_KIND", "kind"),
+    ("_KEY", "api_key"),
+    ("_API", "api"),
+)
+_PROVIDER_PREFIX = ENV_PREFIX + "PROVIDER_"
 
 
 class WorkerConfig(BaseModel):
@@ -55,12 +94,27 @@ class WorkerConfig(BaseModel):
     )
     model_provider: Literal["auto", "scripted", "openai"] = Field(
         default="auto",
-        description="'auto' uses OpenAI when OPENAI_API_KEY is set, else each agent's "
-        "deterministic scripted model.",
+        description="'auto' uses real models when any provider is configured (OPENAI_API_KEY, "
+        "OPENAI_BASE_URL or AGENT_WORKER_PROVIDERS), else each agent's deterministic scripted model; "
+        "'openai' always real models; 'scripted' always the scripted ones.",
     )
-    openai_model: str = "gpt-4.1-mini"
+    openai_model: str = Field(
+        default="gpt-4.1-mini",
+        description="The model of agents that name none themselves; a 'provider/' prefix picks its "
+        "provider (no prefix: openai).",
+    )
     openai_api_key: SecretStr | None = None
     openai_base_url: str | None = None
+    openai_api: Literal["responses", "chat_completions"] = Field(
+        default="responses", description="The API the 'openai' provider speaks (OPENAI_BASE_URL servers)."
+    )
+    openai_timeout_seconds: float | None = Field(default=None, gt=0)
+    providers: dict[str, ProviderConfig] = Field(
+        default_factory=dict,
+        description='Model providers by name, as JSON ({"local": {"base_url": ..., "api": '
+        '"chat_completions"}}), or one setting a variable: AGENT_WORKER_PROVIDER_<NAME>_BASE_URL, '
+        "_API_KEY (or _KEY), _API, _TIMEOUT_SECONDS, _KIND. 'openai' defaults to the OPENAI_* settings.",
+    )
     sandbox_backend: Literal["auto", "docker", "e2b", "process"] = Field(
         default="auto",
         description="What a task's sandbox backend 'auto' means here: 'auto' picks docker when its daemon "
@@ -183,9 +237,12 @@ class WorkerConfig(BaseModel):
             return frozenset({"workflows", "agent", "sandbox", "business"})
         return frozenset(self.roles)
 
-    def cost_usd(self, input_tokens: int, output_tokens: int) -> float:
-        """Estimated cost of a model's tokens at the configured prices (0 for scripted models)."""
-        if not self.uses_openai:
+    def cost_usd(self, input_tokens: int, output_tokens: int, *, real: bool | None = None) -> float:
+        """Estimated cost of a model's tokens at the configured prices (0 for scripted models).
+
+        ``real`` says whether the tokens were a real model's (unset: whether this config uses them).
+        """
+        if not (self.uses_openai if real is None else real):
             return 0.0
         return (input_tokens * self.price_input_per_mtok + output_tokens * self.price_output_per_mtok) / 1e6
 
@@ -231,10 +288,27 @@ class WorkerConfig(BaseModel):
 
     @property
     def uses_openai(self) -> bool:
-        """Whether agent turns call OpenAI (or a compatible server) instead of scripted models."""
+        """Whether agent turns call real models (OpenAI, a compatible server, any configured
+        provider) instead of scripted models."""
         if self.model_provider == "auto":
-            return self.openai_api_key is not None
+            return bool(self.openai_api_key is not None or self.openai_base_url or self.providers)
         return self.model_provider == "openai"
+
+    def model_providers(self) -> dict[str, ProviderConfig]:
+        """The configured providers by name: ``openai`` from the ``OPENAI_*`` settings (an entry
+        of ``providers`` called ``openai`` replaces it), then ``providers``."""
+        openai = ProviderConfig(
+            kind="openai",
+            base_url=self.openai_base_url,
+            api_key=self.openai_api_key,
+            api=self.openai_api,
+            timeout_seconds=self.openai_timeout_seconds,
+        )
+        merged = {"openai": openai, "litellm": ProviderConfig(kind="litellm")}
+        for name, provider in self.providers.items():
+            kind = provider.kind or ("litellm" if name == "litellm" else "openai")
+            merged[name] = provider.model_copy(update={"kind": kind})
+        return merged
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], **overrides: object) -> WorkerConfig:
@@ -244,8 +318,13 @@ class WorkerConfig(BaseModel):
             ConfigError: naming the variable whose value is invalid or unknown.
         """
         values: dict[str, object] = {}
+        providers: dict[str, dict[str, str]] = {}
         for key, raw in env.items():
             if not key.startswith(ENV_PREFIX):
+                continue
+            if key.startswith(_PROVIDER_PREFIX):
+                name, setting = _provider_setting(key)
+                providers.setdefault(name, {})[setting] = raw
                 continue
             field = key[len(ENV_PREFIX) :].lower()
             if field not in cls.model_fields:
@@ -260,14 +339,16 @@ class WorkerConfig(BaseModel):
         ):
             if env.get(env_key) and field not in values:
                 values[field] = env[env_key]
+        if providers:
+            merged = dict(values.get("providers") or {})  # type: ignore[call-overload]
+            for name, settings in providers.items():
+                merged[name] = {**merged.get(name, {}), **settings}
+            values["providers"] = merged
         values.update({k: v for k, v in overrides.items() if v is not None})
         try:
             return cls.model_validate(values)
         except ValidationError as err:
-            problems = "; ".join(
-                f"{ENV_PREFIX}{str(e['loc'][0]).upper()}: {e['msg']}" if e["loc"] else e["msg"]
-                for e in err.errors()
-            )
+            problems = "; ".join(f"{_variable(e['loc'])}: {e['msg']}" for e in err.errors())
             raise ConfigError(f"invalid configuration: {problems}") from None
 
 
@@ -278,7 +359,41 @@ def _parse_env_value(field: str, raw: str) -> object:
     if field == "tenant_caps":
         pairs = [p.strip().split("=", 1) for p in raw.split(",") if p.strip()]
         return {k.strip(): v.strip() for k, *rest in pairs for v in rest or [""]}
+    if field == "providers":
+        try:
+            parsed = json.loads(raw)
+        except json.JSONDecodeError as err:
+            # The position only: the value may hold keys.
+            raise ConfigError(f"{ENV_PREFIX}PROVIDERS: not valid JSON ({err.msg} at {err.pos})") from None
+        if not isinstance(parsed, dict):
+            raise ConfigError(f"{ENV_PREFIX}PROVIDERS: a JSON object of providers by name is expected")
+        return parsed
     return raw
+
+
+def _variable(loc: tuple[int | str, ...]) -> str:
+    """The variable a validation error's location points at (a provider's own setting if it is one)."""
+    if not loc:
+        return "configuration"
+    if loc[0] == "providers" and len(loc) >= 3:
+        return f"{_PROVIDER_PREFIX}{str(loc[1]).upper()}_{str(loc[2]).upper()}"
+    return f"{ENV_PREFIX}{str(loc[0]).upper()}"
+
+
+def _provider_setting(key: str) -> tuple[str, str]:
+    """``AGENT_WORKER_PROVIDER_LOCAL_BASE_URL`` -> (``local``, ``base_url``).
+
+    Raises:
+        ConfigError: the variable names no known setting or no provider.
+    """
+    rest = key[len(_PROVIDER_PREFIX) :]
+    for suffix, setting in _PROVIDER_SETTINGS:
+        if rest.endswith(suffix) and len(rest) > len(suffix):
+            return rest[: -len(suffix)].lower(), setting
+    known = ", ".join(suffix[1:] for suffix, _ in _PROVIDER_SETTINGS)
+    raise ConfigError(
+        f"{key}: unknown provider setting (AGENT_WORKER_PROVIDER_<NAME>_<SETTING>, SETTING one of {known})"
+    )
 
 
 def _known_settings() -> str:

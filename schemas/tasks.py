@@ -202,6 +202,8 @@ class Usage(BaseModel):
     cost_usd: float = 0.0
     sandbox_seconds: float = 0.0
     model: str | None = Field(default=None, description="The model that ran the latest turn.")
+    provider: str | None = Field(default=None, description="The provider of that model.")
+    api: str | None = Field(default=None, description="The API that model was called through.")
     runs: int = Field(default=1, description="Workflow runs so far (continue-as-new starts a new one).")
 
 

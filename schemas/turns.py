@@ -35,6 +35,30 @@ class TurnInput(BaseModel):
     )
 
 
+class SkippedModel(BaseModel):
+    """A model of an agent's fallback chain that did not answer a call, and why."""
+
+    model: str
+    provider: str = ""
+    reason: str = Field(default="", description="'outage: ...' or 'quota: ...', with the provider's words.")
+
+
+class ModelCall(BaseModel):
+    """Which model answered one model call of a turn."""
+
+    model: str = ""
+    provider: str = ""
+    api: str = Field(default="", description="responses, chat_completions, litellm, scripted or custom.")
+    replayed: bool = Field(default=False, description="Answered from the journal after a retry.")
+    skipped: list[SkippedModel] = Field(
+        default_factory=list, description="Earlier models of the fallback chain, passed over."
+    )
+
+
+# A turn's call records are capped (the first ones are kept); model_calls counts them all.
+MAX_CALL_RECORDS = 32
+
+
 class TurnUsage(BaseModel):
     """Model usage of one turn."""
 
@@ -43,6 +67,11 @@ class TurnUsage(BaseModel):
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
+    provider: str | None = Field(default=None, description="The provider of the turn's last call.")
+    api: str | None = Field(default=None, description="The API of the turn's last call.")
+    calls: list[ModelCall] = Field(
+        default_factory=list, description=f"Each call's model, the first {MAX_CALL_RECORDS}."
+    )
 
 
 class TurnResult(BaseModel):

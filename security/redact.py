@@ -95,8 +95,11 @@ def config_secrets(config: Any, env: Mapping[str, str]) -> list[str]:
     passwords inside configured URLs and DSNs, the encryption keys, and ``TEMPORAL_API_KEY``."""
     values: list[str] = []
     urls: list[str] = []
-    for name in type(config).model_fields:
-        field = getattr(config, name, None)
+    fields = [getattr(config, name, None) for name in type(config).model_fields]
+    # Nested settings too: each model provider's key and base URL (``providers``).
+    for nested in (getattr(config, "providers", None) or {}).values():
+        fields.extend(getattr(nested, name, None) for name in type(nested).model_fields)
+    for field in fields:
         if isinstance(field, SecretStr):
             values.append(field.get_secret_value())
             urls.append(field.get_secret_value())

@@ -1,8 +1,11 @@
-"""A real local HTTP server speaking the OpenAI Responses API, scripted with a queue of replies.
+"""A real local HTTP server speaking the OpenAI Responses and Chat Completions APIs, scripted with a
+queue of replies.
 
-``POST /v1/responses`` answers with the next scripted reply (status, headers, JSON body); with the
-queue empty it answers 500 so an unexpected extra request fails loudly instead of passing quietly.
-Every request is recorded with its path, arrival time (``time.monotonic()``) and JSON body.
+``POST /v1/responses`` and ``POST /v1/chat/completions`` answer with the next scripted reply
+(status, headers, JSON body; a text reply takes the shape of the API asked); with the queue empty
+they answer the ``always`` reply if one is set, else 500, so an unexpected extra request fails
+loudly instead of passing quietly. Every request is recorded with its path, arrival time
+(``time.monotonic()``) and JSON body.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     body: Any = None
     delay: float = 0.0
+    text: str | None = None  # a 200 whose assistant message says this, in the shape of the API asked
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,30 @@ def response_json(text: str, *, model: str = "gpt-test", response_id: str = "res
     }
 
 
+def chat_completion_json(text: str, *, model: str = "gpt-test") -> dict[str, Any]:
+    """A Chat Completions object whose one choice is an assistant message saying ``text``."""
+    prompt_tokens, completion_tokens = 5, len(text.split())
+    return {
+        "id": "chatcmpl-stub",
+        "object": "chat.completion",
+        "created": 1_700_000_000,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": "stop",
+                "logprobs": None,
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
+
+
 def error_json(
     message: str, *, type: str = "invalid_request_error", code: str | None = None
 ) -> dict[str, Any]:
@@ -80,6 +108,7 @@ class OpenAIStub:
     def __init__(self) -> None:
         self.requests: list[RecordedRequest] = []
         self._replies: collections.deque[Reply] = collections.deque()
+        self._always: Reply | None = None
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
@@ -109,8 +138,32 @@ class OpenAIStub:
             self._replies.append(Reply(status, headers or {}, body, delay))
 
     def reply_text(self, text: str, *, delay: float = 0.0) -> None:
-        """Queue a 200 whose assistant message says ``text``."""
-        self.reply(200, body=response_json(text), delay=delay)
+        """Queue a 200 whose assistant message says ``text`` (in either API's shape)."""
+        with self._lock:
+            self._replies.append(Reply(200, {}, None, delay, text=text))
+
+    def always(
+        self, status: int = 200, *, text: str | None = None, message: str = "", code: str | None = None
+    ) -> None:
+        """Answer every request the queue does not: ``text`` (a 200), or an error with ``message``."""
+        reply = (
+            Reply(status, {}, None, 0.0, text=text)
+            if text is not None
+            else Reply(
+                status,
+                {},
+                error_json(
+                    message, type="server_error" if status >= 500 else "insufficient_quota", code=code
+                ),
+            )
+        )
+        with self._lock:
+            self._always = reply
+
+    def paths(self) -> list[str]:
+        """The paths of the requests so far, in order."""
+        with self._lock:
+            return [r.path for r in self.requests]
 
     def reply_error(
         self, status: int, message: str, *, headers: dict[str, str] | None = None, code: str | None = None
@@ -130,11 +183,19 @@ class OpenAIStub:
     def _next(self, method: str, path: str, body: Any) -> Reply:
         with self._lock:
             self.requests.append(RecordedRequest(method, path, time.monotonic(), body))
-            if method != "POST" or path != "/v1/responses":
+            if method != "POST" or path not in ("/v1/responses", "/v1/chat/completions"):
                 return Reply(404, {}, error_json(f"stub does not serve {method} {path}"))
-            if not self._replies:
+            if self._replies:
+                reply = self._replies.popleft()
+            elif self._always is not None:
+                reply = self._always
+            else:
                 return Reply(500, {}, error_json("openai stub: no scripted reply left", type="server_error"))
-            return self._replies.popleft()
+            if reply.text is None:
+                return reply
+            model = body.get("model", "gpt-test") if isinstance(body, dict) else "gpt-test"
+            shape = chat_completion_json if path == "/v1/chat/completions" else response_json
+            return Reply(reply.status, reply.headers, shape(reply.text, model=model), reply.delay)
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         stub = self
@@ -174,4 +235,4 @@ class OpenAIStub:
         return Handler
 
 
-__all__ = ["OpenAIStub", "RecordedRequest", "Reply", "error_json", "response_json"]
+__all__ = ["OpenAIStub", "RecordedRequest", "Reply", "chat_completion_json", "error_json", "response_json"]

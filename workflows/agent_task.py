@@ -310,6 +310,7 @@ class AgentTaskWorkflow:
         usage.output_tokens += result.usage.output_tokens
         usage.cost_usd += result.usage.cost_usd
         usage.model = result.model or usage.model
+        usage.provider, usage.api = result.usage.provider or usage.provider, result.usage.api or usage.api
         self.emit(
             EventType.TURN_FINISHED,
             turn=turn,
@@ -322,6 +323,9 @@ class AgentTaskWorkflow:
             input_tokens=result.usage.input_tokens,
             output_tokens=result.usage.output_tokens,
             cost_usd=result.usage.cost_usd,
+            provider=result.usage.provider,
+            api=result.usage.api,
+            calls=[c.model_dump(mode="json") for c in result.usage.calls],
         )
         if state.end_after_turn is not None:
             # The model has now seen the outcome that ends the task (e.g. a rejection).

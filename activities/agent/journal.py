@@ -43,6 +43,14 @@ class ModelCallJournal:
 
     def lookup(self, task_id: str, turn: int, index: int, input_digest: str) -> ModelResponse | None:
         """The journaled response of this call, if it completed before with the same input."""
+        found = self.lookup_call(task_id, turn, index, input_digest)
+        return None if found is None else found[0]
+
+    def lookup_call(
+        self, task_id: str, turn: int, index: int, input_digest: str
+    ) -> tuple[ModelResponse, dict[str, Any]] | None:
+        """The journaled response of this call and its record (which model answered), if it
+        completed before with the same input."""
         path = self._path(task_id, turn, index)
         try:
             entry = json.loads(path.read_text())
@@ -53,14 +61,24 @@ class ModelCallJournal:
                 "journaled model call had another input; calling the model again", turn=turn, index=index
             )
             return None
-        return ModelResponse(
+        response = ModelResponse(
             output=[_OUTPUT_ITEM.validate_python(item) for item in entry["output"]],
             usage=deserialize_usage(entry["usage"]),
             response_id=entry.get("response_id"),
         )
+        return response, entry.get("call") or {}
 
-    def record(self, task_id: str, turn: int, index: int, input_digest: str, response: ModelResponse) -> None:
-        """Journal a completed call (atomically: a torn write is never read back)."""
+    def record(
+        self,
+        task_id: str,
+        turn: int,
+        index: int,
+        input_digest: str,
+        response: ModelResponse,
+        call: dict[str, Any] | None = None,
+    ) -> None:
+        """Journal a completed call and its ``call`` record (atomically: a torn write is never read
+        back)."""
         path = self._path(task_id, turn, index)
         path.parent.mkdir(parents=True, exist_ok=True)
         entry = {
@@ -68,6 +86,7 @@ class ModelCallJournal:
             "output": [item.model_dump(mode="json", exclude_none=True) for item in response.output],
             "usage": serialize_usage(response.usage),
             "response_id": response.response_id,
+            "call": call or {},
         }
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         with os.fdopen(fd, "w") as f:
@@ -87,7 +106,12 @@ def _plain(item: Any) -> Any:
 
 @dataclass
 class JournaledModel(Model):
-    """Wraps a model: answers completed calls from the journal, journals new ones, counts usage."""
+    """Wraps a model: answers completed calls from the journal, journals new ones, counts usage.
+
+    ``records`` holds one record per call: what the inner model's ``last_call`` said after it
+    (which model answered, why earlier ones were skipped: ``providers.ModelChain``), kept in the
+    journal too so that a replayed call reports the model that really answered it.
+    """
 
     inner: Model
     journal: ModelCallJournal
@@ -96,18 +120,24 @@ class JournaledModel(Model):
     calls: int = 0
     replayed: int = 0
     usage: Usage = field(default_factory=Usage)
+    records: list[dict[str, Any]] = field(default_factory=list)
 
     async def get_response(
         self, system_instructions: str | None, input: Any, *args: Any, **kwargs: Any
     ) -> ModelResponse:
         index = self.calls
         digest = call_digest(system_instructions, input)
-        response = self.journal.lookup(self.task_id, self.turn, index, digest)
-        if response is None:
+        found = self.journal.lookup_call(self.task_id, self.turn, index, digest)
+        if found is None:
             response = await self.inner.get_response(system_instructions, input, *args, **kwargs)
-            self.journal.record(self.task_id, self.turn, index, digest, response)
+            call = dict(getattr(self.inner, "last_call", None) or {})
+            self.journal.record(self.task_id, self.turn, index, digest, response, call)
+            call["replayed"] = False
         else:
+            response, call = found
+            call = {**call, "replayed": True}
             self.replayed += 1
+        self.records.append(call)
         self.calls += 1
         self.usage.add(response.usage)
         return response

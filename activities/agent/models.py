@@ -1,8 +1,8 @@
 """Model providers for agent turns, and the base of deterministic scripted models.
 
-Which model a turn uses is configuration: OpenAI (or any OpenAI-compatible server via
-``OPENAI_BASE_URL``) when a key is configured, otherwise the agent's own scripted model, so that the
-demo and the tests run with no key and no network.
+Which model a turn uses is the agent's and the configuration's (``activities.agent.providers``):
+real providers when any is configured, otherwise the agent's own scripted model, so that the demo
+and the tests run with no key and no network.
 """
 
 from __future__ import annotations
@@ -17,9 +17,7 @@ from agents.models.interface import Model
 from agents.usage import Usage
 
 from activities.agent.registry import AgentRegistration
-from activities.errors import AgentError
 from schemas.config import WorkerConfig
-from security.redact import redact
 
 
 class ConversationModel(Model, abc.ABC):
@@ -94,29 +92,14 @@ def first_user_text(items: list[dict[str, Any]]) -> str:
 
 
 def model_for(registration: AgentRegistration, config: WorkerConfig) -> tuple[Model, str]:
-    """The model a turn of ``registration`` uses under ``config``, and its name for the record.
+    """The model a turn of ``registration`` uses under ``config`` (its fallback chain, see
+    ``activities.agent.providers``), and its first choice's name for the record.
 
     Raises:
+        ConfigError: the agent's model cannot be resolved (unknown provider, missing setting).
         AgentError: no real provider is configured and the agent has no scripted model.
     """
-    if config.uses_openai:
-        from agents.models.openai_provider import OpenAIProvider
-        from openai import AsyncOpenAI
+    from activities.agent.providers import ModelChain, resolve_chain
 
-        key = config.openai_api_key.get_secret_value() if config.openai_api_key else None
-        # Temporal owns retries: the client must not retry behind its back.
-        client = AsyncOpenAI(api_key=key, base_url=config.openai_base_url, max_retries=0)
-        # The name reaches usage, status and events: never the credentials of the base URL.
-        name = f"openai:{config.openai_model}" + (
-            f"@{redact(config.openai_base_url)}" if config.openai_base_url else ""
-        )
-        return OpenAIProvider(openai_client=client).get_model(config.openai_model), name
-    if registration.scripted_model is None:
-        raise AgentError(
-            f"agent {registration.name!r} has no scripted model and no provider is configured "
-            "(set OPENAI_API_KEY, or AGENT_WORKER_MODEL_PROVIDER=openai with OPENAI_BASE_URL)",
-            operation="agent.turn",
-            retryable="no",
-        )
-    model = registration.scripted_model()
-    return model, f"scripted:{type(model).__name__}"
+    chain = resolve_chain(registration, registration.build(), config)
+    return ModelChain(chain), chain[0].label

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from agents import Agent, FunctionTool
@@ -21,6 +21,11 @@ class AgentRegistration:
         build: Returns a fresh ``Agent`` (called once per turn, so turns share no state).
         scripted_model: Returns a deterministic model, used when no real provider is configured.
         max_model_calls: Model calls one turn may make before it must stop.
+        model: The agent's model: a model string (``local/qwen2``: provider ``local``; no prefix:
+            ``openai``) or a ``Model``. Unset: the built ``Agent``'s own ``model``, else the worker's
+            default (``AGENT_WORKER_OPENAI_MODEL``).
+        fallback: Models that answer, in order, when the one before fails with an outage (HTTP 5xx,
+            no connection, timeout) or is out of quota (429 ``insufficient_quota``).
     """
 
     name: str
@@ -28,6 +33,8 @@ class AgentRegistration:
     scripted_model: Callable[[], Model] | None = None
     max_model_calls: int = 10
     description: str = ""
+    model: str | Model | None = None
+    fallback: Sequence[str | Model] = ()
 
 
 class AgentRegistry:

@@ -23,8 +23,8 @@ from agents.run_state import RunState
 from temporalio import activity
 
 from activities.agent.journal import JournaledModel, ModelCallJournal
-from activities.agent.models import model_for
 from activities.agent.provider_errors import no_sdk_retries, provider_failure
+from activities.agent.providers import SCRIPTED, ModelChain, check_models, resolve_chain
 from activities.agent.registry import AgentRegistry, find_tool
 from activities.agent.tools import (
     TurnServices,
@@ -35,10 +35,18 @@ from activities.agent.tools import (
     unbind_turn,
 )
 from activities.artifacts import LocalArtifactStore
-from activities.errors import ToolPlanError, TurnError, activity_boundary
+from activities.errors import AgentError, ToolPlanError, TurnError, activity_boundary
 from schemas.actions import ActionResult, ActionStatus, ProposedAction, action_version
-from schemas.config import WorkerConfig
-from schemas.turns import PlanInput, PlanResult, TurnInput, TurnResult, TurnUsage
+from schemas.config import ConfigError, WorkerConfig
+from schemas.turns import (
+    MAX_CALL_RECORDS,
+    ModelCall,
+    PlanInput,
+    PlanResult,
+    TurnInput,
+    TurnResult,
+    TurnUsage,
+)
 from telemetry import metrics
 
 log = structlog.get_logger(__name__)
@@ -63,6 +71,9 @@ class AgentActivities:
     """Agent-kernel activities over a registry of agents and an artifact store."""
 
     def __init__(self, registry: AgentRegistry, store: LocalArtifactStore, config: WorkerConfig) -> None:
+        """Raises ``ConfigError`` (naming the agent and the setting) when an agent's model cannot be
+        resolved under ``config``: the worker refuses to start rather than fail its first task."""
+        check_models((registry.get(name) for name in registry.names()), config)
         self.registry = registry
         self.store = store
         self.config = config
@@ -74,8 +85,11 @@ class AgentActivities:
         """Run the agent until it answers or proposes effectful calls."""
         registration = self.registry.get(input.agent)
         agent = registration.build()
-        inner, model_name = model_for(registration, self.config)
-        model = JournaledModel(inner, self.journal, journal_key(input), input.turn)
+        try:
+            chain = resolve_chain(registration, agent, self.config)
+        except ConfigError as err:  # checked at worker start; a retry would not fix it
+            raise AgentError(str(err), operation="agent.turn", retryable="no") from None
+        model = JournaledModel(ModelChain(chain), self.journal, journal_key(input), input.turn)
         run_config = RunConfig(
             model=model,
             model_settings=no_sdk_retries(),  # Temporal owns retries
@@ -114,6 +128,10 @@ class AgentActivities:
                 raise failure from err
         finally:
             unbind_turn(token)
+        calls = [ModelCall.model_validate(record) for record in model.records if record]
+        last = calls[-1] if calls else None
+        # The model that answered the turn's last call names the turn (the first choice if none did).
+        model_name = last.model if last else chain[0].label
         fresh = model.calls - model.replayed
         metrics.activity_counter("agent_worker_model_calls", fresh, model=model_name, replayed=False)
         metrics.activity_counter("agent_worker_model_calls", model.replayed, model=model_name, replayed=True)
@@ -128,7 +146,14 @@ class AgentActivities:
             replayed_calls=model.replayed,
             input_tokens=model.usage.input_tokens,
             output_tokens=model.usage.output_tokens,
-            cost_usd=self.config.cost_usd(model.usage.input_tokens, model.usage.output_tokens),
+            cost_usd=self.config.cost_usd(
+                model.usage.input_tokens,
+                model.usage.output_tokens,
+                real=not (last.provider == SCRIPTED if last else chain[0].scripted),
+            ),
+            provider=last.provider if last else chain[0].provider,
+            api=last.api if last else chain[0].api,
+            calls=calls[:MAX_CALL_RECORDS],
         )
         metrics.activity_counter(
             "agent_worker_model_cost_microusd", round(usage.cost_usd * 1e6), model=model_name
