@@ -40,7 +40,7 @@ from activities.tenants import TenantActivities, TenantAdmission
 from schemas import visibility
 from schemas.config import ConfigError, WorkerConfig
 from schemas.sandbox import SandboxBackend
-from security.codec import converter_from_env
+from security.codec import converter_for, converter_from_env
 from security.redact import register_config_secrets
 from telemetry import configure_logging, configure_tracing, tracing_interceptors
 from telemetry.health import Health, serve_health
@@ -63,10 +63,13 @@ _INDEXED_TYPES = {
 }
 
 
-async def connect(*, interceptors: Sequence[Any] = (), **overrides: Any) -> Client:
+async def connect(
+    *, interceptors: Sequence[Any] = (), config: WorkerConfig | None = None, **overrides: Any
+) -> Client:
     """Connect to Temporal as the SDK's environment configuration says (default localhost:7233).
     Workers made from the client inherit its ``interceptors`` (tracing) and its data converter: payload
-    encryption when ``AGENT_WORKER_ENCRYPTION_KEYS`` is set (clients and workers must share the keys).
+    encryption when ``config`` (else ``AGENT_WORKER_ENCRYPTION_KEYS`` in the environment) has keys
+    (clients and workers must share the keys).
 
     Raises:
         KeySpecError: the encryption settings are malformed.
@@ -74,7 +77,10 @@ async def connect(*, interceptors: Sequence[Any] = (), **overrides: Any) -> Clie
     connect_config: dict[str, Any] = dict(ClientConfig.load_client_connect_config())
     connect_config.setdefault("target_host", DEFAULT_ADDRESS)
     connect_config.update({k: v for k, v in overrides.items() if v is not None})
-    connect_config.setdefault("data_converter", converter_from_env(os.environ))
+    if "data_converter" not in connect_config:
+        connect_config["data_converter"] = (
+            converter_for(config) if config is not None else converter_from_env(os.environ)
+        )
     return await Client.connect(**connect_config, interceptors=list(interceptors))
 
 
@@ -314,6 +320,7 @@ async def run_worker(
     provider = configure_tracing(endpoint=config.otel_endpoint, agents_to_openai=config.agents_tracing)
     client = await connect(
         interceptors=tracing_interceptors(provider),
+        config=config,
         runtime=prometheus_runtime(config.metrics_bind),
         **(client_overrides or {}),
     )

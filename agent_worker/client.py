@@ -38,7 +38,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from schemas import visibility
 from schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionKind, DecisionOutcome
 from schemas.config import DEFAULT_TASK_QUEUE
-from schemas.tasks import TaskInput, TaskResult, TaskSpec, TaskStatus
+from schemas.tasks import TaskInput, TaskPhase, TaskResult, TaskSpec, TaskStatus
 from schemas.validation import InvalidPayload, parse_decision
 from workflows import AgentTaskWorkflow
 
@@ -101,6 +101,8 @@ class AwaitingTask:
     agent: str
     requests: list[ApprovalRequest] = field(default_factory=list)
     error: str | None = None  # its worker did not answer: only what visibility knows is shown
+    approvers: list[str] = field(default_factory=list)  # from visibility: who may decide its requests
+    phase: TaskPhase | None = None  # from the status query (None when its worker did not answer)
 
 
 def _message(err: BaseException) -> str:
@@ -238,13 +240,15 @@ class AgentWorkerClient:
                 task_id=execution.id,
                 tenant=attributes.get(visibility.TENANT) or "",
                 agent=attributes.get(visibility.AGENT) or "",
+                approvers=list(attributes.get(visibility.APPROVERS) or []),
             )
             if isinstance(answer, TaskStatus):
                 entry.requests = [r for r in answer.pending if principal is None or principal in r.approvers]
+                entry.phase = answer.phase
                 if not entry.requests:
                     continue  # decided since visibility last heard
             else:
-                entry.error = f"its worker did not answer the status query ({answer})"
+                entry.error = f"no worker answered the status query ({answer})"
             found.append(entry)
         return found
 
@@ -322,11 +326,27 @@ class AgentWorkerClient:
 
             chain = request.run_chain if request else None
             parsed = parsed.model_copy(update={"signature": sign(sign_with, task_id, parsed, chain)})
-        return await self._send(task_id, parsed, via, wait_seconds)
+        return await self.send_decision(task_id, parsed, via=via, wait_seconds=wait_seconds)
 
-    async def _send(
-        self, task_id: str, decision: ApprovalDecision, via: str, wait_seconds: float
+    async def send_decision(
+        self,
+        task_id: str,
+        decision: ApprovalDecision,
+        *,
+        via: Literal["update", "signal"] = "update",
+        wait_seconds: float = DEFAULT_TIMEOUT,
     ) -> DecisionOutcome | None:
+        """Send a decision already built (and signed) by the caller, as ``decide`` sends its own: by
+        update it gets ``expires_at`` (now + ``wait_seconds``) unless it carries one already.
+
+        Raises:
+            DecisionRefused: the task refused it.
+            TaskNotFound: no running task with that id.
+            WorkerUnreachable: no worker answered within ``wait_seconds`` seconds.
+        """
+        if via == "update" and decision.expires_at is None:
+            expires_at = datetime.now(UTC) + timedelta(seconds=wait_seconds)
+            decision = decision.model_copy(update={"expires_at": expires_at})
         handle = self.handle(task_id)
         payload = decision.model_dump(mode="json", exclude_none=True)
         try:

@@ -26,11 +26,28 @@ from temporalio.client import Client
 from activities.artifacts import LocalArtifactStore
 from activities.errors import ArtifactError
 from cli import devserver
-from cli.tasks import CliError, Follower, load_task_input, outcome, send_decision, start_task
+from cli.context import CliContext
+from cli.errors import CliError
+from cli.tasks import DECIDE_TIMEOUT_SECONDS, Follower, load_task_input, outcome, send_decision
 from schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionKind
-from schemas.config import WorkerConfig
+from schemas.config import DEFAULT_TASK_QUEUE, WorkerConfig
 
 EXAMPLE = "monthly-report"
+
+
+def register(sub: Any) -> None:
+    """Add ``demo``."""
+    demo = sub.add_parser("demo", help="run the monthly-report example end to end")
+    demo.add_argument("--approve", action="store_true", help="approve as the example's approver")
+    demo.add_argument("--address", dest="demo_address", default="localhost:7233")
+    demo.add_argument("--data-dir", type=Path, default=Path(".agent-worker"))
+    demo.add_argument("--task-queue", default=DEFAULT_TASK_QUEUE)
+    demo.add_argument("--id", help="task id (default: demo-monthly-report-<time>)")
+    demo.add_argument("--headless", action="store_true", help="start the dev server without its UI")
+    demo.set_defaults(
+        handler=run_demo,
+        config_overrides=lambda a: {"data_dir": a.data_dir, "task_queue": a.task_queue},
+    )
 
 
 def _split_address(address: str) -> tuple[str, int]:
@@ -101,10 +118,12 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
 
 
-async def run_demo(args: Any, connect: Any, out: TextIO | None = None) -> int:
-    """Run the demo; ``connect(address)`` returns a client."""
+async def run_demo(args: Any, ctx: CliContext, out: TextIO | None = None) -> int:
+    """Run the demo against ``--address`` (its own option: the dev server it may start), with the
+    configuration ``cli.main`` read (``--data-dir`` and ``--task-queue`` applied)."""
     out = out or sys.stdout
-    config = WorkerConfig.from_env(os.environ, data_dir=args.data_dir, task_queue=args.task_queue)
+    config = ctx.config
+    args.address = args.demo_address
     config.data_dir.mkdir(parents=True, exist_ok=True)
     host, port = _split_address(args.address)
     started: list[subprocess.Popen[bytes]] = []
@@ -126,7 +145,8 @@ async def run_demo(args: Any, connect: Any, out: TextIO | None = None) -> int:
             if not args.headless:
                 print(f"  Temporal UI: http://{host}:{port + 1000}", file=out)
         await devserver.wait_ready(args.address)
-        client = await connect(args.address)
+        tasks = await ctx.tasks(config.task_queue, args.address)
+        client = tasks.temporal
         if not await _has_worker(client, config.task_queue):
             print(
                 f"starting a worker on task queue {config.task_queue} (log {config.data_dir / 'worker.log'})",
@@ -135,9 +155,9 @@ async def run_demo(args: Any, connect: Any, out: TextIO | None = None) -> int:
             started.append(_start_worker(config, args.address, config.data_dir / "worker.log"))
         task = load_task_input(None, EXAMPLE)
         task_id = args.id or f"demo-{EXAMPLE}-{datetime.now(UTC):%Y%m%d-%H%M%S}"
-        handle, _ = await start_task(client, task, task_id, config.task_queue)
+        await tasks.start(task, task_id)
         print(f"started task {task_id}: {task.spec.prompt}", file=out)
-        follower = Follower(handle, out)
+        follower = Follower(tasks, task_id, out)
         status = await follower.run(stop_when_awaiting=True)
         for request in status.pending:
             preview = _preview(config, request)
@@ -155,7 +175,9 @@ async def run_demo(args: Any, connect: Any, out: TextIO | None = None) -> int:
                     principal=request.approvers[0],
                     reason="approved by the demo (--approve)",
                 )
-                answer = await send_decision(client, task_id, decision)
+                answer = await send_decision(
+                    tasks, task_id, decision, as_signal=False, wait_seconds=DECIDE_TIMEOUT_SECONDS
+                )
                 print(
                     f"approved {request.request_id} as {decision.principal}: "
                     f"{answer.detail if answer else ''}",
@@ -168,6 +190,6 @@ async def run_demo(args: Any, connect: Any, out: TextIO | None = None) -> int:
                     file=out,
                 )
         await follower.run()
-        return await outcome(handle, out)
+        return await outcome(tasks, task_id, out)
     finally:
         _stop(started)

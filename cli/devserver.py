@@ -8,12 +8,14 @@ with the task search attributes registered at start and the Web UI on.
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from schemas import visibility
 
@@ -135,3 +137,24 @@ async def wait_ready(address: str, within: float = 60.0) -> None:
             last = err
             await asyncio.sleep(0.3)
     raise DevServerError(f"Temporal at {address} is not ready after {within:g} s: {last}")
+
+
+def register(sub: Any) -> None:
+    """Add ``dev``: run the embedded dev server in the foreground (this process becomes it)."""
+    dev = sub.add_parser(
+        "dev", help="run the embedded Temporal dev server (SQLite + WAL, search attributes, UI)"
+    )
+    dev.add_argument("--port", type=int, default=7233)
+    dev.add_argument("--ui-port", type=int)
+    dev.add_argument("--db-filename", type=Path, default=Path(".agent-worker/temporal.db"))
+    dev.add_argument("--headless", action="store_true", help="no Web UI")
+    dev.set_defaults(handler=cmd_dev, reads_config=False)
+
+
+def cmd_dev(args: Any, _ctx: object = None) -> int:
+    """Replace this process with the dev server (it needs no worker configuration)."""
+    args.db_filename.parent.mkdir(parents=True, exist_ok=True)
+    argv = dev_server_command(
+        port=args.port, db_filename=args.db_filename, ui_port=args.ui_port, headless=args.headless
+    )
+    os.execv(argv[0], argv)

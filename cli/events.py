@@ -6,24 +6,28 @@ data dir: the whole stream), otherwise from the task's ``status`` query (its lat
 
 from __future__ import annotations
 
+import argparse
 import asyncio
-import os
 import sys
 from typing import Any, TextIO
 
-from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.service import RPCError, RPCStatusCode
-
 from activities.events import JsonlEventSink
 from cli import render
-from cli.tasks import POLL_SECONDS, CliError, query_status
-from schemas.config import WorkerConfig
+from cli.context import CliContext
+from cli.errors import CliError
+from cli.tasks import POLL_SECONDS
 from schemas.events import Event
 
+__all__ = ["register"]
 
-def _line(event: Event) -> str:
-    summary = render._event_summary(event.data)[:120]
-    return f"{event.seq:>5}  {event.at:%Y-%m-%d %H:%M:%S}  {event.type.value:<22} {event.phase:<18} {summary}"
+
+def register(sub: Any) -> None:
+    """Add ``events``."""
+    events = sub.add_parser("events", help="a task's event timeline (readable, or JSON lines)")
+    events.add_argument("task_id")
+    events.add_argument("--follow", action="store_true", help="keep printing new events until the task ends")
+    events.add_argument("--json", action="store_true", help="one JSON event per line")
+    events.set_defaults(handler=cmd_events)
 
 
 def _stored(sink: JsonlEventSink, task_id: str, chain: str | None) -> list[Event]:
@@ -34,11 +38,15 @@ def _stored(sink: JsonlEventSink, task_id: str, chain: str | None) -> list[Event
     return list(sink.read_chain(task_id, chain)) or list(sink.read_chain(task_id, None))
 
 
-async def cmd_events(client: Client, args: Any, out: TextIO | None = None) -> int:
+async def cmd_events(args: argparse.Namespace, ctx: CliContext, out: TextIO | None = None) -> int:
+    from temporalio.client import WorkflowExecutionStatus
+    from temporalio.service import RPCError, RPCStatusCode
+
     out = out or sys.stdout
-    config = WorkerConfig.from_env(os.environ)
+    config = ctx.config
     sink = JsonlEventSink(config.events_dir) if not config.event_sink else None
-    handle = client.get_workflow_handle(args.task_id)
+    tasks = await ctx.tasks()
+    handle = tasks.handle(args.task_id)
     seen = 0
     # A reused task id keeps each run chain's events in the same file: show the current chain's.
     try:
@@ -48,17 +56,20 @@ async def cmd_events(client: Client, args: Any, out: TextIO | None = None) -> in
             raise CliError(f"no task {args.task_id!r}") from None
         raise
     if not args.json:
-        print(f"{'seq':>5}  {'time (UTC)':<19}  {'event':<22} {'phase':<18} details", file=out)
+        print(render.TIMELINE_HEADER, file=out)
     while True:
         events = _stored(sink, args.task_id, chain) if sink else []
         if not events or args.follow:
             # The sink may lag the task by a batch; the status query has the newest events.
-            tail = (await query_status(handle)).last_events
+            tail = (await tasks.status(args.task_id)).last_events
             events = sorted({e.seq: e for e in [*events, *tail]}.values(), key=lambda e: e.seq)
         for event in events:
             if event.seq > seen:
                 seen = event.seq
-                print(event.model_dump_json(by_alias=True) if args.json else _line(event), file=out)
+                print(
+                    event.model_dump_json(by_alias=True) if args.json else render.timeline_line(event),
+                    file=out,
+                )
         if not args.follow or (await handle.describe()).status is not WorkflowExecutionStatus.RUNNING:
             return 0
         await asyncio.sleep(POLL_SECONDS)

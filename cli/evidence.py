@@ -16,28 +16,31 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import pydantic
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.artifacts import LocalArtifactStore
-from activities.business import BusinessWriter
 from activities.errors import ArtifactCorrupt, ArtifactNotFound
-from cli.tasks import INBOX_QUERY_TIMEOUT, CliError, query_status
+from cli.context import CliContext
+from cli.errors import CliError
+from cli.tasks import INBOX_QUERY_TIMEOUT
 from schemas.artifacts import ArtifactRef
 from schemas.config import WorkerConfig
 from schemas.digests import digest_bytes
 from schemas.tasks import Evidence, EvidenceArchive, TaskResult
 from schemas.writes import WriteEvidence, WriteOutcome
-from worker import build_writer
+
+if TYPE_CHECKING:
+    from activities.business import BusinessWriter
+    from agent_worker.client import AgentWorkerClient
 
 SCHEMA = "agent-worker.evidence/v1"
 MANIFEST = "manifest.json"
@@ -65,14 +68,14 @@ def _hex(digest: str) -> str:
     return digest.split(":", 1)[1]
 
 
-async def fetch_result(client: Client, task_id: str) -> TaskResult:
+async def fetch_result(tasks: AgentWorkerClient, task_id: str) -> TaskResult:
     """The closed task's ``TaskResult``.
 
     Raises:
         CliError: there is no such task, it is still running, or it ended without a result
             (cancelled, terminated, timed out, failed).
     """
-    handle = client.get_workflow_handle(task_id, result_type=TaskResult)
+    handle = tasks.handle(task_id)
     try:
         description = await handle.describe()
     except RPCError as err:
@@ -81,7 +84,8 @@ async def fetch_result(client: Client, task_id: str) -> TaskResult:
         raise CliError(f"cannot reach task {task_id}: {err.message}") from None
     if description.status is WorkflowExecutionStatus.RUNNING:
         try:
-            phase = (await query_status(handle, rpc_timeout=INBOX_QUERY_TIMEOUT)).phase.value
+            status = await tasks.status(task_id, wait_seconds=INBOX_QUERY_TIMEOUT.total_seconds())
+            phase = status.phase.value
         except Exception:  # the phase only adorns the message; no worker may be answering
             phase = "running"
         raise CliError(f"task {task_id} is still running ({phase}); its evidence is final once it ends")
@@ -184,13 +188,25 @@ def _refuse_nonempty(directory: Path) -> None:
         raise CliError(f"{directory} exists and is not an empty directory; choose another with -o", 2)
 
 
-async def cmd_evidence(client: Client, args: Any, out: TextIO | None = None) -> int:
+def register(sub: Any) -> None:
+    """Add ``evidence`` and ``verify``."""
+    evidence = sub.add_parser("evidence", help="write a closed task's evidence bundle (manifest + artifacts)")
+    evidence.add_argument("task_id")
+    evidence.add_argument("-o", "--output", type=Path, help="bundle directory (default: evidence-<task id>)")
+    evidence.set_defaults(handler=cmd_evidence)
+
+    verify = sub.add_parser("verify", help="check a bundle against the artifact store and business system")
+    verify.add_argument("bundle", type=Path)
+    verify.set_defaults(handler=cmd_verify)
+
+
+async def cmd_evidence(args: Any, ctx: CliContext, out: TextIO | None = None) -> int:
     """``evidence TASK_ID [-o DIR]``: 0 when every referenced artifact was copied, else 1."""
     out = out or sys.stdout
-    config = WorkerConfig.from_env(os.environ)
+    config = ctx.config
     directory: Path = args.output or Path("evidence-" + args.task_id.replace("/", "_"))
     await asyncio.to_thread(_refuse_nonempty, directory)
-    result = await fetch_result(client, args.task_id)
+    result = await fetch_result(await ctx.tasks(), args.task_id)
     store = LocalArtifactStore(config.artifact_dir)
     evidence, not_copied = await asyncio.to_thread(write_bundle, result, directory, store)
     print("\n".join(_summary(result, evidence, directory, not_copied)), file=out)
@@ -266,6 +282,8 @@ def _writer(config: WorkerConfig) -> BusinessWriter | str:
     embedded = not config.business_writer and config.business_backend == "sqlite"
     if embedded and not config.business_db.exists():
         return f"no business database at {config.business_db} (is AGENT_WORKER_DATA_DIR right?)"
+    from worker import build_writer  # the whole worker: only `verify` of a bundle with writes needs it
+
     return build_writer(config)
 
 
@@ -302,10 +320,10 @@ def verify_bundle(bundle: Path, config: WorkerConfig) -> list[Check]:
     return checks
 
 
-def cmd_verify(args: Any, out: TextIO | None = None) -> int:
+def cmd_verify(args: Any, ctx: CliContext, out: TextIO | None = None) -> int:
     """``verify BUNDLE``: 0 when every item holds, 1 otherwise."""
     out = out or sys.stdout
-    checks = verify_bundle(args.bundle, WorkerConfig.from_env(os.environ))
+    checks = verify_bundle(args.bundle, ctx.config)
     for check in checks:
         print(check.line(), file=out)
     counts = {v: sum(c.verdict == v for c in checks) for v in ("ok", "FAIL", "UNKNOWN")}

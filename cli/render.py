@@ -1,13 +1,18 @@
-"""Readable text for people: task status, approval requests, evidence, events."""
+"""Readable text for people, for every command: task status, approval requests, the inbox table,
+progress and event lines, evidence."""
 
 from __future__ import annotations
 
 import json
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from schemas.approvals import ApprovalRequest
+from schemas.events import Event
 from schemas.tasks import Evidence, TaskResult, TaskStatus
+
+if TYPE_CHECKING:
+    from agent_worker.client import AwaitingTask
 
 
 def _short(text: str, width: int = 100) -> str:
@@ -71,14 +76,43 @@ def status_text(status: TaskStatus) -> str:
     if status.last_events:
         lines.append("recent events:")
         lines += [
-            f"  {e.seq:>4} {e.at:%H:%M:%S} {e.type.value:<20} {_short(_event_summary(e.data), 80)}"
+            f"  {e.seq:>4} {e.at:%H:%M:%S} {e.type.value:<20} {_short(event_summary(e.data), 80)}"
             for e in status.last_events
         ]
     return "\n".join(lines)
 
 
-def _event_summary(data: dict[str, Any]) -> str:
+def event_summary(data: dict[str, Any]) -> str:
+    """An event's data on one line: ``key=value`` for each field that says something."""
     return " ".join(f"{k}={v}" for k, v in data.items() if v not in (None, [], ""))
+
+
+_event_summary = event_summary
+
+
+def progress_line(event: Event) -> str:
+    """One line of a task's progress, as ``start --wait`` and ``demo`` follow it."""
+    return f"  {event.at:%H:%M:%S} {event.type.value:<18} {event_summary(event.data)[:110]}"
+
+
+TIMELINE_HEADER = f"{'seq':>5}  {'time (UTC)':<19}  {'event':<22} {'phase':<18} details"
+
+
+def timeline_line(event: Event) -> str:
+    """One row of ``agent-worker events`` (under ``TIMELINE_HEADER``)."""
+    summary = event_summary(event.data)[:120]
+    return f"{event.seq:>5}  {event.at:%Y-%m-%d %H:%M:%S}  {event.type.value:<22} {event.phase:<18} {summary}"
+
+
+def awaiting_lines(entry: AwaitingTask) -> list[str]:
+    """One task of ``agent-worker inbox``: its requests, or what visibility knows when its worker
+    did not answer."""
+    lines = [f"task {entry.task_id}  agent={entry.agent}  tenant={entry.tenant}"]
+    if entry.error is not None:
+        lines.append(f"  approvers: {', '.join(entry.approvers)}; details unavailable: {entry.error}")
+    for request in entry.requests:
+        lines += request_lines(entry.task_id, request)
+    return lines
 
 
 def evidence_text(evidence: Evidence) -> str:

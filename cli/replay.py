@@ -33,12 +33,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from cli.context import CliContext
+from cli.errors import CliError
+
 # Only the command itself needs the SDK: building agent-worker's parser stays cheap.
 if TYPE_CHECKING:
     from temporalio.client import Client, WorkflowHistory
     from temporalio.converter import DataConverter
 
-DEFAULT_QUERY = "WorkflowType = 'AgentTask'"
 DEFAULT_SINCE = "7d"
 DEFAULT_LIMIT = 200
 HISTORY_IDS = "workflow_ids.json"
@@ -55,7 +57,14 @@ def default_workflows() -> list[type]:
     return [getattr(workflows, name) for name in workflows.__all__]
 
 
-def add_parser(sub: Any) -> argparse.ArgumentParser:
+def default_query() -> str:
+    """Every task run (``agent_worker.client.TASKS_QUERY``, which owns the workflow type's name)."""
+    from agent_worker.client import TASKS_QUERY
+
+    return TASKS_QUERY
+
+
+def register(sub: Any) -> argparse.ArgumentParser:
     """Add the ``replay`` subcommand to ``agent-worker``'s subparsers."""
     parser = sub.add_parser(
         "replay",
@@ -63,7 +72,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         description="Replay workflow histories against this code before deploying it. Exit code 0 "
         "when every history replays, 1 when any does not, 2 on a usage error.",
     )
-    parser.add_argument("--query", help=f"visibility query choosing the runs (default: {DEFAULT_QUERY})")
+    parser.add_argument("--query", help="visibility query choosing the runs (default: every task run)")
     parser.add_argument(
         "--since",
         help=f"runs started within this long (e.g. 12h, 30d), plus all open runs (default: {DEFAULT_SINCE})",
@@ -74,7 +83,23 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--dir", type=Path, help="replay the history JSON files under this directory instead of the cluster"
     )
+    parser.set_defaults(handler=_handle)
     return parser
+
+
+add_parser = register  # its earlier name
+
+
+async def _handle(args: argparse.Namespace, ctx: CliContext) -> int:
+    data_converter = None
+    if args.dir is not None:
+        from security.codec import KeySpecError, converter_for
+
+        try:
+            data_converter = converter_for(ctx.config)
+        except KeySpecError as err:
+            raise CliError(str(err), 2) from None
+    return await cmd_replay(args, ctx.temporal, data_converter=data_converter)
 
 
 @dataclass
@@ -147,7 +172,7 @@ async def replay_histories(
 
 def visibility_query(query: str | None, since: timedelta | None, now: datetime) -> str:
     """The list filter: ``query``, narrowed to runs started since ``now - since`` or still open."""
-    base = (query or DEFAULT_QUERY).strip()
+    base = (query or default_query()).strip()
     if since is None:
         return base
     cutoff = (now - since).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -168,8 +193,6 @@ async def directory_histories(directory: Path) -> AsyncIterator[WorkflowHistory]
     """
     from temporalio.client import WorkflowHistory
 
-    from cli.tasks import CliError
-
     for path, workflow_id in _history_files(directory):
         try:
             history = WorkflowHistory.from_json(workflow_id, json.loads(path.read_text()))
@@ -179,7 +202,6 @@ async def directory_histories(directory: Path) -> AsyncIterator[WorkflowHistory]
 
 
 def _history_files(directory: Path) -> list[tuple[Path, str]]:
-    from cli.tasks import CliError
 
     if not directory.is_dir():
         raise CliError(f"--dir {directory}: not a directory", 2)
@@ -212,7 +234,8 @@ async def cmd_replay(
         connect: Opens the Temporal client (only called when histories come from the cluster).
         workflows: The workflow classes to replay against (default: ``default_workflows()``).
         data_converter: The payload converter (default: the connected client's, or for ``--dir``
-            the one ``AGENT_WORKER_ENCRYPTION_KEYS`` asks for).
+            the one ``AGENT_WORKER_ENCRYPTION_KEYS`` in the environment asks for; ``agent-worker
+            replay`` passes the one its configuration asks for).
         out: Where the lines go (default stdout).
 
     Raises:
@@ -222,7 +245,6 @@ async def cmd_replay(
     from temporalio.service import RPCError, RPCStatusCode
 
     from cli.sandboxes import parse_interval
-    from cli.tasks import CliError
 
     out = out or sys.stdout
     workflows = list(workflows) if workflows is not None else default_workflows()
@@ -259,7 +281,6 @@ async def cmd_replay(
 
 
 def _converter_from_env() -> DataConverter:
-    from cli.tasks import CliError
     from security.codec import KeySpecError, converter_from_env
 
     try:

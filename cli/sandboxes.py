@@ -3,7 +3,7 @@ on a Temporal Schedule)."""
 
 from __future__ import annotations
 
-import os
+import argparse
 import re
 import sys
 from datetime import timedelta
@@ -20,8 +20,8 @@ from temporalio.client import (
     ScheduleUpdateInput,
 )
 
-from cli.tasks import CliError
-from schemas.config import WorkerConfig
+from cli.context import CliContext
+from cli.errors import CliError
 from schemas.sandbox import ReapInput
 
 REAPER_SCHEDULE_ID = "agent-worker-reaper"
@@ -40,11 +40,25 @@ def parse_interval(text: str) -> timedelta:
     return timedelta(**{unit: int(match.group(1))})
 
 
-def cmd_sandbox_image(args: Any, out: TextIO | None = None) -> int:
+def register(sub: Any) -> None:
+    """Add ``sandbox-image`` and ``reap``."""
+    image = sub.add_parser("sandbox-image", help="build the default Docker sandbox image locally (cached)")
+    image.add_argument("--tag", help="default: AGENT_WORKER_DOCKER_IMAGE or agent-worker-sandbox:bookworm")
+    image.add_argument("--rebuild", action="store_true")
+    image.set_defaults(handler=cmd_sandbox_image)
+
+    reap = sub.add_parser("reap", help="remove sandboxes whose task is closed or unknown")
+    reap.add_argument("--min-age", default="10m", help="never touch younger sandboxes (default 10m)")
+    reap.add_argument("--dry-run", action="store_true", help="say what would be removed")
+    reap.add_argument("--schedule", metavar="EVERY", help="instead, run it on a Temporal Schedule, e.g. 15m")
+    reap.set_defaults(handler=cmd_reap)
+
+
+def cmd_sandbox_image(args: argparse.Namespace, ctx: CliContext, out: TextIO | None = None) -> int:
     from cli.sandbox_image import ImageBuildError, build_image
 
     out = out or sys.stdout
-    config = WorkerConfig.from_env(os.environ)
+    config = ctx.config
     try:
         print(build_image(args.tag or config.docker_image, rebuild=args.rebuild), file=out)
     except ImageBuildError as err:
@@ -52,10 +66,11 @@ def cmd_sandbox_image(args: Any, out: TextIO | None = None) -> int:
     return 0
 
 
-async def cmd_reap(client: Client, args: Any, out: TextIO | None = None) -> int:
+async def cmd_reap(args: argparse.Namespace, ctx: CliContext, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     reap = ReapInput(min_age_seconds=parse_interval(args.min_age).total_seconds(), dry_run=args.dry_run)
-    config = WorkerConfig.from_env(os.environ)
+    config = ctx.config
+    client = await ctx.temporal()
     if args.schedule:
         await schedule_reaper(client, config.task_queue, parse_interval(args.schedule), reap)
         print(
@@ -77,9 +92,11 @@ async def cmd_reap(client: Client, args: Any, out: TextIO | None = None) -> int:
 
 async def schedule_reaper(client: Client, task_queue: str, every: timedelta, reap: ReapInput) -> None:
     """Create (or update) the Temporal Schedule that starts ``SandboxReaper`` every ``every``."""
+    from workflows import SandboxReaperWorkflow
+
     schedule = Schedule(
         action=ScheduleActionStartWorkflow(
-            "SandboxReaper", reap, id=f"{REAPER_SCHEDULE_ID}-run", task_queue=task_queue
+            SandboxReaperWorkflow.run, reap, id=f"{REAPER_SCHEDULE_ID}-run", task_queue=task_queue
         ),
         spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)]),
     )

@@ -1,49 +1,128 @@
 """Task commands: start, status, inbox, approve / edit / reject, cancel.
 
-Exit codes: 0 done, 1 the operation was refused or the task did not complete, 2 bad input.
+They speak to tasks only through ``agent_worker.client.AgentWorkerClient`` (the one owner of the
+workflow's protocol) and print through ``cli.render``. Exit codes: 0 done, 1 the operation was
+refused or the task did not complete, 2 bad input.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import sys
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TextIO
-
-from temporalio.client import (
-    Client,
-    WorkflowExecutionStatus,
-    WorkflowHandle,
-    WorkflowUpdateFailedError,
-    WorkflowUpdateRPCTimeoutOrCancelledError,
-)
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import WorkflowAlreadyStartedError
-from temporalio.service import RPCError, RPCStatusCode
+from typing import TYPE_CHECKING, Any, TextIO
 
 from cli import render
-from examples import EXAMPLES
-from schemas import visibility
-from schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionKind, DecisionOutcome
+from cli.context import CliContext
+from cli.errors import CliError
+from schemas.approvals import ApprovalDecision, DecisionKind
+from schemas.config import DEFAULT_TASK_QUEUE
 from schemas.tasks import TaskInput, TaskPhase, TaskResult, TaskStatus
 from schemas.validation import InvalidPayload, parse_decision, parse_task_input
 
-WORKFLOW_TYPE = "AgentTask"
+if TYPE_CHECKING:
+    from agent_worker.client import AgentWorkerClient
+
+__all__ = [
+    "CliError",
+    "Follower",
+    "load_task_input",
+    "outcome",
+    "register",
+    "send_decision",
+]  # CliError: its old home
+
 POLL_SECONDS = 0.5
 INBOX_QUERY_TIMEOUT = timedelta(seconds=5)
 # How long `approve` / `edit` / `reject` wait for a worker to answer; the decision expires then.
 DECIDE_TIMEOUT_SECONDS = 30.0
 
 
-class CliError(Exception):
-    """A command cannot proceed; ``code`` is the exit code."""
+def register(sub: Any) -> None:
+    """Add ``start``, ``status``, ``inbox``, ``approve``, ``edit``, ``reject`` and ``cancel``."""
+    start = sub.add_parser("start", help="start a task from a TaskSpec JSON file or an example")
+    start.add_argument("file", nargs="?", help="TaskSpec (or TaskInput) JSON file")
+    start.add_argument("--example", help="start a bundled example instead, e.g. monthly-report")
+    start.add_argument("--id", help="task id (= workflow id); starting an existing id starts nothing")
+    start.add_argument("--task-queue", default=DEFAULT_TASK_QUEUE)
+    start.add_argument("--wait", action="store_true", help="show progress and wait for the outcome")
+    start.set_defaults(handler=cmd_start)
 
-    def __init__(self, message: str, code: int = 1) -> None:
-        super().__init__(message)
-        self.code = code
+    status = sub.add_parser("status", help="a task's phase, pending approvals, budgets, recent events")
+    status.add_argument("task_id")
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(handler=cmd_status)
+
+    inbox = sub.add_parser("inbox", help="every task waiting for approval (--web: the approval inbox pages)")
+    inbox.add_argument("--tenant")
+    inbox.add_argument("--json", action="store_true")
+    inbox.add_argument("--web", action="store_true", help="serve the web approval inbox instead of printing")
+    inbox.add_argument("--bind", default="127.0.0.1:8090", help="--web: host:port (default 127.0.0.1:8090)")
+    inbox.add_argument(
+        "--auth",
+        choices=["token", "header"],
+        default="token",
+        help="--web: 'token' (sign in with a token from --tokens) or 'header' (a trusted proxy names the "
+        "principal; only safe when nothing but that proxy reaches --bind)",
+    )
+    inbox.add_argument(
+        "--tokens", type=Path, help='--web: JSON file {"<token>": "<principal>"} for --auth token'
+    )
+    inbox.add_argument(
+        "--principal-header",
+        default="X-Forwarded-User",
+        help="--web: the header the proxy sets (--auth header)",
+    )
+    inbox.add_argument(
+        "--keys-dir", type=Path, help="--web: principals' signing keys (default ~/.agent-worker/keys)"
+    )
+    inbox.add_argument(
+        "--data-dir",
+        type=Path,
+        help="--web: data dir of the artifact store (default AGENT_WORKER_DATA_DIR or .agent-worker)",
+    )
+    inbox.set_defaults(handler=cmd_inbox, config_overrides=lambda a: {"data_dir": a.data_dir})
+
+    for kind, help_text in (
+        ("approve", "approve a request"),
+        ("edit", "approve with changed arguments"),
+        ("reject", "reject a request"),
+    ):
+        p = sub.add_parser(kind, help=help_text)
+        p.set_defaults(kind=kind, handler=cmd_decide)
+        p.add_argument("task_id")
+        p.add_argument("--request", required=True, help="request id, e.g. req-1")
+        p.add_argument(
+            "--version", required=True, help="the request's version (sha256:...) you are deciding on"
+        )
+        p.add_argument("--as", dest="principal", required=True, help="your principal, e.g. finance-lead")
+        p.add_argument("--reason", help="why (for a rejection, the message the model sees)")
+        p.add_argument(
+            "--signal",
+            action="store_true",
+            help="send as the submit_decision signal instead of the decide update",
+        )
+        p.add_argument(
+            "--sign", action="store_true", help="sign with the principal's key (agent-worker keys new)"
+        )
+        p.add_argument(
+            "--timeout",
+            type=float,
+            default=DECIDE_TIMEOUT_SECONDS,
+            help="seconds to wait for a worker's answer (default 30); past it the decision expires "
+            "and the task refuses it if it arrives later",
+        )
+        p.add_argument("--keys-dir", type=Path, help="where private keys live (default ~/.agent-worker/keys)")
+        if kind == "edit":
+            p.add_argument("--args", required=True, help="JSON object of the arguments to change")
+
+    cancel = sub.add_parser("cancel", help="cancel a task (its sandbox is destroyed)")
+    cancel.add_argument("task_id")
+    cancel.set_defaults(handler=cmd_cancel)
 
 
 def load_task_input(path: str | None, example: str | None) -> TaskInput:
@@ -52,6 +131,8 @@ def load_task_input(path: str | None, example: str | None) -> TaskInput:
     Raises:
         CliError: (exit 2) the file is missing, not JSON, or names invalid fields.
     """
+    from examples import EXAMPLES
+
     if example is not None:
         if example not in EXAMPLES:
             raise CliError(f"unknown example {example!r}; examples: {', '.join(EXAMPLES)}", 2)
@@ -74,35 +155,6 @@ def load_task_input(path: str | None, example: str | None) -> TaskInput:
         raise CliError(f"{file}: {err}", 2) from None
 
 
-async def start_task(
-    client: Client, task: TaskInput, task_id: str, task_queue: str
-) -> tuple[WorkflowHandle[Any, Any], bool]:
-    """Start the task unless a task with this id exists (running or closed): (handle, started)."""
-    try:
-        handle = await client.start_workflow(
-            WORKFLOW_TYPE,
-            task,
-            id=task_id,
-            task_queue=task_queue,
-            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-            result_type=TaskResult,
-        )
-        return handle, True
-    except WorkflowAlreadyStartedError:
-        return client.get_workflow_handle(task_id, result_type=TaskResult), False
-
-
-async def query_status(handle: WorkflowHandle[Any, Any], rpc_timeout: timedelta | None = None) -> TaskStatus:
-    """The task's ``status`` query answer."""
-    try:
-        return await handle.query("status", result_type=TaskStatus, rpc_timeout=rpc_timeout)
-    except RPCError as err:
-        if err.status is RPCStatusCode.NOT_FOUND:
-            raise CliError(f"no task {handle.id!r}") from None
-        raise
-
-
 _SHOWN_EVENTS = frozenset(
     {
         "phase.changed", "turn.finished", "sandbox.exec", "sandbox.destroyed", "approval.requested",
@@ -114,52 +166,55 @@ _SHOWN_EVENTS = frozenset(
 class Follower:
     """Prints a task's progress (phases, events, new approval requests) once each."""
 
-    def __init__(self, handle: WorkflowHandle[Any, Any], out: TextIO) -> None:
-        self.handle = handle
+    def __init__(self, tasks: AgentWorkerClient, task_id: str, out: TextIO) -> None:
+        self.tasks = tasks
+        self.task_id = task_id
         self.out = out
         self.seen = 0
         self.shown_requests: set[str] = set()
 
     async def run(self, *, stop_when_awaiting: bool = False) -> TaskStatus:
         """Follow until the task closes, or until it waits for approval when asked to."""
+        from temporalio.client import WorkflowExecutionStatus
+
         while True:
-            status = await query_status(self.handle)
+            status = await self.tasks.status(self.task_id)
             for event in status.last_events:
                 if event.seq > self.seen:
                     self.seen = event.seq
                     if event.type.value in _SHOWN_EVENTS:
-                        summary = render._event_summary(event.data)[:110]
-                        print(f"  {event.at:%H:%M:%S} {event.type.value:<18} {summary}", file=self.out)
+                        print(render.progress_line(event), file=self.out)
             new = [r for r in status.pending if r.request_id not in self.shown_requests]
             for request in new:
                 self.shown_requests.add(request.request_id)
-                print("\n".join(render.request_lines(self.handle.id, request)), file=self.out)
+                print("\n".join(render.request_lines(self.task_id, request)), file=self.out)
             if new and stop_when_awaiting:
                 return status
-            description = await self.handle.describe()
+            description = await self.tasks.handle(self.task_id).describe()
             if description.status is not WorkflowExecutionStatus.RUNNING:
                 return status
             await asyncio.sleep(POLL_SECONDS)
 
 
-async def outcome(handle: WorkflowHandle[Any, Any], out: TextIO) -> int:
+async def outcome(tasks: AgentWorkerClient, task_id: str, out: TextIO) -> int:
     """Print a closed task's result; 0 when it completed."""
     try:
-        result: TaskResult = await handle.result()
+        result: TaskResult = await tasks.result(task_id)
     except Exception as err:  # failed, cancelled, terminated: the status query says why
-        status = await query_status(handle)
-        print(f"task {handle.id} ended {status.phase.value}: {status.reason or err}", file=out)
+        status = await tasks.status(task_id)
+        print(f"task {task_id} ended {status.phase.value}: {status.reason or err}", file=out)
         return 1
     print(render.result_text(result), file=out)
     return 0 if result.phase is TaskPhase.COMPLETED else 1
 
 
-async def cmd_start(client: Client, args: Any, out: TextIO | None = None) -> int:
+async def cmd_start(args: argparse.Namespace, ctx: CliContext, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     task = load_task_input(args.file, args.example)
     task_id = args.id or f"task-{uuid.uuid4().hex[:12]}"
-    handle, started = await start_task(client, task, task_id, args.task_queue)
-    if started:
+    tasks = await ctx.tasks(args.task_queue)
+    ref = await tasks.start(task, task_id)
+    if ref.started:
         print(
             f"started task {task_id} (agent {task.spec.agent}, tenant {task.spec.tenant}) "
             f"on {args.task_queue}",
@@ -169,150 +224,84 @@ async def cmd_start(client: Client, args: Any, out: TextIO | None = None) -> int
         print(f"task {task_id} already exists; not started again", file=out)
     if not args.wait:
         return 0
-    await Follower(handle, out).run()
-    return await outcome(handle, out)
+    await Follower(tasks, task_id, out).run()
+    return await outcome(tasks, task_id, out)
 
 
-async def cmd_status(client: Client, args: Any, out: TextIO | None = None) -> int:
+async def cmd_status(args: argparse.Namespace, ctx: CliContext, out: TextIO | None = None) -> int:
     out = out or sys.stdout
-    status = await query_status(client.get_workflow_handle(args.task_id))
+    status = await (await ctx.tasks()).status(args.task_id)
     print(status.model_dump_json(indent=2) if args.json else render.status_text(status), file=out)
     return 0
 
 
-async def cmd_inbox(client: Client, args: Any, out: TextIO | None = None) -> int:
+async def cmd_inbox(args: argparse.Namespace, ctx: CliContext, out: TextIO | None = None) -> int:
     """Every task waiting for a human, found through visibility (search attributes).
 
     Each task's pending requests come from its ``status`` query. A task whose worker does not answer
     within a few seconds is still listed, from what visibility knows, so one dead worker cannot hide
-    the rest of the inbox.
+    the rest of the inbox. ``--web`` serves the approval inbox pages instead (``inbox``).
     """
+    if args.web:
+        from inbox import cmd_inbox_web
+
+        return await cmd_inbox_web(await ctx.temporal(), args, out, config=ctx.config)
     out = out or sys.stdout
-    query = visibility.AWAITING_QUERY
-    if args.tenant:
-        query += f" AND {visibility.TENANT.name} = '{args.tenant}'"
-    executions = [e async for e in client.list_workflows(query)]
-    answers = await asyncio.gather(
-        *(
-            query_status(client.get_workflow_handle(e.id), rpc_timeout=INBOX_QUERY_TIMEOUT)
-            for e in executions
-        ),
-        return_exceptions=True,
-    )
-    answered: list[TaskStatus] = []
-    unanswered: list[dict[str, Any]] = []
-    for execution, answer in zip(executions, answers, strict=True):
-        if isinstance(answer, TaskStatus):
-            if answer.pending:
-                answered.append(answer)
-            continue
-        attributes = execution.typed_search_attributes
-        unanswered.append(
-            {
-                "task_id": execution.id,
-                "tenant": attributes.get(visibility.TENANT),
-                "agent": attributes.get(visibility.AGENT),
-                "approvers": attributes.get(visibility.APPROVERS) or [],
-                "error": f"no worker answered the status query ({answer})",
-            }
-        )
+    tasks = await ctx.tasks()
+    try:
+        found = await tasks.awaiting(tenant=args.tenant, wait_seconds=INBOX_QUERY_TIMEOUT.total_seconds())
+    except ValueError as err:
+        raise CliError(f"--tenant: {err}", 2) from None
+    answered = [e for e in found if e.error is None]
+    unanswered = [e for e in found if e.error is not None]
     if args.json:
-        fields = {"task_id", "tenant", "agent", "phase", "pending"}
-        listing = [s.model_dump(mode="json", include=fields) for s in answered] + unanswered
+        listing = [
+            {
+                "task_id": e.task_id,
+                "tenant": e.tenant,
+                "agent": e.agent,
+                "phase": e.phase.value if e.phase else None,
+                "pending": [r.model_dump(mode="json") for r in e.requests],
+            }
+            for e in answered
+        ] + [
+            {
+                "task_id": e.task_id,
+                "tenant": e.tenant,
+                "agent": e.agent,
+                "approvers": e.approvers,
+                "error": e.error,
+            }
+            for e in unanswered
+        ]
         print(json.dumps(listing, indent=2), file=out)
         return 0
-    if not answered and not unanswered:
+    if not found:
         print("no task is waiting for approval", file=out)
-    for status in answered:
-        print(f"task {status.task_id}  agent={status.agent}  tenant={status.tenant}", file=out)
-        for request in status.pending:
-            print("\n".join(render.request_lines(status.task_id, request)), file=out)
-    for entry in unanswered:
-        print(f"task {entry['task_id']}  agent={entry['agent']}  tenant={entry['tenant']}", file=out)
-        print(
-            f"  approvers: {', '.join(entry['approvers'])}; details unavailable: {entry['error']}", file=out
-        )
+    for entry in [*answered, *unanswered]:
+        print("\n".join(render.awaiting_lines(entry)), file=out)
     return 0
 
 
-async def send_decision(
-    client: Client,
-    task_id: str,
-    decision: ApprovalDecision,
-    *,
-    as_signal: bool = False,
-    wait_seconds: float = DECIDE_TIMEOUT_SECONDS,
-) -> DecisionOutcome | None:
-    """Send a decision by update (checked, synchronous answer) or by signal (fire and forget).
+def _no_worker(task_id: str, wait_seconds: float, tail: str) -> CliError:
+    return CliError(
+        f"no worker answered for task {task_id} within {wait_seconds:g} s (is a worker running on its "
+        f"task queue?); {tail}"
+    )
 
-    An update waits at most ``wait_seconds`` for a worker to answer, and carries ``expires_at``
-    (now + ``wait_seconds``): a task that receives it later, when this call has given up, refuses it
-    rather than act on a decision whose sender was told it failed. A signal is durable by design: it
-    waits in the task's history and takes effect when a worker next runs the task.
 
-    Raises:
-        CliError: the task refused the decision, does not exist / has ended, or no worker answered.
+async def cmd_decide(args: argparse.Namespace, ctx: CliContext, out: TextIO | None = None) -> int:
+    """``approve`` / ``edit`` / ``reject``: by the ``decide`` update (a checked, synchronous answer)
+    or, with ``--signal``, by the durable ``submit_decision`` signal.
+
+    An update waits at most ``--timeout`` seconds for a worker and carries ``expires_at`` (now +
+    ``--timeout``): a task that receives it later, when this command has given up, refuses it rather
+    than act on a decision whose sender was told it failed. With ``--sign`` the signature covers the
+    pending request's run chain, read first (within the same ``--timeout``; nothing is sent when no
+    worker answers).
     """
-    handle = client.get_workflow_handle(task_id)
-    if not as_signal:
-        expires_at = datetime.now(UTC) + timedelta(seconds=wait_seconds)
-        decision = decision.model_copy(update={"expires_at": expires_at})
-    payload = decision.model_dump(mode="json", exclude_none=True)
-    try:
-        if as_signal:
-            await handle.signal("submit_decision", payload)
-            return None
-        return await asyncio.wait_for(
-            handle.execute_update(
-                "decide", payload, result_type=DecisionOutcome, rpc_timeout=timedelta(seconds=wait_seconds)
-            ),
-            wait_seconds,
-        )
-    except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
-        raise CliError(
-            f"no worker answered for task {task_id} within {wait_seconds:g} s (is a worker running on its "
-            f"task queue?); the decision was not applied, and the task refuses it if it arrives after "
-            f"{decision.expires_at.isoformat() if decision.expires_at else 'now'}: decide again once a "
-            "worker runs"
-        ) from None
-    except WorkflowUpdateFailedError as err:
-        cause = err.cause
-        raise CliError(f"decision refused: {getattr(cause, 'message', None) or cause}") from None
-    except RPCError as err:
-        raise CliError(f"cannot reach task {task_id}: {err.message}") from None
+    from agent_worker.client import WorkerUnreachable
 
-
-async def request_chain(handle: WorkflowHandle[Any, Any], request_id: str, wait_seconds: float) -> str | None:
-    """The run chain a signature on ``request_id`` must cover: the pending request's (None when the
-    task started before run chains, or the request is not pending: the task then ignores the
-    decision whatever it carries). A query needs a worker: none answering within ``wait_seconds``
-    is an error that says so."""
-    try:
-        pending = await asyncio.wait_for(
-            handle.query(
-                "pending_approvals",
-                result_type=list[ApprovalRequest],
-                rpc_timeout=timedelta(seconds=wait_seconds),
-            ),
-            wait_seconds,
-        )
-    except TimeoutError:
-        raise CliError(
-            f"no worker answered for task {handle.id} within {wait_seconds:g} s (is a worker running on "
-            "its task queue?); nothing was signed or sent: decide again once a worker runs"
-        ) from None
-    except RPCError as err:
-        if err.status is RPCStatusCode.NOT_FOUND:
-            raise CliError(f"no task {handle.id!r}") from None
-        if err.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):  # the rpc timeout
-            raise CliError(
-                f"no worker answered for task {handle.id} within {wait_seconds:g} s; nothing was sent"
-            ) from None
-        raise
-    return next((r.run_chain for r in pending if r.request_id == request_id), None)
-
-
-async def cmd_decide(client: Client, args: Any, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     raw: dict[str, Any] = {
         "request_id": args.request,
@@ -339,31 +328,75 @@ async def cmd_decide(client: Client, args: Any, out: TextIO | None = None) -> in
         except (OSError, ValueError) as err:
             raise CliError(f"cannot sign as {args.principal}: {err}", 2) from None
     wait_seconds = getattr(args, "timeout", None) or DECIDE_TIMEOUT_SECONDS
+    tasks = await ctx.tasks()
     if args.sign:
-        handle = client.get_workflow_handle(args.task_id)
-        chain = await request_chain(handle, decision.request_id, wait_seconds)
+        # The run chain the signature must cover: the pending request's (None when the task started
+        # before run chains, or the request is not pending: the task then ignores the decision).
+        try:
+            pending = await tasks.pending(args.task_id, wait_seconds=wait_seconds)
+        except WorkerUnreachable:
+            raise _no_worker(
+                args.task_id, wait_seconds, "nothing was signed or sent: decide again once a worker runs"
+            ) from None
+        chain = next((r.run_chain for r in pending if r.request_id == decision.request_id), None)
         decision = decision.model_copy(update={"signature": sign(key, args.task_id, decision, chain)})
     answer = await send_decision(
-        client, args.task_id, decision, as_signal=args.signal, wait_seconds=wait_seconds
+        tasks, args.task_id, decision, as_signal=args.signal, wait_seconds=wait_seconds
     )
     if answer is None:
         print(
             f"sent {args.kind} for {args.request} to {args.task_id} as a signal (see `agent-worker status`)",
             file=out,
         )
-    elif not answer.accepted:
-        raise CliError(f"decision refused: {answer.detail}")
     else:
         print(f"{args.task_id}: {answer.detail}", file=out)
     return 0
 
 
-async def cmd_cancel(client: Client, args: Any, out: TextIO | None = None) -> int:
-    out = out or sys.stdout
-    handle = client.get_workflow_handle(args.task_id)
+async def send_decision(
+    tasks: AgentWorkerClient,
+    task_id: str,
+    decision: ApprovalDecision,
+    *,
+    as_signal: bool,
+    wait_seconds: float,
+) -> Any:
+    """Send ``decision`` (by update, or by signal with ``as_signal``), with the CLI's messages.
+
+    Raises:
+        CliError: the task refused it, does not exist or has ended, or no worker answered within
+            ``wait_seconds`` (the decision then expires: the task refuses it if it arrives later).
+    """
+    from agent_worker.client import DecisionRefused, TaskNotFound, WorkerUnreachable
+
+    if not as_signal:
+        expires_at = datetime.now(UTC) + timedelta(seconds=wait_seconds)
+        decision = decision.model_copy(update={"expires_at": expires_at})
     try:
-        await handle.cancel()
-    except RPCError as err:
-        raise CliError(f"cannot cancel {args.task_id}: {err.message}") from None
+        return await tasks.send_decision(
+            task_id, decision, via="signal" if as_signal else "update", wait_seconds=wait_seconds
+        )
+    except WorkerUnreachable:
+        expiry = decision.expires_at.isoformat() if decision.expires_at else "now"
+        raise _no_worker(
+            task_id,
+            wait_seconds,
+            f"the decision was not applied, and the task refuses it if it arrives after {expiry}: decide "
+            "again once a worker runs",
+        ) from None
+    except DecisionRefused as err:
+        raise CliError(f"decision refused: {err.reason}") from None
+    except TaskNotFound as err:
+        raise CliError(f"cannot reach task {task_id}: {err}") from None
+
+
+async def cmd_cancel(args: argparse.Namespace, ctx: CliContext, out: TextIO | None = None) -> int:
+    from agent_worker.client import AgentWorkerError
+
+    out = out or sys.stdout
+    try:
+        await (await ctx.tasks()).cancel(args.task_id)
+    except AgentWorkerError as err:
+        raise CliError(f"cannot cancel {args.task_id}: {err}") from None
     print(f"cancellation requested for {args.task_id}; its sandbox is destroyed before it ends", file=out)
     return 0

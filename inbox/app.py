@@ -50,6 +50,7 @@ from inbox.auth import (
     well_formed_cookie,
 )
 from inbox.service import InboxError, InboxService
+from schemas.config import WorkerConfig
 
 log = structlog.get_logger("agent_worker.inbox")
 
@@ -356,14 +357,17 @@ def build_app(
     return InboxApp(service, authenticator)
 
 
-async def cmd_inbox_web(client: Client, args: Any, out: TextIO | None = None) -> int:
-    """``agent-worker inbox --web``: serve the approval inbox until SIGINT/SIGTERM."""
-    from cli.tasks import CliError
-    from schemas.config import WorkerConfig
+async def cmd_inbox_web(
+    client: Client, args: Any, out: TextIO | None = None, *, config: WorkerConfig | None = None
+) -> int:
+    """``agent-worker inbox --web``: serve the approval inbox until SIGINT/SIGTERM (with the
+    configuration the CLI read once, else one read from the environment here)."""
+    from cli.errors import CliError
 
     out = out or sys.stdout
     try:
-        config = WorkerConfig.from_env(os.environ, data_dir=getattr(args, "data_dir", None))
+        if config is None:
+            config = WorkerConfig.from_env(os.environ, data_dir=getattr(args, "data_dir", None))
         app = build_app(
             client,
             auth=args.auth,

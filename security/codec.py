@@ -32,6 +32,7 @@ import dataclasses
 import os
 import re
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -40,14 +41,18 @@ from temporalio.api.common.v1 import Payload
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter, DefaultFailureConverterWithEncodedAttributes, PayloadCodec
 
+if TYPE_CHECKING:
+    from schemas.config import WorkerConfig
+
 ENCODING = b"binary/encrypted"
 KEY_ID_METADATA = "encryption-key-id"
 KEY_BYTES = 32
 NONCE_BYTES = 12
 TAG_BYTES = 16
-# Key ids travel in payload metadata and in the ``KID:KEY,...`` list: keep them plain.
+# The settings' names in the environment (WorkerConfig.encryption_keys / encryption_key_id), for messages.
 ENV_KEYS = "AGENT_WORKER_ENCRYPTION_KEYS"
 ENV_KEY_ID = "AGENT_WORKER_ENCRYPTION_KEY_ID"
+# Key ids travel in payload metadata and in the ``KID:KEY,...`` list: keep them plain.
 KEY_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
@@ -217,19 +222,35 @@ def data_converter(keys: Mapping[str, bytes] | None, current: str | None) -> Dat
     )
 
 
-def converter_from_env(env: Mapping[str, str]) -> DataConverter:
-    """The data converter ``AGENT_WORKER_ENCRYPTION_KEYS`` / ``AGENT_WORKER_ENCRYPTION_KEY_ID`` ask for
-    (plain pydantic JSON when no keys are set). Clients and workers must agree on it.
+def converter_for(config: WorkerConfig) -> DataConverter:
+    """The data converter the config's ``encryption_keys`` / ``encryption_key_id`` ask for (plain
+    pydantic JSON when no keys are set). Clients and workers must agree on it.
 
     Raises:
-        KeySpecError: naming the variable, when the keys or key id are malformed.
+        KeySpecError: naming the settings (``AGENT_WORKER_ENCRYPTION_KEYS`` /
+            ``AGENT_WORKER_ENCRYPTION_KEY_ID``), when the keys or key id are malformed.
     """
-    spec = env.get(ENV_KEYS, "").strip()
-    current = env.get(ENV_KEY_ID, "").strip() or None
+    spec = config.encryption_keys.get_secret_value().strip() if config.encryption_keys else ""
+    current = (config.encryption_key_id or "").strip() or None
     try:
         return data_converter(parse_keys(spec) if spec else None, current)
     except KeySpecError as err:
         raise KeySpecError(f"{ENV_KEYS} / {ENV_KEY_ID}: {err}") from None
+
+
+def converter_from_env(env: Mapping[str, str]) -> DataConverter:
+    """``converter_for`` a config holding only ``AGENT_WORKER_ENCRYPTION_KEYS`` /
+    ``AGENT_WORKER_ENCRYPTION_KEY_ID`` from ``env``: for a client that has no ``WorkerConfig`` (a
+    process with one passes it to ``converter_for`` instead).
+
+    Raises:
+        KeySpecError: naming the variable, when the keys or key id are malformed.
+    """
+    from schemas.config import WorkerConfig
+
+    return converter_for(
+        WorkerConfig(encryption_keys=env.get(ENV_KEYS) or None, encryption_key_id=env.get(ENV_KEY_ID) or None)
+    )
 
 
 def new_key() -> str:

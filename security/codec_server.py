@@ -17,12 +17,14 @@ Point clients at it::
 
 and, in the Web UI, set the codec server endpoint (Settings, or the UI's ``codec.endpoint`` config).
 
-Run it with ``python -m security.codec_server --port 8081``: keys from ``AGENT_WORKER_ENCRYPTION_KEYS``
+Run it with ``python -m security.codec_server --port 8081``. Its configuration is the worker's
+(``WorkerConfig``, read once at start): keys from ``AGENT_WORKER_ENCRYPTION_KEYS``
 (``kid:BASE64KEY,...``) and ``AGENT_WORKER_ENCRYPTION_KEY_ID``, the token from
-``AGENT_WORKER_CODEC_TOKEN``. Without a token it only listens on a loopback address, and answers
-only requests whose ``Host`` header names a loopback address or ``localhost`` (``421`` otherwise): a
-web page whose domain an attacker re-points at 127.0.0.1 (DNS rebinding) sends its own name as the
-``Host``, so it cannot read decrypted payloads through the visitor's browser.
+``AGENT_WORKER_CODEC_TOKEN``, logging from ``AGENT_WORKER_LOG_FORMAT`` and ``AGENT_WORKER_LOG_LEVEL``.
+Without a token it only listens on a loopback address, and answers only requests whose ``Host`` header
+names a loopback address or ``localhost`` (``421`` otherwise): a web page whose domain an attacker
+re-points at 127.0.0.1 (DNS rebinding) sends its own name as the ``Host``, so it cannot read decrypted
+payloads through the visitor's browser.
 """
 
 from __future__ import annotations
@@ -39,14 +41,18 @@ import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.converter import PayloadCodec
 
+from schemas.config import ENV_PREFIX
 from security.codec import ENV_KEYS, EncryptionError
+
+if TYPE_CHECKING:
+    from schemas.config import WorkerConfig
 
 log = structlog.get_logger("agent_worker.codec_server")
 
@@ -55,7 +61,7 @@ DEFAULT_PORT = 8081
 # A history page the UI decodes at once stays far below this; anything bigger is refused unread.
 MAX_BODY_BYTES = 64 * 1024 * 1024
 ALLOWED_HEADERS = "Authorization, Content-Type, X-Namespace"
-ENV_TOKEN = "AGENT_WORKER_CODEC_TOKEN"
+ENV_TOKEN = ENV_PREFIX + "CODEC_TOKEN"  # WorkerConfig.codec_token, named in messages
 
 _Operation = Callable[[Sequence[Payload]], Awaitable[list[Payload]]]
 
@@ -322,11 +328,9 @@ def _is_loopback(host: str) -> bool:
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
-    """``python -m security.codec_server``: serve until SIGINT/SIGTERM."""
-    from pydantic import ValidationError
-
-    from schemas.config import ENV_PREFIX, WorkerConfig
-    from security.codec import KeySpecError, converter_from_env
+    """``python -m security.codec_server``: serve until SIGINT/SIGTERM. The configuration
+    (``WorkerConfig``: keys, token, logging) is read from ``env`` once, here."""
+    from schemas.config import ConfigError, WorkerConfig
     from telemetry import configure_logging
 
     parser = argparse.ArgumentParser(
@@ -338,41 +342,53 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         "--ui-origin", help="the Temporal Web UI's origin to allow in CORS, e.g. http://localhost:8233"
     )
     args = parser.parse_args(argv)
-    env = os.environ if env is None else env
 
     def fail(message: str) -> int:
         print(f"codec server: {message}", file=sys.stderr)
         return 2
 
-    logging_settings = {
-        f: env[ENV_PREFIX + f.upper()] for f in ("log_format", "log_level") if ENV_PREFIX + f.upper() in env
-    }
     try:
-        configure_logging(WorkerConfig(**logging_settings))
-    except ValidationError as err:
-        return fail(f"invalid logging settings: {err.errors()[0]['msg']}")
-    spec = env.get(ENV_KEYS, "")
+        config = WorkerConfig.from_env(os.environ if env is None else env)
+    except ConfigError as err:
+        return fail(str(err))
+    configure_logging(config)
+    return serve(config, host=args.host, port=args.port, ui_origin=args.ui_origin, fail=fail)
+
+
+def serve(
+    config: WorkerConfig,
+    *,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    ui_origin: str | None = None,
+    fail: Callable[[str], int],
+) -> int:
+    """Serve ``config``'s keys (``encryption_keys``, ``encryption_key_id``), behind its
+    ``codec_token`` when set, until SIGINT/SIGTERM; ``fail(message)`` reports a refusal to start."""
+    from security.codec import KeySpecError, converter_for
+
+    spec = config.encryption_keys.get_secret_value() if config.encryption_keys else ""
     if not spec.strip():
         return fail(f"{ENV_KEYS} is not set (a 'KEY_ID:BASE64KEY,...' list)")
     try:
-        codec = converter_from_env(env).payload_codec
+        codec = converter_for(config).payload_codec
     except KeySpecError as err:
         return fail(str(err))
     assert codec is not None
-    token = env.get(ENV_TOKEN) or None
-    if token is None and not _is_loopback(args.host):
-        return fail(f"refusing to serve decrypted payloads on {args.host} without {ENV_TOKEN}")
+    token = config.codec_token.get_secret_value() if config.codec_token else None
+    if token is None and not _is_loopback(host):
+        return fail(f"refusing to serve decrypted payloads on {host} without {ENV_TOKEN}")
     if token is None:
-        log.warning(f"no {ENV_TOKEN}: anyone who can reach {args.host}:{args.port} can decrypt payloads")
+        log.warning(f"no {ENV_TOKEN}: anyone who can reach {host}:{port} can decrypt payloads")
 
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
-    server = CodecServer(codec, host=args.host, port=args.port, token=token, ui_origin=args.ui_origin)
+    server = CodecServer(codec, host=host, port=port, token=token, ui_origin=ui_origin)
     try:
         server.start()
     except OSError as err:
-        return fail(f"cannot listen on {args.host}:{args.port}: {err}")
+        return fail(f"cannot listen on {host}:{port}: {err}")
     while not stop.wait(0.5):
         pass
     server.stop()

@@ -85,3 +85,44 @@ async def test_dev_starts_the_embedded_server_with_wal_and_search_attributes(tmp
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         await asyncio.wait_for(proc.wait(), 30)
+
+
+COMMANDS = [
+    "dev", "worker", "start", "status", "inbox", "approve", "edit", "reject", "cancel", "events",
+    "evidence", "verify", "revoke", "grant", "keys", "sandbox-image", "reap", "replay", "demo",
+]  # fmt: skip
+
+
+def test_help_lists_every_command_and_each_command_has_its_own_help_and_handler(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`agent-worker --help` (the console script's module, in a fresh process) names every command;
+    each command's `--help` exits 0 showing its own usage, and each registered a handler."""
+    import subprocess
+
+    from cli.main import build_parser
+
+    shown = subprocess.run(
+        [sys.executable, "-m", "cli", "--help"], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert shown.returncode == 0, shown.stderr
+    listed = shown.stdout.split("{", 1)[1].split("}", 1)[0].split(",")
+    assert listed == COMMANDS
+    [commands] = [a for a in build_parser()._actions if a.dest == "command"]
+    for name in COMMANDS:
+        assert callable(commands.choices[name].get_default("handler")), f"{name} has no handler"
+        with pytest.raises(SystemExit) as leaving:
+            cli_main([name, "--help"])
+        assert leaving.value.code == 0
+        assert f"usage: agent-worker {name}" in capsys.readouterr().out
+
+
+def test_a_bad_setting_stops_every_command_but_dev_naming_the_variable(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The configuration is read once, before any command runs: an invalid value is exit 2 naming
+    the variable, and nothing else happens (here `keys new` writes no key)."""
+    monkeypatch.setenv("AGENT_WORKER_MAX_CACHED_WORKFLOWS", "many")
+    monkeypatch.setenv("HOME", "/nonexistent")
+    assert cli_main(["keys", "new", "someone", "--keys-dir", "/nonexistent/keys"]) == 2
+    assert "AGENT_WORKER_MAX_CACHED_WORKFLOWS" in capsys.readouterr().err
