@@ -40,6 +40,7 @@ from bench.common import (
     spawn_bare_worker,
 )
 from schemas.tasks import TaskPhase, TaskResult
+from workflows import AgentTaskWorkflow
 
 
 def _calls(log: Path) -> list[tuple[str, int, int, float]]:
@@ -104,7 +105,7 @@ async def _ours(server: Any, tmp: Path, k: int) -> dict[str, float]:
         handles = await asyncio.gather(
             *(
                 server.client.start_workflow(
-                    "AgentTask",
+                    AgentTaskWorkflow.run,
                     {"agent": "bench-notes", "prompt": "take your notes"},
                     id=f"crash-{i}-{uuid.uuid4().hex[:6]}",
                     task_queue=config.task_queue,

@@ -20,6 +20,7 @@ from pathlib import Path
 from bench.agents import counting_task
 from bench.common import Section, agent_worker, bare_worker, bench_config, dev_server, load, ratio, scratch
 from schemas.tasks import TaskPhase, TaskResult
+from workflows import AgentTaskWorkflow
 
 
 async def _measure(directory: Path, wal: bool, k: int, c: int, t: int) -> dict[str, float]:
@@ -42,7 +43,7 @@ async def _measure(directory: Path, wal: bool, k: int, c: int, t: int) -> dict[s
             parallel = time.perf_counter() - started
             started = time.perf_counter()
             result = await client.execute_workflow(
-                "AgentTask",
+                AgentTaskWorkflow.run,
                 counting_task(t),
                 id=f"task-{queue}",
                 task_queue=config.task_queue,

@@ -28,6 +28,7 @@ from bench.common import (
     spawn_agent_worker,
 )
 from schemas.tasks import TaskPhase, TaskResult
+from workflows import AgentTaskWorkflow
 
 STEPS = 2
 
@@ -52,7 +53,7 @@ async def _fleet(server: Any, tmp: Path, processes: int, m: int) -> dict[str, fl
             64,
             (
                 server.client.start_workflow(
-                    "AgentTask",
+                    AgentTaskWorkflow.run,
                     counting_task(STEPS, agent="bench-slow-counter"),
                     id=f"fleet-{processes}-{i}-{config.task_queue}",
                     task_queue=config.task_queue,

@@ -33,6 +33,7 @@ from bench.common import (
     top_sizes,
 )
 from schemas.tasks import TaskPhase, TaskResult, TaskSpec
+from workflows import AgentTaskWorkflow
 
 QUICK_SERVER = {"limit.historyCount.suggestContinueAsNew": "150"}
 INLINE_EVIDENCE = TaskSpec.model_fields["inline_evidence"].default
@@ -53,7 +54,7 @@ async def run(quick: bool = False, turns: int | None = None) -> Section:
                 ours_id, bare_id = f"long-{uuid.uuid4().hex[:6]}", f"bare-long-{uuid.uuid4().hex[:6]}"
                 started = time.perf_counter()
                 handle = await server.client.start_workflow(
-                    "AgentTask",
+                    AgentTaskWorkflow.run,
                     counting_task(n),
                     id=ours_id,
                     task_queue=config.task_queue,

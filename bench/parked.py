@@ -41,6 +41,7 @@ from bench.common import (
 )
 from schemas.approvals import ApprovalRequest
 from schemas.tasks import TaskPhase, TaskResult
+from workflows import AgentTaskWorkflow
 
 DEFAULT_TASKS = 500
 RSS_TARGET_MB = 300
@@ -75,9 +76,7 @@ async def _pending(handle: Any) -> list[ApprovalRequest]:
     query replays it; under a burst of them a query can time out, and is asked again."""
     for attempt in range(1, QUERY_ATTEMPTS + 1):
         try:
-            return await handle.query(
-                "pending_approvals", result_type=list[ApprovalRequest], rpc_timeout=QUERY_TIMEOUT
-            )
+            return await handle.query(AgentTaskWorkflow.pending_approvals, rpc_timeout=QUERY_TIMEOUT)
         except RPCError:
             if attempt == QUERY_ATTEMPTS:
                 raise
@@ -114,7 +113,7 @@ async def _ours(server: Any, tmp: Path, n: int, section: Section) -> dict[str, f
             IN_FLIGHT,
             (
                 server.client.start_workflow(
-                    "AgentTask", approval_task(f"v{i}"), id=task_id, task_queue=config.task_queue,
+                    AgentTaskWorkflow.run, approval_task(f"v{i}"), id=task_id, task_queue=config.task_queue,
                     result_type=TaskResult,
                 )
                 for i, task_id in enumerate(ids)
@@ -141,7 +140,7 @@ async def _ours(server: Any, tmp: Path, n: int, section: Section) -> dict[str, f
             [request] = requests
             sent[handle.id] = time.time()
             await handle.signal(
-                "submit_decision",
+                AgentTaskWorkflow.submit_decision,
                 {"request_id": request.request_id, "version": request.version, "decision": "approve",
                  "principal": APPROVER},
             )  # fmt: skip

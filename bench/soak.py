@@ -45,6 +45,7 @@ from temporalio.service import RPCError
 
 from cli import devserver
 from schemas.tasks import TaskResult, TaskStatus
+from workflows import AgentTaskWorkflow
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "examples/monthly_report/task.json"
@@ -157,7 +158,7 @@ async def retrying(call: Any, *, within: float = 120.0) -> Any:
 
 
 async def status_of(handle: WorkflowHandle[Any, Any]) -> TaskStatus:
-    return await retrying(lambda: asyncio.wait_for(handle.query("status", result_type=TaskStatus), 10))
+    return await retrying(lambda: asyncio.wait_for(handle.query(AgentTaskWorkflow.status), 10))
 
 
 class Watcher:
@@ -184,7 +185,7 @@ async def drive(
     outcome = Outcome(task_id, plan)
     spec = json.loads(EXAMPLE.read_text())
     handle = await client.start_workflow(
-        "AgentTask", spec, id=task_id, task_queue=queue, result_type=TaskResult
+        AgentTaskWorkflow.run, spec, id=task_id, task_queue=queue, result_type=TaskResult
     )
     result_task = asyncio.ensure_future(retrying(handle.result, within=deadline - time.monotonic()))
     waiting = asyncio.ensure_future(watcher.waiting[task_id].wait())
@@ -241,11 +242,15 @@ def ignored_decisions(events_dir: Path) -> collections.Counter[str]:
 async def send(handle: WorkflowHandle[Any, Any], decision: dict[str, Any], via: str, update_id: str) -> int:
     """Send a decision; returns 1 when an update was refused by the workflow's validator."""
     if via == "signal":
-        await retrying(lambda: handle.signal("submit_decision", decision))
+        await retrying(lambda: handle.signal(AgentTaskWorkflow.submit_decision, decision))
         return 0
     try:
         # A retried update keeps its id: the server deduplicates it instead of running it twice.
-        await retrying(lambda: asyncio.wait_for(handle.execute_update("decide", decision, id=update_id), 30))
+        await retrying(
+            lambda: asyncio.wait_for(
+                handle.execute_update(AgentTaskWorkflow.decide, decision, id=update_id), 30
+            )
+        )
     except WorkflowUpdateFailedError:
         return 1
     return 0

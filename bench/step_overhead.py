@@ -37,6 +37,7 @@ from bench.common import (
     time_breakdown,
 )
 from schemas.tasks import TaskPhase, TaskResult
+from workflows import AgentTaskWorkflow
 
 TARGET = 1.15
 
@@ -45,7 +46,7 @@ async def _ours(server: Any, queue: str, steps: int) -> tuple[float, str]:
     task_id = f"step-{steps}-{uuid.uuid4().hex[:6]}"
     started = time.perf_counter()
     handle = await server.client.start_workflow(
-        "AgentTask", counting_task(steps), id=task_id, task_queue=queue, result_type=TaskResult
+        AgentTaskWorkflow.run, counting_task(steps), id=task_id, task_queue=queue, result_type=TaskResult
     )
     result = await handle.result()
     elapsed = time.perf_counter() - started

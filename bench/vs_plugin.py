@@ -37,6 +37,7 @@ from bench.common import (
     top_sizes,
 )
 from schemas.tasks import TaskPhase, TaskResult
+from workflows import AgentTaskWorkflow
 
 TIME_TARGET = 1.0
 BYTES_TARGET = 10.0
@@ -69,7 +70,7 @@ async def _ours(client: Any, queue: str, n: int) -> dict[str, Any]:
     task_id = f"ours-{n}-{uuid.uuid4().hex[:6]}"
     started = time.perf_counter()
     handle = await client.start_workflow(
-        "AgentTask", counting_task(n), id=task_id, task_queue=queue, result_type=TaskResult
+        AgentTaskWorkflow.run, counting_task(n), id=task_id, task_queue=queue, result_type=TaskResult
     )
     result = await handle.result()
     seconds = time.perf_counter() - started

@@ -2,9 +2,9 @@
 
 Every check that guards a decision lives here, so the HTTP layer cannot forget one:
 
-- **Listing**: tasks come from visibility (``AgentAwaitingApproval`` and ``AgentApprovers``), and
-  each task's pending requests from its ``status`` query. A principal sees only the requests that
-  name them as an approver.
+- **Listing**: ``AgentWorkerClient.awaiting``: tasks come from visibility (``AgentAwaitingApproval``
+  and ``AgentApprovers``), and each task's pending requests from its status query. A principal sees
+  only the requests that name them as an approver.
 - **Viewing a task**: allowed to the approvers its policy names (any rule's ``approvers`` and
   ``default_approvers``) and to the approvers of its pending requests. The policy comes from the
   task's start input in history, so a closed task stays visible to its approvers without a worker.
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -27,18 +26,17 @@ from typing import Any
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
-from schemas import visibility
+from agent_worker.client import AgentWorkerClient, AwaitingTask
 from schemas.actions import ProposedAction
 from schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionKind, DecisionOutcome
 from schemas.tasks import PolicySpec, TaskResult, TaskStatus
 from schemas.validation import InvalidPayload, parse_decision, parse_task_input
+from workflows import AgentTaskWorkflow
 
 QUERY_TIMEOUT = timedelta(seconds=5)
 # How long a decision waits for a worker's answer; it expires then (``ApprovalDecision.expires_at``).
 DECIDE_TIMEOUT = timedelta(seconds=30)
 PREVIEW_BYTES = 64 * 1024
-# Principals that are safe to put inside a visibility query literal; others are filtered here only.
-_QUERYABLE = re.compile(r"^[A-Za-z0-9._@:+-]+$")
 
 
 class InboxError(Exception):
@@ -49,15 +47,8 @@ class InboxError(Exception):
         self.status = status
 
 
-@dataclass
-class InboxEntry:
-    """A task in a principal's inbox, with the requests that principal may decide."""
-
-    task_id: str
-    tenant: str
-    agent: str
-    requests: list[ApprovalRequest] = field(default_factory=list)
-    error: str | None = None  # the task's worker did not answer; only visibility's facts are known
+InboxEntry = AwaitingTask
+"""A task in a principal's inbox, with the requests that principal may decide."""
 
 
 @dataclass
@@ -109,34 +100,8 @@ class InboxService:
 
     async def inbox(self, principal: str) -> list[InboxEntry]:
         """Every running task with a request ``principal`` may decide."""
-        query = visibility.AWAITING_QUERY
-        if _QUERYABLE.match(principal):
-            query += f" AND {visibility.APPROVERS.name} = '{principal}'"
-        executions = [
-            e
-            async for e in self.client.list_workflows(query)
-            if principal in (e.typed_search_attributes.get(visibility.APPROVERS) or [])
-        ]
-        answers = await asyncio.gather(
-            *(self._status(self.client.get_workflow_handle(e.id)) for e in executions),
-            return_exceptions=True,
-        )
-        entries = []
-        for execution, answer in zip(executions, answers, strict=True):
-            attributes = execution.typed_search_attributes
-            entry = InboxEntry(
-                task_id=execution.id,
-                tenant=attributes.get(visibility.TENANT) or "",
-                agent=attributes.get(visibility.AGENT) or "",
-            )
-            if isinstance(answer, TaskStatus):
-                entry.requests = [r for r in answer.pending if principal in r.approvers]
-                if not entry.requests:
-                    continue  # decided since visibility last heard
-            else:
-                entry.error = f"its worker did not answer the status query ({answer})"
-            entries.append(entry)
-        return entries
+        tasks = AgentWorkerClient(self.client)
+        return await tasks.awaiting(principal=principal, wait_seconds=QUERY_TIMEOUT.total_seconds())
 
     async def task(self, task_id: str, principal: str) -> TaskView:
         """The task as ``principal`` may see it.
@@ -216,7 +181,7 @@ class InboxService:
         return ArtifactPreview(digest, text=text, size=len(data), truncated=len(data) > PREVIEW_BYTES)
 
     async def _status(self, handle: WorkflowHandle[Any, Any]) -> TaskStatus:
-        return await handle.query("status", result_type=TaskStatus, rpc_timeout=QUERY_TIMEOUT)
+        return await handle.query(AgentTaskWorkflow.status, rpc_timeout=QUERY_TIMEOUT)
 
     # ---- deciding --------------------------------------------------------------------------------
 
@@ -265,9 +230,7 @@ class InboxService:
         )
         try:
             return await asyncio.wait_for(
-                handle.execute_update(
-                    "decide", payload, result_type=DecisionOutcome, rpc_timeout=DECIDE_TIMEOUT
-                ),
+                handle.execute_update(AgentTaskWorkflow.decide, payload, rpc_timeout=DECIDE_TIMEOUT),
                 DECIDE_TIMEOUT.total_seconds(),
             )
         except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):

@@ -131,7 +131,7 @@ class TaskEnv:
         self, spec: dict[str, Any], task_id: str | None = None
     ) -> WorkflowHandle[Any, TaskResult]:
         return await self.client.start_workflow(
-            "AgentTask",
+            AgentTaskWorkflow.run,
             spec,
             id=task_id or f"t-{uuid.uuid4().hex[:10]}",
             task_queue=self.task_queue,
@@ -147,7 +147,7 @@ class TaskEnv:
         """Poll the ``status`` query until ``until`` holds."""
         deadline = time.monotonic() + within
         while True:
-            status = await handle.query("status", result_type=TaskStatus)
+            status = await handle.query(AgentTaskWorkflow.status)
             if until(status):
                 return status
             if time.monotonic() > deadline:
@@ -163,7 +163,7 @@ class TaskEnv:
         """Wait for the task's one pending request and approve it through the ``decide`` update."""
         [request] = (await self.awaiting_approval(handle)).pending
         outcome = await handle.execute_update(
-            "decide",
+            AgentTaskWorkflow.decide,
             {
                 "request_id": request.request_id,
                 "version": request.version,
@@ -171,7 +171,7 @@ class TaskEnv:
                 "principal": principal,
             },
         )
-        assert outcome["accepted"] is True
+        assert outcome.accepted is True
 
     async def cancel(self, handle: WorkflowHandle[Any, Any]) -> None:
         """Cancel the task and wait until it has closed (while this env's worker still runs)."""

@@ -16,11 +16,12 @@ from activities.business import SqliteBusinessStore
 from activities.events import JsonlEventSink
 from cli.main import main as cli_main
 from schemas.config import WorkerConfig
-from schemas.tasks import TaskPhase, TaskResult, TaskStatus
+from schemas.tasks import TaskPhase, TaskResult
 from schemas.writes import WriteInput, WriteReceipt
 from tests.support import TaskEnv, assert_replays, example_spec, make_config, running_worker
 from tests.test_reauthorization import approve_then_revoke, approved_write_after_slow_command
 from tests.test_signed_approvals import signed_spec
+from workflows import AgentTaskWorkflow
 
 
 async def test_a_tool_the_agent_does_not_have_goes_back_to_the_model_as_a_tool_error(env: TaskEnv) -> None:
@@ -63,7 +64,7 @@ async def test_a_revoked_approver_cannot_decide_the_request_it_reopened(env: Tas
     assert request.approvers == ["supervisor"]
     with pytest.raises(WorkflowUpdateFailedError) as refused:
         await handle.execute_update(
-            "decide",
+            AgentTaskWorkflow.decide,
             {
                 "request_id": request.request_id,
                 "version": request.version,
@@ -72,7 +73,7 @@ async def test_a_revoked_approver_cannot_decide_the_request_it_reopened(env: Tas
             },
         )
     assert "clerk" in str(refused.value.cause)
-    status = await handle.query("status", result_type=TaskStatus)
+    status = await handle.query(AgentTaskWorkflow.status)
     assert [r.request_id for r in status.pending] == ["req-2"]
     SqliteAuthorizer(env.config.authz_db).grant("clerk", "record_value")  # even restored: not its call
     await env.approve(handle, principal="supervisor")
@@ -124,7 +125,7 @@ async def test_a_write_committed_while_the_task_is_cancelled_is_in_its_events(
         await handle.cancel()
         with pytest.raises(WorkflowFailureError):
             await asyncio.wait_for(handle.result(), 60)
-        status = await handle.query("status", result_type=TaskStatus)
+        status = await handle.query(AgentTaskWorkflow.status)
     assert status.phase is TaskPhase.CANCELLED
     assert env.business().count() == 1
     [confirmed] = [e for e in status.last_events if e.type.value == "write.confirmed"]
@@ -148,7 +149,7 @@ async def test_an_edit_the_tool_refuses_is_refused_to_the_cli_and_the_request_st
     edit = [*args, "edit", *decide, "--as", "finance-lead", "--args", '{"month": "June"}']
     assert await asyncio.to_thread(cli_main, edit) == 1
     assert "month must look like YYYY-MM" in capsys.readouterr().err
-    status = await handle.query("status", result_type=TaskStatus)
+    status = await handle.query(AgentTaskWorkflow.status)
     assert [r.request_id for r in status.pending] == [request.request_id]
     assert any(
         e.type.value == "approval.ignored" and "month must look like" in e.data["reason"]
@@ -168,7 +169,7 @@ async def test_a_signalled_edit_the_tool_refuses_puts_the_action_up_for_a_decisi
     handle = await env.start(example_spec())
     [request] = (await env.awaiting_approval(handle)).pending
     await handle.signal(
-        "submit_decision",
+        AgentTaskWorkflow.submit_decision,
         {
             "request_id": request.request_id,
             "version": request.version,
@@ -254,7 +255,7 @@ async def test_a_signalled_decision_past_its_expiry_is_ignored_with_the_reason(e
     handle = await env.start(example_spec())
     [request] = (await env.awaiting_approval(handle)).pending
     await handle.signal(
-        "submit_decision",
+        AgentTaskWorkflow.submit_decision,
         {
             "request_id": request.request_id,
             "version": request.version,

@@ -12,9 +12,10 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowFailureError, WorkflowHandle
 
 from activities.events import JsonlEventSink
-from schemas.approvals import MAX_EDITED_ARGS_BYTES, MAX_PRINCIPAL_CHARS
-from schemas.tasks import TaskPhase, TaskStatus
+from schemas.approvals import MAX_EDITED_ARGS_BYTES, MAX_PRINCIPAL_CHARS, DecisionOutcome
+from schemas.tasks import TaskPhase
 from tests.support import TaskEnv, assert_replays
+from workflows import AgentTaskWorkflow
 from workflows.agent_task import MAX_PENDING_FOLLOW_UP_BYTES
 from workflows.bounds import MAX_PAYLOAD_BYTES, MAX_SPEC_BYTES
 
@@ -39,8 +40,8 @@ async def assert_no_workflow_task_failed(handle: WorkflowHandle[Any, Any]) -> No
     assert not failed, failed[0]
 
 
-async def decide(handle: WorkflowHandle[Any, Any], **decision: Any) -> dict[str, Any]:
-    return await handle.execute_update("decide", decision)
+async def decide(handle: WorkflowHandle[Any, Any], **decision: Any) -> DecisionOutcome:
+    return await handle.execute_update(AgentTaskWorkflow.decide, decision)
 
 
 async def test_ten_thousand_bogus_decisions_neither_wedge_the_task_nor_hide_the_real_one(
@@ -60,7 +61,7 @@ async def test_ten_thousand_bogus_decisions_neither_wedge_the_task_nor_hide_the_
 
     async def send() -> None:
         async with gate:
-            await handle.signal("submit_decision", bogus)
+            await handle.signal(AgentTaskWorkflow.submit_decision, bogus)
 
     started = time.monotonic()
     await asyncio.gather(*(send() for _ in range(10_000)))
@@ -72,7 +73,7 @@ async def test_ten_thousand_bogus_decisions_neither_wedge_the_task_nor_hide_the_
     assert result.phase is TaskPhase.COMPLETED, result.reason
     assert env.business().count() == 1
     await assert_no_workflow_task_failed(handle)
-    status = await handle.query("status", result_type=TaskStatus)
+    status = await handle.query(AgentTaskWorkflow.status)
     assert status.ignored_count == 10_000
     assert len(status.ignored) <= 100 and all("stale version" in i.reason for i in status.ignored)
     # The sink has the first ones one by one, and the rest summed up, not dropped.
@@ -91,7 +92,7 @@ async def test_decision_fields_at_and_past_their_maximum_are_refused_small_and_t
     [request] = (await env.awaiting_approval(handle)).pending
     for principal in ["p" * MAX_PRINCIPAL_CHARS, "q" * 1_400_000] * 3:
         await handle.signal(
-            "submit_decision",
+            AgentTaskWorkflow.submit_decision,
             {
                 "request_id": request.request_id,
                 "version": request.version,
@@ -136,7 +137,7 @@ async def test_an_edit_at_the_maximum_size_is_written(env: TaskEnv) -> None:
         principal="finance-lead",
         edited_args={"value": value},
     )
-    assert outcome["accepted"] is True, outcome
+    assert outcome.accepted is True, outcome
     result = await asyncio.wait_for(handle.result(), 60)
     assert result.phase is TaskPhase.COMPLETED, result.reason
     assert env.business().count() == 1
@@ -152,7 +153,7 @@ async def test_follow_ups_past_the_per_task_cap_are_refused_at_arrival_and_the_t
     handle = await env.start(recorder("follow-1"))
     await env.awaiting_approval(handle)
     for n in range(25):
-        await handle.signal("add_input", {"text": f"{n}:" + "f" * 98_998, "principal": "ana"})
+        await handle.signal(AgentTaskWorkflow.add_input, {"text": f"{n}:" + "f" * 98_998, "principal": "ana"})
     await env.approve(handle)
     result = await asyncio.wait_for(handle.result(), 60)
     assert result.phase is TaskPhase.COMPLETED, result.reason

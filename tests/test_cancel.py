@@ -12,8 +12,9 @@ import pytest
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
 from activities.sandbox import sandbox_id_for
-from schemas.tasks import TaskPhase, TaskStatus
+from schemas.tasks import TaskPhase
 from tests.support import TaskEnv
+from workflows import AgentTaskWorkflow
 
 
 def processes_with(marker: str) -> list[int]:
@@ -50,7 +51,7 @@ async def test_cancel_kills_the_running_command_and_destroys_the_sandbox(env: Ta
     assert (await handle.describe()).status is WorkflowExecutionStatus.CANCELED
     assert not work.parent.exists(), "the sandbox must be destroyed"
     assert processes_with(marker) == [], "the command must be killed"
-    status = await handle.query("status", result_type=TaskStatus)
+    status = await handle.query(AgentTaskWorkflow.status)
     assert status.phase is TaskPhase.CANCELLED
     types = [e.type.value for e in status.last_events]
     assert "sandbox.destroyed" in types and types[-1] == "task.finished"

@@ -27,6 +27,7 @@ from tests.support import (
     run_ids,
     running_worker,
 )
+from workflows import AgentTaskWorkflow
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +54,7 @@ async def test_task_completes_across_continue_as_new(can_env: TaskEnv) -> None:
     handle = await env.start(example_spec())
     [request] = (await env.awaiting_approval(handle)).pending
     await handle.signal(
-        "submit_decision",
+        AgentTaskWorkflow.submit_decision,
         {
             "request_id": request.request_id,
             "version": request.version,
@@ -141,7 +142,9 @@ async def test_follow_ups_piling_up_while_a_task_waits_are_capped_so_the_state_s
     handle = await env.start(example_spec())
     await env.awaiting_approval(handle)
     for n in range(17):
-        await handle.signal("add_input", {"text": f"{n} " + "x" * 99_990, "principal": "finance-lead"})
+        await handle.signal(
+            AgentTaskWorkflow.add_input, {"text": f"{n} " + "x" * 99_990, "principal": "finance-lead"}
+        )
     await env.approve(handle)
     result: TaskResult = await asyncio.wait_for(handle.result(), 120)
     assert result.phase is TaskPhase.COMPLETED, result.reason

@@ -12,6 +12,7 @@ from temporalio.client import WorkflowUpdateFailedError
 from cli.main import main as cli_main
 from schemas.tasks import TaskPhase, TaskResult
 from tests.support import TaskEnv, example_spec
+from workflows import AgentTaskWorkflow
 
 STALE = "sha256:" + "0" * 64
 
@@ -35,7 +36,7 @@ async def test_signal_decisions_that_are_wrong_are_ignored_with_reasons(env: Tas
     [request] = (await env.awaiting_approval(handle)).pending
     cases = bad_decisions(request.request_id, request.version)
     for decision, _ in cases:
-        await handle.signal("submit_decision", decision)
+        await handle.signal(AgentTaskWorkflow.submit_decision, decision)
     status = await env.wait_status(handle, lambda s: len(s.ignored) == len(cases))
     for (_, words), ignored in zip(cases, status.ignored, strict=True):
         assert words in ignored.reason
@@ -45,7 +46,7 @@ async def test_signal_decisions_that_are_wrong_are_ignored_with_reasons(env: Tas
     assert any(e.type.value == "approval.ignored" for e in status.last_events)
     # The right decision still works afterwards.
     await handle.signal(
-        "submit_decision",
+        AgentTaskWorkflow.submit_decision,
         {
             "request_id": request.request_id,
             "version": request.version,
@@ -66,7 +67,7 @@ async def test_update_refuses_wrong_decisions_before_history(env: TaskEnv) -> No
     [request] = (await env.awaiting_approval(handle)).pending
     for decision, words in bad_decisions(request.request_id, request.version):
         with pytest.raises(WorkflowUpdateFailedError) as caught:
-            await handle.execute_update("decide", decision)
+            await handle.execute_update(AgentTaskWorkflow.decide, decision)
         assert words in str(caught.value.cause)
     history = await handle.fetch_history()
     update_events = [

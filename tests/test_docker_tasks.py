@@ -22,9 +22,10 @@ from activities.sandbox.docker import DockerSandbox
 from cli.main import main as cli_main
 from cli.sandboxes import REAPER_SCHEDULE_ID, schedule_reaper
 from schemas.sandbox import CreateSandboxInput, ReapInput, SandboxBackend, SandboxSpec
-from schemas.tasks import TaskPhase, TaskResult, TaskStatus
+from schemas.tasks import TaskPhase, TaskResult
 from tests.matrix import Record, leftover_sandboxes, record
 from tests.support import DevServer, TaskEnv, example_spec, make_config, running_worker, spawn_worker
+from workflows import AgentTaskWorkflow
 
 
 def containers_of(task_id: str) -> list[str]:
@@ -59,14 +60,14 @@ async def test_example_runs_on_docker_by_default_when_available(docker_env: Task
     the container is gone when the task completes."""
     handle = await docker_env.start(example_spec())
     [request] = (await docker_env.awaiting_approval(handle)).pending
-    status = await handle.query("status", result_type=TaskStatus)
+    status = await handle.query(AgentTaskWorkflow.status)
     [created] = [e for e in status.last_events if e.type.value == "sandbox.created"]
     assert created.data["backend"] == "docker" and created.data["trusted_only"] is False
     [container_id] = containers_of(handle.id)  # alive while the task waits
     labels = docker.from_env().containers.get(container_id).labels
     assert labels["agent-worker.tenant"] == "acme" and labels["agent-worker.run_id"] == handle.result_run_id
     await handle.execute_update(
-        "decide",
+        AgentTaskWorkflow.decide,
         {
             "request_id": request.request_id,
             "version": request.version,
@@ -99,7 +100,7 @@ async def test_cancel_during_a_long_command_stops_it_and_removes_the_container(
     clean_seconds = time.monotonic() - cancelled_at
     assert containers_of(handle.id) == []  # `docker ps -a` with the task's labels is empty
     assert docker.from_env().volumes.list(filters={"label": f"{LABEL_TASK}={handle.id}"}) == []
-    status = await handle.query("status", result_type=TaskStatus)
+    status = await handle.query(AgentTaskWorkflow.status)
     assert status.phase is TaskPhase.CANCELLED
     # The task's own record of the cleanup: the sandbox destroyed, then the task finished.
     types = [e.type.value for e in status.last_events]

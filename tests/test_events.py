@@ -13,8 +13,9 @@ import pytest
 
 from activities.events import JsonlEventSink
 from cli.main import main as cli_main
-from schemas.tasks import TaskPhase, TaskResult, TaskStatus
+from schemas.tasks import TaskPhase, TaskResult
 from tests.support import TaskEnv, example_spec, spawn_worker
+from workflows import AgentTaskWorkflow
 
 
 async def test_event_stream_is_exactly_once_in_order_across_a_crash_and_a_replay(
@@ -39,7 +40,7 @@ async def test_event_stream_is_exactly_once_in_order_across_a_crash_and_a_replay
     second = spawn_worker(env, tmp_path / "worker-2.log", AGENT_WORKER_MAX_CACHED_WORKFLOWS="0")
     try:
         await handle.signal(
-            "submit_decision",
+            AgentTaskWorkflow.submit_decision,
             {
                 "request_id": request.request_id,
                 "version": request.version,
@@ -48,7 +49,7 @@ async def test_event_stream_is_exactly_once_in_order_across_a_crash_and_a_replay
             },
         )
         result: TaskResult = await asyncio.wait_for(handle.result(), 90)
-        status = await handle.query("status", result_type=TaskStatus)
+        status = await handle.query(AgentTaskWorkflow.status)
     finally:
         second.send_signal(signal.SIGTERM)
         await asyncio.to_thread(second.wait, 30)

@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from schemas.tasks import TaskPhase, TaskResult, TaskStatus
+from schemas.tasks import TaskPhase, TaskResult
 from schemas.writes import WriteInput, operation_key
 from tests.business_backends import BACKENDS, Backend, open_backend
 from tests.matrix import Record, leftover_sandboxes, record
 from tests.postgres_server import PostgresServer
 from tests.support import DevServer, TaskEnv, make_config, running_worker, spawn_worker
+from workflows import AgentTaskWorkflow
 
 FAULTY = "tests.faults:faulty_writer"
 
@@ -68,7 +69,7 @@ async def test_lost_response_is_reconciled_by_lookup(
     async with running_worker(client, env.config):
         handle = await env.start(recorder("lost-1"))
         result: TaskResult = await asyncio.wait_for(handle.result(), 60)
-        status = await handle.query("status", result_type=TaskStatus)
+        status = await handle.query(AgentTaskWorkflow.status)
     assert result.phase is TaskPhase.COMPLETED, result.reason
     [write] = result.evidence.writes
     assert write.confirmed is True and backend.store.count() == 1

@@ -13,6 +13,7 @@ from schemas.digests import digest_bytes
 from schemas.tasks import TaskPhase, TaskResult
 from schemas.writes import operation_key
 from tests.support import REPO, TaskEnv, assert_replays, example_spec
+from workflows import AgentTaskWorkflow
 
 SHEETS = sorted((REPO / "examples" / "monthly_report" / "sheets").glob("*.csv"))
 EXPECTED_TOTAL = "9633.99"
@@ -103,7 +104,7 @@ async def test_edit_writes_the_edited_arguments_and_records_both_versions(env: T
     handle = await env.start(example_spec())
     [request] = (await env.awaiting_approval(handle)).pending
     outcome = await handle.execute_update(
-        "decide",
+        AgentTaskWorkflow.decide,
         {
             "request_id": request.request_id,
             "version": request.version,
@@ -113,7 +114,7 @@ async def test_edit_writes_the_edited_arguments_and_records_both_versions(env: T
             "reason": "round down per finance policy",
         },
     )
-    assert outcome["accepted"] is True
+    assert outcome.accepted is True
     result: TaskResult = await asyncio.wait_for(handle.result(), 60)
     assert result.phase is TaskPhase.COMPLETED
     [approval] = result.evidence.approvals
@@ -137,7 +138,7 @@ async def test_reject_shows_the_model_the_message_and_writes_nothing(env: TaskEn
     [request] = (await env.awaiting_approval(handle)).pending
     message = "Q4 numbers are still being audited; do not file yet"
     await handle.signal(
-        "submit_decision",
+        AgentTaskWorkflow.submit_decision,
         {
             "request_id": request.request_id,
             "version": request.version,

@@ -37,6 +37,7 @@ from tests.support import (
     running_worker,
     spawn_worker,
 )
+from workflows import AgentTaskWorkflow
 
 
 async def until(predicate: Callable[[], Any], within: float, what: str) -> Any:
@@ -87,7 +88,7 @@ async def test_sandbox_removed_mid_command_is_rebuilt_and_the_evidence_says_so(
     victim = await until(sleeping_container, 60, "the command to be running in its container")
     await asyncio.to_thread(victim.remove, force=True)  # from outside, as an operator or a host loss would
     result: TaskResult = await asyncio.wait_for(handle.result(), 90)
-    status = await handle.query("status", result_type=TaskStatus)
+    status = await handle.query(AgentTaskWorkflow.status)
 
     [lost] = events_of(status, "sandbox.lost")
     assert lost.data["sandbox_id"] == victim.name
@@ -120,7 +121,7 @@ async def test_state_from_newer_code_is_handed_off_with_the_reason(
     ``handed_off``, explaining why, instead of failing workflow tasks or guessing."""
     newer_state = {"schema_version": 2, "phase": "running", "turn": {"index": 3}, "plan": ["a", "b"]}
     handle = await env.client.start_workflow(
-        "AgentTask",
+        AgentTaskWorkflow.run,
         {"spec": example_spec(), "state": newer_state},
         id=f"newer-{uuid.uuid4().hex[:8]}",
         task_queue=env.task_queue,
@@ -196,7 +197,7 @@ async def test_a_flooding_tenant_is_capped_and_the_other_keeps_its_pace(
             *(env.wait_status(h, lambda s: s.phase is not TaskPhase.RECEIVED) for h in flood)
         )
 
-        statuses = await asyncio.gather(*(h.query("status", result_type=TaskStatus) for h in flood))
+        statuses = await asyncio.gather(*(h.query(AgentTaskWorkflow.status) for h in flood))
         refused = [h for h, s in zip(flood, statuses, strict=True) if s.phase is TaskPhase.REJECTED]
         admitted = [h for h, s in zip(flood, statuses, strict=True) if s.phase is not TaskPhase.REJECTED]
         assert len(admitted) == FLOOD_CAP and len(refused) == len(flood) - FLOOD_CAP > FLOOD_TASKS

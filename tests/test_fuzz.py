@@ -251,10 +251,10 @@ async def check_start(env: TaskEnv, raw: Any) -> str:
     if _encoded(raw) is None:
         # Too deep for the client's encoder: refused before anything is sent.
         with pytest.raises(Exception, match="serializ"):
-            await env.client.start_workflow("AgentTask", raw, id=task_id, task_queue=env.task_queue)
+            await env.client.start_workflow(AgentTaskWorkflow.run, raw, id=task_id, task_queue=env.task_queue)
         assert (await env.client.count_workflows(f"WorkflowId = '{task_id}'")).count == 0
         return "refused by the client"
-    await env.client.start_workflow("AgentTask", raw, id=task_id, task_queue=env.task_queue)
+    await env.client.start_workflow(AgentTaskWorkflow.run, raw, id=task_id, task_queue=env.task_queue)
     handle = env.client.get_workflow_handle(task_id)  # the latest run, across continue-as-new
     try:
         deadline = time.monotonic() + SETTLE_SECONDS
@@ -398,7 +398,7 @@ class ParkedTask:
         return reason
 
     async def status(self) -> TaskStatus:
-        return await self.handle.query("status", result_type=TaskStatus, rpc_timeout=timedelta(seconds=10))
+        return await self.handle.query(AgentTaskWorkflow.status, rpc_timeout=timedelta(seconds=10))
 
     def assert_still_waiting(self, status: TaskStatus) -> None:
         assert status.phase is TaskPhase.AWAITING_APPROVAL
@@ -435,10 +435,10 @@ class ParkedTask:
     async def send_decision(self, raw: Any) -> str:
         if _encoded(raw) is None:
             with pytest.raises(Exception, match="serializ"):
-                await self.handle.signal("submit_decision", raw)
+                await self.handle.signal(AgentTaskWorkflow.submit_decision, raw)
             return "refused by the client"
         expected = self.expected_reason(raw)
-        await self.handle.signal("submit_decision", raw)
+        await self.handle.signal(AgentTaskWorkflow.submit_decision, raw)
         event, status = await self.next_event(raw, {TaskEvent.APPROVAL_IGNORED})
         assert (event.data["reason"], event.data["via"]) == (expected, "signal")
         assert status.ignored[-1].reason == expected
@@ -447,7 +447,7 @@ class ParkedTask:
     async def send_input(self, raw: Any) -> str:
         if _encoded(raw) is None:
             with pytest.raises(Exception, match="serializ"):
-                await self.handle.signal("add_input", raw)
+                await self.handle.signal(AgentTaskWorkflow.add_input, raw)
             return "refused by the client"
         follow_up, expected = None, ""
         try:
@@ -456,7 +456,7 @@ class ParkedTask:
             expected = str(err)
         if _undecodable_by_worker(raw):
             follow_up, expected = None, UNDECODABLE
-        await self.handle.signal("add_input", raw)
+        await self.handle.signal(AgentTaskWorkflow.add_input, raw)
         event, _ = await self.next_event(raw, {TaskEvent.INPUT_ADDED, TaskEvent.INPUT_IGNORED})
         if follow_up is None:
             assert (event.type, event.data["reason"]) == (TaskEvent.INPUT_IGNORED, expected)
@@ -468,11 +468,11 @@ class ParkedTask:
     async def send_update(self, raw: Any) -> str:
         if _encoded(raw) is None:
             with pytest.raises(Exception, match="serializ"):
-                await self.handle.execute_update("decide", raw)
+                await self.handle.execute_update(AgentTaskWorkflow.decide, raw)
             return "refused by the client"
         expected = self.expected_reason(raw)
         with pytest.raises(WorkflowUpdateFailedError) as caught:
-            await self.handle.execute_update("decide", raw, rpc_timeout=timedelta(seconds=30))
+            await self.handle.execute_update(AgentTaskWorkflow.decide, raw, rpc_timeout=timedelta(seconds=30))
         cause = caught.value.cause
         assert isinstance(cause, ApplicationError), cause
         assert cause.message == expected
@@ -591,7 +591,7 @@ async def test_a_waiting_task_survives_fuzzed_signals_and_updates_then_completes
 
     # Nothing got stuck: the right decision still completes the task, once.
     approve = decision_bases(task.request)[0]
-    await task.handle.signal("submit_decision", approve)
+    await task.handle.signal(AgentTaskWorkflow.submit_decision, approve)
     result: TaskResult = await asyncio.wait_for(task.handle.result(), 60)
     assert result.phase is TaskPhase.COMPLETED, result.reason
     assert [(a.request_id, a.principal) for a in result.evidence.approvals] == [
@@ -646,9 +646,9 @@ async def test_a_too_deep_decision_signal_is_recorded_as_ignored(env: TaskEnv) -
     """A decision nested deeper than the worker decodes is still recorded as ignored, with a reason."""
     task = await park(env)
     try:
-        await task.handle.signal("submit_decision", {"request_id": _deep(220)})
+        await task.handle.signal(AgentTaskWorkflow.submit_decision, {"request_id": _deep(220)})
         # Signals are handled in order: once this marker is recorded, the deep one was handled.
-        await task.handle.signal("submit_decision", {"request_id": 7})
+        await task.handle.signal(AgentTaskWorkflow.submit_decision, {"request_id": 7})
         status = await task.env.wait_status(
             task.handle,
             lambda s: any("request_id: Input should be a valid string" in i.reason for i in s.ignored),

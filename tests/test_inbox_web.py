@@ -21,10 +21,11 @@ from inbox import InboxConfigError, build_app, load_tokens, running_inbox
 from inbox.auth import COOKIE
 from inbox.pages import task_url
 from schemas.approvals import DecisionKind
-from schemas.tasks import TaskPhase, TaskResult, TaskStatus
+from schemas.tasks import TaskPhase, TaskResult
 from security.signing import new_private_key, public_key_text
 from tests.browser import chromium, fetch, save_screenshot, wait_for
 from tests.support import TaskEnv, example_spec
+from workflows import AgentTaskWorkflow
 
 LEAD_TOKEN = "lead-0f3c9a7e51d2b8c4"
 STRANGER_TOKEN = "mallory-7d1e2f9a0b3c"
@@ -174,7 +175,7 @@ async def test_an_approver_approves_in_the_browser_and_a_stranger_sees_and_decid
             )
             assert forged.status == 403, forged.body
             assert "mallory" in forged.body and "may not decide" in forged.body
-            status = await handle.query("status", result_type=TaskStatus)
+            status = await handle.query(AgentTaskWorkflow.status)
             assert status.phase is TaskPhase.AWAITING_APPROVAL and [r.request_id for r in status.pending] == [
                 request.request_id
             ]

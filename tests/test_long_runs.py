@@ -22,6 +22,7 @@ from tests.support import (
     run_ids,
     running_worker,
 )
+from workflows import AgentTaskWorkflow
 
 TWO_MB = 2 * 1024 * 1024
 
@@ -162,7 +163,7 @@ async def test_resuming_the_run_state_and_rebasing_on_the_conversation_agree(con
         )
         async with running_worker(env.client, config):
             handle = await env.client.start_workflow(
-                "AgentTask",
+                AgentTaskWorkflow.run,
                 counting_task(12, chunk=50),
                 id=f"agree-{name}",
                 task_queue=config.task_queue,

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from schemas.tasks import TaskPhase, TaskResult
 from tests.support import TaskEnv, example_spec, free_port, spawn_worker
+from workflows import AgentTaskWorkflow
 
 OURS = [
     "agent_worker_tasks_started",
@@ -51,7 +52,7 @@ async def test_metrics_endpoint_serves_task_and_sdk_metrics(config_env: TaskEnv,
         handle = await env.start(example_spec())
         [request] = (await env.awaiting_approval(handle)).pending
         await handle.execute_update(
-            "decide",
+            AgentTaskWorkflow.decide,
             {
                 "request_id": request.request_id,
                 "version": request.version,

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 from temporalio.client import WorkflowFailureError
 
-from schemas.tasks import TaskPhase, TaskResult, TaskStatus
+from schemas.tasks import TaskPhase, TaskResult
 from tests.matrix import Record, leftover_sandboxes, record
 from tests.openai_stub import OpenAIStub
 from tests.support import DevServer, TaskEnv, assert_replays, make_config, running_worker
+from workflows import AgentTaskWorkflow
 
 
 @pytest.fixture
@@ -54,7 +55,7 @@ async def test_retryable_errors_are_retried_by_temporal_honouring_retry_after(
     assert [r.path for r in stub.requests] == ["/v1/responses"] * 3
     gap = stub.requests[1].at - stub.requests[0].at
     assert gap >= 3.0, f"retried after {gap:.2f} s, sooner than Retry-After"
-    status = await handle.query("status", result_type=TaskStatus)
+    status = await handle.query(AgentTaskWorkflow.status)
     assert any(
         e.data.get("model") == result.usage.model
         for e in status.last_events
@@ -85,7 +86,7 @@ async def test_refused_requests_fail_the_task_without_retry(
     with pytest.raises(WorkflowFailureError):
         await asyncio.wait_for(handle.result(), 60)
     assert len(stub.requests) == 1
-    task_status = await handle.query("status", result_type=TaskStatus)
+    task_status = await handle.query(AgentTaskWorkflow.status)
     assert task_status.phase is TaskPhase.FAILED
     assert task_status.reason and words in task_status.reason
     record(

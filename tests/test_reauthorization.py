@@ -9,9 +9,10 @@ import pytest
 
 from activities.authz import SqliteAuthorizer
 from activities.sandbox import sandbox_id_for
-from schemas.tasks import TaskPhase, TaskResult, TaskStatus
+from schemas.tasks import TaskPhase, TaskResult
 from tests.matrix import Record, leftover_sandboxes, record
 from tests.support import TaskEnv, assert_replays
+from workflows import AgentTaskWorkflow
 
 
 def approved_write_after_slow_command(on_revoked: str) -> dict:
@@ -31,7 +32,7 @@ def approved_write_after_slow_command(on_revoked: str) -> dict:
 async def approve_then_revoke(env: TaskEnv, handle, principal: str) -> None:  # type: ignore[no-untyped-def]
     [request] = (await env.awaiting_approval(handle)).pending
     await handle.execute_update(
-        "decide",
+        AgentTaskWorkflow.decide,
         {
             "request_id": request.request_id,
             "version": request.version,
@@ -69,7 +70,7 @@ async def test_revoked_after_approval_blocks_the_write_and_asks_again(
     assert revoked.data["principal"] == "clerk" and "left the finance team" in revoked.data["reason"]
     [request] = status.pending
     await handle.signal(
-        "submit_decision",
+        AgentTaskWorkflow.submit_decision,
         {
             "request_id": request.request_id,
             "version": request.version,
@@ -101,5 +102,5 @@ async def test_revoked_after_approval_hands_off_when_the_policy_says_so(env: Tas
     assert result.phase is TaskPhase.HANDED_OFF
     assert result.reason and "no longer holds" in result.reason and "left the finance team" in result.reason
     assert env.business().count() == 0
-    status = await handle.query("status", result_type=TaskStatus)
+    status = await handle.query(AgentTaskWorkflow.status)
     assert any(e.type.value == "authz.revoked" for e in status.last_events)

@@ -16,15 +16,16 @@ from pathlib import Path
 from temporalio.client import Client, WorkflowFailureError
 
 from schemas.config import WorkerConfig
-from schemas.tasks import TaskPhase, TaskResult, TaskStatus
+from schemas.tasks import TaskPhase, TaskResult
 from security.redact import config_secrets, redact, register_secrets
 from tests.openai_stub import OpenAIStub
 from tests.support import DevServer, TaskEnv, make_config, spawn_worker
+from workflows import AgentTaskWorkflow
 
 
 async def everything_said_about(handle, events_dir: Path) -> str:  # type: ignore[no-untyped-def]
     """The task's status, its whole history and every event file, as one text."""
-    status = await handle.query("status", result_type=TaskStatus)
+    status = await handle.query(AgentTaskWorkflow.status)
     history = (await handle.fetch_history()).to_json()
     # Payloads are base64 in the history's JSON: decode them, or a secret inside would go unseen.
     payloads = [
@@ -76,7 +77,7 @@ async def test_a_base_url_password_and_a_key_quoted_by_the_provider_reach_no_sta
                 raise AssertionError("the task with a refused key completed")
             except WorkflowFailureError:
                 pass
-            status = await failed.query("status", result_type=TaskStatus)
+            status = await failed.query(AgentTaskWorkflow.status)
             assert status.phase is TaskPhase.FAILED
             assert status.reason and "Incorrect API key provided: ***" in status.reason, status.reason
 

@@ -20,6 +20,7 @@ with workflow.unsafe.imports_passed_through():
     import pytest
     from temporalio.client import Client, WorkflowHistory
 
+    from agent_worker.client import TASKS_QUERY, WORKFLOW_TYPE
     from cli.replay import NONDETERMINISTIC, OK, add_parser, cmd_replay, default_workflows
     from cli.tasks import CliError
     from schemas.tasks import TaskPhase, TaskResult
@@ -27,7 +28,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import AgentTaskWorkflow, SandboxReaperWorkflow
 
 
-@workflow.defn(name="AgentTask")
+@workflow.defn(name=WORKFLOW_TYPE)
 class TimerFirstAgentTask(AgentTaskWorkflow):
     """The lifecycle with one change a careless edit could make: a timer before anything else,
     which the recorded histories never scheduled."""
@@ -82,13 +83,13 @@ async def completed(env: TaskEnv) -> WorkflowHistory:
 async def test_recent_histories_replay_on_the_current_code(env: TaskEnv, completed: WorkflowHistory) -> None:
     """A completed task listed through visibility (type, task queue, since) replays: one OK line
     with its id, run id and event count, a summary, exit code 0."""
-    query = f"WorkflowType = 'AgentTask' AND TaskQueue = '{env.task_queue}'"
+    query = f"{TASKS_QUERY} AND TaskQueue = '{env.task_queue}'"
     code, lines = await replay(env.client, "--query", query, "--since", "1h", "--limit", "10")
     assert code == 0, "\n".join(lines)
     assert run_lines(lines, completed) == [
         [
             OK,
-            "AgentTask",
+            WORKFLOW_TYPE,
             completed.workflow_id,
             completed.run_id,
             str(len(completed.events)),
@@ -111,7 +112,7 @@ async def test_a_non_deterministic_change_fails_with_exit_code_1(
     )
     assert code == 1, "\n".join(lines)
     [words] = run_lines(lines, completed)
-    assert words[:2] == [NONDETERMINISTIC, "AgentTask"]
+    assert words[:2] == [NONDETERMINISTIC, WORKFLOW_TYPE]
     assert words[4:6] == [str(len(completed.events)), "events:"]
     assert "nondeterminism error" in " ".join(words[6:]).lower()
     assert f"replayed 1 history: 0 OK, 1 {NONDETERMINISTIC}" in lines
@@ -128,11 +129,11 @@ async def test_history_files_replay_and_fail_the_same_way(completed: WorkflowHis
 
     code, lines = await replay(None, "--dir", str(histories))
     assert code == 0, "\n".join(lines)
-    assert [words[:2] for words in run_lines(lines, completed)] == [[OK, "AgentTask"]]
+    assert [words[:2] for words in run_lines(lines, completed)] == [[OK, WORKFLOW_TYPE]]
 
     code, lines = await replay(None, "--dir", str(histories), workflows=[TimerFirstAgentTask])
     assert code == 1
-    assert [words[:2] for words in run_lines(lines, completed)] == [[NONDETERMINISTIC, "AgentTask"]]
+    assert [words[:2] for words in run_lines(lines, completed)] == [[NONDETERMINISTIC, WORKFLOW_TYPE]]
 
 
 async def test_usage_errors_exit_2_before_replaying_anything(tmp_path: Path) -> None:
@@ -157,7 +158,7 @@ async def test_usage_errors_exit_2_before_replaying_anything(tmp_path: Path) -> 
 async def test_an_unparseable_query_is_a_usage_error(client: Client) -> None:
     """A visibility query the server rejects exits 2 with the server's reason."""
     with pytest.raises(CliError) as raised:
-        await replay(client, "--query", "WorkflowType = = 'AgentTask'")
+        await replay(client, "--query", TASKS_QUERY.replace("=", "= ="))
     assert raised.value.code == 2
     assert "cannot list or fetch histories" in str(raised.value)
 

@@ -24,6 +24,7 @@ from schemas.tasks import TaskPhase, TaskResult, TaskStatus
 from schemas.writes import operation_key
 from security.signing import new_private_key, public_key_text, sign
 from tests.support import DevServer, TaskEnv, example_spec, make_config, running_worker
+from workflows import AgentTaskWorkflow
 
 
 @pytest.fixture
@@ -69,7 +70,7 @@ async def test_a_terminated_task_id_started_again_by_another_tenant_shares_nothi
     # The old run: computes in its sandbox, then waits for the approval of its write.
     old = await env.start(spec, task_id=task_id)
     [old_request] = (await env.awaiting_approval(old)).pending
-    old_sandbox = _created_sandbox(await old.query("status", result_type=TaskStatus))
+    old_sandbox = _created_sandbox(await old.query(AgentTaskWorkflow.status))
     try:
         leftover = f"echo acme-only > {WORK_DIR}/leftover.txt"
         wrote = await asyncio.to_thread(
@@ -95,7 +96,7 @@ async def test_a_terminated_task_id_started_again_by_another_tenant_shares_nothi
         [request] = (await env.awaiting_approval(new)).pending
         # The same action at the same version: only the run tells the two requests apart.
         assert (request.request_id, request.version) == (old_request.request_id, old_request.version)
-        status = await new.query("status", result_type=TaskStatus)
+        status = await new.query(AgentTaskWorkflow.status)
 
         new_sandbox = _created_sandbox(status)
         assert new_sandbox != old_sandbox
@@ -114,13 +115,17 @@ async def test_a_terminated_task_id_started_again_by_another_tenant_shares_nothi
 
         # The old run's signed approval: refused by the update, ignored as a signal, nothing written.
         with pytest.raises(WorkflowUpdateFailedError) as refused:
-            await new.execute_update("decide", old_signed.model_dump(mode="json", exclude_none=True))
+            await new.execute_update(
+                AgentTaskWorkflow.decide, old_signed.model_dump(mode="json", exclude_none=True)
+            )
         assert "does not verify" in str(refused.value.cause)
-        await new.signal("submit_decision", old_signed.model_dump(mode="json", exclude_none=True))
+        await new.signal(
+            AgentTaskWorkflow.submit_decision, old_signed.model_dump(mode="json", exclude_none=True)
+        )
         ignored = (await env.wait_status(new, lambda s: len(s.ignored) == 1)).ignored[0]
         assert "does not verify" in ignored.reason
         await asyncio.sleep(1)  # a write the refused approval set off would have started by now
-        status = await new.query("status", result_type=TaskStatus)
+        status = await new.query(AgentTaskWorkflow.status)
         assert status.phase is TaskPhase.AWAITING_APPROVAL and env.business().count() == 0
 
         # An approval signed for this run (the CLI reads the run chain from the pending request).

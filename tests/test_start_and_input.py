@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
+from agent_worker.client import WORKFLOW_TYPE
 from cli.devserver import temporal_binary
 from cli.main import main as cli_main
 from tests.support import TaskEnv, event_types, example_spec
@@ -96,7 +97,7 @@ async def test_raw_malformed_input_fails_the_workflow_once(env: TaskEnv, raw: st
             "--address",
             env.address,
             "--type",
-            "AgentTask",
+            WORKFLOW_TYPE,
             "--task-queue",
             env.task_queue,
             "--workflow-id",

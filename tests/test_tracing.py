@@ -20,7 +20,7 @@ from temporalio.worker import Replayer, Worker
 
 from activities.tenants import TenantActivities, TenantAdmission
 from schemas.config import WorkerConfig
-from schemas.tasks import TaskPhase, TaskResult, TaskStatus
+from schemas.tasks import TaskPhase, TaskResult
 from telemetry import configure_tracing, tracing_interceptors
 from tests.openai_stub import OpenAIStub, response_json
 from tests.support import DevServer, TaskEnv, example_spec, make_config, running_worker
@@ -73,7 +73,7 @@ async def run_monthly_report(env: TaskEnv, client: Client) -> WorkflowHandle[Any
     handle = client.get_workflow_handle(started.id, result_type=TaskResult)
     [request] = (await env.awaiting_approval(handle)).pending
     await handle.execute_update(
-        "decide",
+        AgentTaskWorkflow.decide,
         {
             "request_id": request.request_id,
             "version": request.version,
@@ -170,12 +170,12 @@ async def test_replaying_a_finished_task_exports_no_spans(
         activities=[tenants.admit, tenants.release],
         max_cached_workflows=0,
     ):
-        status = await handle.query("status", result_type=TaskStatus)
+        status = await handle.query(AgentTaskWorkflow.status)
         assert status.phase is TaskPhase.COMPLETED
         assert tracing.spans() == before
 
         traced = traced_client.get_workflow_handle(handle.id)
-        assert (await traced.query("status", result_type=TaskStatus)).phase is TaskPhase.COMPLETED
+        assert (await traced.query(AgentTaskWorkflow.status)).phase is TaskPhase.COMPLETED
     added = tracing.spans()[len(before) :]
     assert sorted(s.name for s in added) == ["HandleQuery:status", "QueryWorkflow:status"]
     [query_trace] = {s.context.trace_id for s in added}

@@ -14,6 +14,7 @@ from activities.sandbox import sandbox_id_for
 from schemas.tasks import TaskPhase, TaskResult
 from tests.agents import CALL_LOG_ENV
 from tests.support import TaskEnv, assert_replays, spawn_worker
+from workflows import AgentTaskWorkflow
 
 
 async def test_sigkill_mid_turn_repeats_at_most_the_call_in_flight(
@@ -69,8 +70,8 @@ async def test_follow_up_input_reaches_the_next_turn(env: TaskEnv) -> None:
     while not started.exists():
         assert time.monotonic() < deadline
         await asyncio.sleep(0.05)
-    await handle.signal("add_input", {"text": "also say banana", "principal": "ops"})
-    await handle.signal("add_input", {"txt": "typo"})
+    await handle.signal(AgentTaskWorkflow.add_input, {"text": "also say banana", "principal": "ops"})
+    await handle.signal(AgentTaskWorkflow.add_input, {"txt": "typo"})
     result: TaskResult = await asyncio.wait_for(handle.result(), 60)
     assert result.phase is TaskPhase.COMPLETED
     assert result.final_output and "you added: also say banana" in result.final_output

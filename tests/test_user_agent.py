@@ -9,6 +9,7 @@ from pathlib import Path
 
 from schemas.tasks import TaskPhase, TaskResult
 from tests.support import TaskEnv, spawn_worker
+from workflows import AgentTaskWorkflow
 
 
 async def test_agent_registered_by_config_runs_end_to_end(config_env: TaskEnv, tmp_path: Path) -> None:
@@ -28,7 +29,7 @@ async def test_agent_registered_by_config_runs_end_to_end(config_env: TaskEnv, t
         assert request.action.arguments == {"customer_id": "C-001", "amount": "1200.00", "terms_days": 30}
         assert request.approvers == ["billing-clerk"]
         await handle.signal(
-            "submit_decision",
+            AgentTaskWorkflow.submit_decision,
             {
                 "request_id": request.request_id,
                 "version": request.version,

@@ -11,6 +11,7 @@ from pathlib import Path
 from schemas.tasks import TaskPhase, TaskResult
 from tests.matrix import Record, leftover_sandboxes, record
 from tests.support import TaskEnv, example_spec, spawn_worker
+from workflows import AgentTaskWorkflow
 
 
 async def test_sigkill_while_awaiting_approval_then_new_worker_completes_once(
@@ -30,7 +31,7 @@ async def test_sigkill_while_awaiting_approval_then_new_worker_completes_once(
 
     # The approval arrives while no worker runs at all; it waits in history.
     await handle.signal(
-        "submit_decision",
+        AgentTaskWorkflow.submit_decision,
         {
             "request_id": request.request_id,
             "version": request.version,

@@ -18,7 +18,7 @@ from temporalio.client import WorkflowHandle, WorkflowHistory
 
 from activities.events import JsonlEventSink
 from activities.sandbox.base import sandbox_id_for
-from schemas.tasks import TaskPhase, TaskResult, TaskStatus
+from schemas.tasks import TaskPhase, TaskResult
 from tests.support import (
     TaskEnv,
     assert_replays,
@@ -27,6 +27,7 @@ from tests.support import (
     running_worker,
     spawn_worker,
 )
+from workflows import AgentTaskWorkflow
 from workflows.placement import NOT_REGISTERED
 
 
@@ -195,7 +196,7 @@ async def test_a_worker_with_every_role_runs_turns_and_commands_on_the_task_queu
     async with running_worker(env.client, env.config):
         handle = await env.start(prompt)
         result: TaskResult = await asyncio.wait_for(handle.result(), 60)
-        status = await handle.query("status", result_type=TaskStatus)
+        status = await handle.query(AgentTaskWorkflow.status)
     assert result.phase is TaskPhase.COMPLETED
     assert status.colocated == ["agent", "sandbox"]
     placed = scheduled_on(await handle.fetch_history())
