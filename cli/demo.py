@@ -75,7 +75,7 @@ def _start_worker(config: WorkerConfig, address: str, log_file: Path) -> subproc
         "AGENT_WORKER_DATA_DIR": str(config.data_dir),
         "AGENT_WORKER_TASK_QUEUE": config.task_queue,
     }
-    if "AGENT_WORKER_SANDBOX_BACKEND" not in os.environ:
+    if "sandbox_backend" not in config.model_fields_set:  # AGENT_WORKER_SANDBOX_BACKEND unset
         # `auto` never picks the process tier, so the demo names it on a machine without Docker and
         # the sandbox image: a developer's own machine, and the worker still proves its bubblewrap
         # isolation at start (or refuses to start, saying how to fix it).
