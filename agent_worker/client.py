@@ -50,6 +50,8 @@ WORKFLOW_TYPE = "AgentTask"
 stand-in workflow in a test. Everything else reaches the workflow through ``AgentTaskWorkflow``."""
 TASKS_QUERY = f"WorkflowType = '{WORKFLOW_TYPE}'"
 """The visibility query that lists every task (add ``AND ...`` to narrow it)."""
+DECISION_SIGNAL = "submit_decision"
+"""The decision signal's name, for a client that is not this one (the Temporal CLI's ``--name``)."""
 DEFAULT_TIMEOUT = 30.0
 """Seconds a query or a ``decide`` update waits for a worker before ``WorkerUnreachable``."""
 _QUERYABLE = re.compile(r"^[A-Za-z0-9._@:+-]+$")  # safe inside a visibility query literal

@@ -8,6 +8,7 @@ import json
 import subprocess
 from decimal import Decimal
 
+from agent_worker.client import DECISION_SIGNAL
 from cli.devserver import temporal_binary
 from schemas.digests import digest_bytes
 from schemas.tasks import TaskPhase, TaskResult
@@ -30,7 +31,7 @@ def temporal_cli_signal(env: TaskEnv, task_id: str, decision: dict[str, str]) ->
             "--workflow-id",
             task_id,
             "--name",
-            "submit_decision",
+            DECISION_SIGNAL,
             "--input",
             json.dumps(decision),
         ],  # fmt: skip

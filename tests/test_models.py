@@ -20,10 +20,11 @@ from activities.agent.journal import JournaledModel, ModelCallJournal
 from activities.agent.providers import ModelChain, check_models, fallback_reason, resolve_chain
 from activities.agent.registry import AgentRegistration
 from schemas.config import ConfigError, WorkerConfig
-from schemas.tasks import TaskPhase, TaskResult, TaskStatus
+from schemas.tasks import TaskPhase, TaskResult
 from security.redact import config_secrets
 from tests.openai_stub import OpenAIStub
 from tests.support import TEST_AGENTS, DevServer, TaskEnv, assert_replays, running_worker, spawn_worker
+from workflows import AgentTaskWorkflow
 
 
 def _agent(name: str, model: str | None = None) -> Agent[Any]:
@@ -70,7 +71,7 @@ async def _run(env: TaskEnv, agent: str) -> tuple[TaskResult, list[dict[str, Any
     """Run a task on ``agent`` to the end; its result and its turn.finished events' data."""
     handle = await env.start({"agent": agent, "prompt": "say hello"})
     result: TaskResult = await asyncio.wait_for(handle.result(), 60)
-    status = await handle.query("status", result_type=TaskStatus)
+    status = await handle.query(AgentTaskWorkflow.status)
     finished = [e.data for e in status.last_events if e.type.value == "turn.finished"]
     await assert_replays(env.client, handle.id)
     return result, finished

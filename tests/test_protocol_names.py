@@ -5,8 +5,9 @@ workflow's handlers (``handle.query(AgentTaskWorkflow.status)``) or through the 
 
 The check reads the source with ``ast``, so a dict key ``"status"`` in JSON output is not a hit: a
 handler name is a hit only as the first argument of a call that names a workflow handler
-(``.query``, ``.signal``, ``.execute_update`` ...); the workflow type is a hit as any string constant
-other than a docstring, alone or quoted inside a visibility query."""
+(``.query``, ``.signal``, ``.execute_update`` ...) or after ``--name`` in a command line (the
+Temporal CLI's); the workflow type is a hit as any string constant other than a docstring, alone or
+quoted inside a visibility query."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import ast
 import re
 from pathlib import Path
 
-from agent_worker.client import WORKFLOW_TYPE
+from agent_worker.client import DECISION_SIGNAL, WORKFLOW_TYPE
 
 REPO = Path(__file__).resolve().parent.parent
 OWNERS = {REPO / "workflows", REPO / "agent_worker" / "client.py"}
@@ -103,6 +104,15 @@ def hits(source: str, workflow_type: str, handlers: set[str]) -> list[tuple[int,
                     and value.value in handlers
                 ):
                     found.append((node.lineno, f"{keyword.arg}={value.value!r}"))
+        elif isinstance(node, ast.List | ast.Tuple):  # an argv for the Temporal CLI: --name <handler>
+            for flag, value in zip(node.elts, node.elts[1:], strict=False):
+                if (
+                    isinstance(flag, ast.Constant)
+                    and flag.value == "--name"
+                    and isinstance(value, ast.Constant)
+                    and value.value in handlers
+                ):
+                    found.append((value.lineno, f"--name {value.value!r}"))
         elif (
             isinstance(node, ast.Constant)
             and isinstance(node.value, str)
@@ -119,6 +129,7 @@ def test_the_names_checked_are_the_ones_the_workflow_declares() -> None:
     workflow_type, handlers = declared_names()
     assert workflow_type == WORKFLOW_TYPE
     assert handlers >= LISTED
+    assert DECISION_SIGNAL in handlers
 
 
 def test_the_check_finds_names_in_protocol_positions_and_ignores_other_uses() -> None:
@@ -134,13 +145,15 @@ await h.execute_update("decide", raw, rpc_timeout=t)
 await client.start_workflow("{workflow_type}", spec, id="x", task_queue=q)
 QUERY = f"WorkflowType = '{workflow_type}' AND TaskQueue = '{{q}}'"
 await client.start_workflow(Run.run, spec, id="x", task_queue=q, start_signal="add_input")
+subprocess.run(["temporal", "workflow", "signal", "--name", "submit_decision"])
 '''
-    assert [line for line, _ in hits(bad, workflow_type, handlers)] == [2, 3, 5, 6, 7, 8]
+    assert [line for line, _ in hits(bad, workflow_type, handlers)] == [2, 3, 5, 6, 7, 8, 9]
     fine = f'''
 """The ``{workflow_type}`` workflow answers ``status``."""
 row = {{"status": "ok", "decide": 1}}
 print(json.dumps({{"status": status}}))
 parser.add_parser("status")
+argv = ["agent-worker", "status", "--name", "x"]
 await handle.query(AgentTaskWorkflow.status)
 await client.start_workflow("BareNoop", 1, id="w", task_queue=q)
 '''
