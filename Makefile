@@ -33,6 +33,7 @@ demo: install
 # with apt-get) and leaves the rest alone. About 20 minutes here (2 cores), set-up included.
 test: install
 	BIN=$(BIN) scripts/test-machine.sh
+	$(BIN)/python scripts/check_imports.py
 	$(BIN)/pytest -q
 
 # The default Docker sandbox image, built locally (cached in the daemon). Needs root and debootstrap.
@@ -44,7 +45,9 @@ sandbox-image: install
 bench: install
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
+# The import graph: no cycle, no upward import across the layers (scripts/check_imports.py says which).
 lint: install
+	$(BIN)/python scripts/check_imports.py
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
 # Re-record tests/histories/ from real runs (only for intended workflow changes; review the diff).

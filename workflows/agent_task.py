@@ -51,10 +51,18 @@ with workflow.unsafe.imports_passed_through():
     from workflows import bounds, options
     from workflows.approvals import ApprovalDesk
     from workflows.budgets import exhausted
+    from workflows.context import TaskContext
     from workflows.decisions import expiry_problem, why_not
-    from workflows.effects import CHECK_EDITS_PATCH, EffectRunner
+    from workflows.effects import EffectRunner
     from workflows.evidence import EvidenceKeeper, evidence_of
     from workflows.handoff import HandOff
+    from workflows.patches import (
+        BOUNDED_PATCH,
+        CHECK_EDITS_PATCH,
+        DELIVER_EVENTS_PATCH,
+        RUN_CHAIN_PATCH,
+        TENANT_ADMISSION_PATCH,
+    )
     from workflows.placement import Placement
     from workflows.policy import evaluate
 
@@ -62,8 +70,6 @@ EVENT_TAIL = 100
 # Undelivered events that trigger a delivery between steps (it also happens before every wait for a
 # human, before continue-as-new, and at the end).
 DELIVERY_BATCH = 25
-DELIVER_EVENTS_PATCH = "deliver-events"
-TENANT_ADMISSION_PATCH = "tenant-admission"
 # Ignored decisions and inputs recorded one by one between two event deliveries; past it they are
 # counted and summed up in one event, so a flood of bad signals costs a counter each.
 IGNORED_EVENTS_PER_DELIVERY = 100
@@ -72,9 +78,6 @@ MAX_PENDING_FOLLOW_UPS = 100
 MAX_PENDING_FOLLOW_UP_BYTES = 400_000
 # One ``events.publish`` input at most (a delivery of more is split).
 DELIVERY_BYTES = 400_000
-# What derives from the task id (sandbox, journal, event ids, signatures, operation keys) is keyed by
-# the run chain too, so a reused task id starts clean.
-RUN_CHAIN_PATCH = "run-chain-identity"
 # What a person reading the worker's log wants to see; every event is in the status query anyway.
 _LOGGED_AT_INFO = frozenset(
     {
@@ -137,10 +140,20 @@ class AgentTaskWorkflow:
             # Decided once, at the chain's start, and carried by continue-as-new: a chain that began
             # before run chains keeps the task id alone (its sandbox, signatures, keys) to its end.
             self.state.run_chain = workflow.info().first_execution_run_id
-        self.effects = EffectRunner(self)
-        self.approvals = ApprovalDesk(self)
-        self.evidence_keeper = EvidenceKeeper(self)
-        self.placement = Placement(self)
+        # The helpers see the task through this narrow context, never the workflow itself.
+        context = TaskContext(
+            task_id=self.task_id,
+            spec=self.spec,
+            state=self.state,
+            input_error=self.input_error,
+            emit=self.emit,
+            emit_ignored=self.emit_ignored,
+            set_phase=self.set_phase,
+        )
+        self.placement = Placement(context)
+        self.approvals = ApprovalDesk(context)
+        self.effects = EffectRunner(context, approvals=self.approvals, placement=self.placement)
+        self.evidence_keeper = EvidenceKeeper(context)
         self.delivering = False
 
     # ---- entry ---------------------------------------------------------------------------------
@@ -212,7 +225,7 @@ class AgentTaskWorkflow:
         answer = await workflow.execute_local_activity_method(
             TenantActivities.admit,
             AdmitInput(task_id=self.task_id, tenant=self.spec.tenant, run_chain=self.state.run_chain),
-            **options.ADMISSION.local_kwargs(),
+            **options.local_config(options.ADMISSION, summary=f"admit to tenant {self.spec.tenant}"),
         )
         if answer.admitted:
             self.state.admitted = True
@@ -229,7 +242,7 @@ class AgentTaskWorkflow:
         ingest = await workflow.execute_activity_method(
             ArtifactActivities.ingest,
             IngestInput(task_id=self.task_id, files=self.spec.inputs),
-            **options.INGEST.kwargs(),
+            **options.config(options.INGEST, summary=f"store the task's {len(self.spec.inputs)} inputs"),
         )
         self.state.inputs = ingest.inputs
         self.set_phase(TaskPhase.RUNNING)
@@ -289,12 +302,14 @@ class AgentTaskWorkflow:
             follow_ups=[f.text for f in state.follow_ups[:follow_ups]],
             run_chain=state.run_chain,
         )
-        if workflow.patched(bounds.BOUNDED_PATCH):
+        if workflow.patched(BOUNDED_PATCH):
             bounds.check(
                 f"turn {turn}'s input ({len(state.pending_results)} results, {follow_ups} follow-ups)",
                 turn_input,
             )
-        result = await self.placement.execute("agent", AgentActivities.turn, turn_input, options.TURN)
+        result = await self.placement.execute(
+            "agent", AgentActivities.turn, turn_input, options.TURN, summary=f"agent turn {turn}"
+        )
         # Input that arrived while the turn ran stays for the next one.
         del state.follow_ups[:follow_ups]
         state.turn = turn
@@ -441,7 +456,7 @@ class AgentTaskWorkflow:
     def follow_up_refused(self, follow_up: FollowUp) -> str | None:
         """Why ``follow_up`` cannot wait for the next turn, or None. What waits goes into the next
         turn's input, so it is capped at arrival rather than found too large later."""
-        if not workflow.patched(bounds.BOUNDED_PATCH):
+        if not workflow.patched(BOUNDED_PATCH):
             return None
         pending = self.state.follow_ups
         if len(pending) >= MAX_PENDING_FOLLOW_UPS:
@@ -533,7 +548,7 @@ class AgentTaskWorkflow:
 
     async def end(self, phase: TaskPhase, reason: str | None) -> None:
         """Enter a terminal phase. The sandbox is destroyed even when the task was cancelled."""
-        bounded = workflow.patched(bounds.BOUNDED_PATCH)
+        bounded = workflow.patched(BOUNDED_PATCH)
         self.state.reason = bounds.cut(reason, bounds.EVENT_TEXT_CHARS) if bounded and reason else reason
         for item in self.state.batch:
             if item.result is None:
@@ -551,7 +566,7 @@ class AgentTaskWorkflow:
                 workflow.execute_local_activity_method(
                     TenantActivities.release,
                     ReleaseInput(task_id=self.task_id),
-                    **options.ADMISSION.local_kwargs(),
+                    **options.local_config(options.ADMISSION, summary="release the tenant's place"),
                 )
             )
             self.state.admitted = False
@@ -577,6 +592,7 @@ class AgentTaskWorkflow:
                 SandboxActivities.destroy,
                 DestroySandboxInput(task_id=self.task_id, sandbox=sandbox),
                 options.SANDBOX_DESTROY,
+                summary=f"destroy sandbox {sandbox.sandbox_id}",
             )
         )
         self.state.sandbox = None
@@ -595,7 +611,7 @@ class AgentTaskWorkflow:
             usage=self.state.usage,
             evidence_complete=evidence.complete,
         )
-        if workflow.patched(bounds.BOUNDED_PATCH):
+        if workflow.patched(BOUNDED_PATCH):
             size = bounds.size_of(result)
             if size > bounds.MAX_PAYLOAD_BYTES:
                 return bounds.slim_result(result, size)
@@ -657,7 +673,7 @@ class AgentTaskWorkflow:
                 workflow.execute_activity_method(
                     EventActivities.publish,
                     PublishEventsInput(task_id=self.task_id, events=part),
-                    **options.EVENTS.kwargs(),
+                    **options.config(options.EVENTS, summary=f"deliver events {part[0].seq}-{part[-1].seq}"),
                 )
             )
             self.state.delivered_seq = part[-1].seq
@@ -666,7 +682,7 @@ class AgentTaskWorkflow:
 
     def delivery_parts(self, events: list[Event]) -> list[list[Event]]:
         """``events`` in order, split so no ``events.publish`` input passes ``DELIVERY_BYTES``."""
-        if not workflow.patched(bounds.BOUNDED_PATCH):
+        if not workflow.patched(BOUNDED_PATCH):
             return [events]
         parts: list[list[Event]] = [[]]
         size = 0
@@ -684,7 +700,7 @@ class AgentTaskWorkflow:
         deliveries; past that, count it by type, to be summed up at the next delivery. So a flood of
         bad signals does bounded work and keeps the state bounded until the sink has caught up."""
         state = self.state
-        if state.ignored_window >= IGNORED_EVENTS_PER_DELIVERY and workflow.patched(bounds.BOUNDED_PATCH):
+        if state.ignored_window >= IGNORED_EVENTS_PER_DELIVERY and workflow.patched(BOUNDED_PATCH):
             state.ignored_unreported[type.value] = state.ignored_unreported.get(type.value, 0) + 1
             return
         state.ignored_window += 1
@@ -716,7 +732,7 @@ class AgentTaskWorkflow:
     def emit(self, type: EventType, **data: Any) -> None:
         """Record an event in the state's bounded tail (and the replay-safe workflow log)."""
         self.state.event_seq += 1
-        if workflow.patched(bounds.BOUNDED_PATCH):
+        if workflow.patched(BOUNDED_PATCH):
             data = bounds.cut_values(data)
         chain = self.state.run_chain
         scope = f"{self.task_id}/{chain}" if chain else self.task_id

@@ -4,7 +4,7 @@ that are ignored and why. Workflow code: deterministic."""
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from temporalio import workflow
 
@@ -23,24 +23,19 @@ with workflow.unsafe.imports_passed_through():
     from telemetry import metrics
     from workflows import options
     from workflows.bounds import KEPT_TEXT_CHARS, cut
+    from workflows.context import TaskContext
     from workflows.decisions import expiry_problem, find_request, why_not
     from workflows.handoff import HandOff
+    from workflows.patches import DECISION_EXPIRY_PATCH, REAUTHORIZE_PATCH, REOPEN_WITHOUT_REVOKED_PATCH
 
-if TYPE_CHECKING:
-    from workflows.agent_task import AgentTaskWorkflow
-
-# Patch ids are public contracts too: histories in flight carry them.
-REAUTHORIZE_PATCH = "reauthorize-approved-actions"
-REOPEN_WITHOUT_REVOKED_PATCH = "reopen-without-revoked-approver"
-DECISION_EXPIRY_PATCH = "decision-expiry"
 # Ignored decisions kept in the state (and shown by ``status``); the event sink has all of them.
 IGNORED_KEPT = 100
 
 
 class ApprovalDesk:
-    """Requests and decisions of an ``AgentTaskWorkflow``, kept in its state."""
+    """Requests and decisions of a task, kept in its state."""
 
-    def __init__(self, task: AgentTaskWorkflow) -> None:
+    def __init__(self, task: TaskContext) -> None:
         self.task = task
 
     def request(self, item: BatchItem, approvers: list[str]) -> None:
@@ -92,7 +87,11 @@ class ApprovalDesk:
                 version=record.version,
                 effect=item.action.effect.value,
             ),
-            **options.AUTHZ.kwargs(task_queue=options.business_queue()),
+            **options.config(
+                options.AUTHZ,
+                summary=f"may {record.principal} still approve {item.action.tool}?",
+                task_queue=options.business_queue(),
+            ),
         )
         task.emit(
             EventType.AUTHZ_CHECKED,
@@ -219,7 +218,7 @@ class ApprovalDesk:
     ) -> None:
         """Record why a decision changed nothing. Bounded work and size whatever was sent: the
         strings kept are cut, the state keeps a tail of records and a count, and the event is held
-        back (counted) in a flood (``AgentTaskWorkflow.emit_ignored``)."""
+        back (counted) in a flood (``TaskContext.emit_ignored``)."""
         if decision is None and isinstance(raw, dict):
             decision_fields = {k: raw.get(k) for k in ("request_id", "principal", "version", "decision")}
             fields = {

@@ -17,9 +17,8 @@ from pydantic import BaseModel
 from schemas.tasks import TaskResult
 from schemas.validation import InvalidPayload
 from workflows.handoff import HandOff
+from workflows.patches import BOUNDED_PATCH  # re-exported: the patch that guards these bounds
 
-# The patch that guards the bounds in the workflow's behaviour (histories in flight carry it).
-BOUNDED_PATCH = "bounded-payloads"
 # Room under Temporal's 2 MB for the envelope, the headers and the other commands of the reply.
 MAX_PAYLOAD_BYTES = 1_500_000
 # Event data strings (reasons, errors) are cut to this many characters: events are read by people and

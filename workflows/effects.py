@@ -6,11 +6,11 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError, is_cancelled_exception
-from temporalio.workflow import ParentClosePolicy
+from temporalio.workflow import ActivityConfig, ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from activities.agent.turn import AgentActivities
@@ -49,20 +49,18 @@ with workflow.unsafe.imports_passed_through():
     )
     from telemetry import metrics
     from workflows import bounds, options
-    from workflows.bounds import BOUNDED_PATCH, cut
+    from workflows.approvals import ApprovalDesk
+    from workflows.bounds import cut
+    from workflows.context import TaskContext
     from workflows.decisions import find_request
     from workflows.handoff import HandOff
-
-if TYPE_CHECKING:
-    from workflows.agent_task import AgentTaskWorkflow
-
-
-# Patch ids are public contracts: histories in flight carry them.
-REBUILD_SANDBOX_PATCH = "rebuild-lost-sandbox"
-SETTLE_CANCELLED_WRITE_PATCH = "settle-cancelled-write"
-# Edits are planned before they are accepted (the update ``decide``), and an edit that still cannot be
-# planned when its action runs re-opens the request, explained, instead of failing the action silently.
-CHECK_EDITS_PATCH = "check-edits"
+    from workflows.patches import (
+        BOUNDED_PATCH,
+        CHECK_EDITS_PATCH,
+        REBUILD_SANDBOX_PATCH,
+        SETTLE_CANCELLED_WRITE_PATCH,
+    )
+    from workflows.placement import Placement
 
 
 class _CancelledWrite(Exception):
@@ -80,10 +78,13 @@ PREVIEW_CHARS = 4_000
 
 
 class EffectRunner:
-    """Runs one batch item's effect for an ``AgentTaskWorkflow`` and records the evidence."""
+    """Runs one batch item's effect for a task and records the evidence. Decisions come from the
+    task's ``approvals``; agent and sandbox activities run where its ``placement`` says."""
 
-    def __init__(self, task: AgentTaskWorkflow) -> None:
+    def __init__(self, task: TaskContext, *, approvals: ApprovalDesk, placement: Placement) -> None:
         self.task = task
+        self.approvals = approvals
+        self.placement = placement
 
     async def run(self, item: BatchItem) -> ActionResult | None:
         """The result of a decided action: refused, or run (as approved or as edited). None when an
@@ -91,7 +92,7 @@ class EffectRunner:
         action = item.action
         if item.verdict is PolicyVerdict.DENY:
             return _result(action, ActionStatus.DENIED, f"denied by policy: {item.policy_reason}")
-        record = self.task.approvals.decision_for(item)
+        record = self.approvals.decision_for(item)
         if record is not None and record.decision is DecisionKind.REJECT:
             message = f"rejected by {record.principal}: {record.reason or 'no reason given'}"
             return _result(action, ActionStatus.REJECTED, message)
@@ -103,12 +104,12 @@ class EffectRunner:
             if plan.operation is None:
                 problem = f"the approver's edited arguments are invalid: {plan.error}"
                 if workflow.patched(CHECK_EDITS_PATCH):
-                    self.task.approvals.edit_refused(item, record, problem)
+                    self.approvals.edit_refused(item, record, problem)
                     return None
                 return _result(action, ActionStatus.FAILED, problem)
             operation, status = plan.operation, ActionStatus.EDITED
             record.edited_version = action_version(action.tool, arguments, operation)
-        state, budgets = self.task.state, spec_of(self.task).budgets
+        state, budgets = self.task.state, self.task.valid_spec.budgets
         if state.usage.actions >= budgets.max_actions:
             self.task.emit(EventType.BUDGET_EXHAUSTED, budget="max_actions", limit=budgets.max_actions)
             raise HandOff(f"action budget exhausted ({budgets.max_actions} actions)")
@@ -135,11 +136,12 @@ class EffectRunner:
 
     async def plan(self, tool: str, arguments: dict[str, Any]) -> PlanResult:
         """The tool's own check of ``arguments`` (``agent.plan``): its operation, or why not."""
-        return await self.task.placement.execute(
+        return await self.placement.execute(
             "agent",
             AgentActivities.plan,
-            PlanInput(agent=spec_of(self.task).agent, tool=tool, arguments=arguments),
+            PlanInput(agent=self.task.valid_spec.agent, tool=tool, arguments=arguments),
             options.PLAN,
+            summary=f"check {tool}'s arguments",
         )
 
     async def edit_problem(self, decision: ApprovalDecision) -> str | None:
@@ -160,9 +162,9 @@ class EffectRunner:
     # ---- sandbox -------------------------------------------------------------------------------
 
     async def ensure_sandbox(self) -> SandboxRef:
-        state, spec = self.task.state, spec_of(self.task)
+        state, spec = self.task.state, self.task.valid_spec
         if state.sandbox is None:
-            state.sandbox = await self.task.placement.execute(
+            state.sandbox = await self.placement.execute(
                 "sandbox",
                 SandboxActivities.create,
                 CreateSandboxInput(
@@ -174,6 +176,7 @@ class EffectRunner:
                     run_chain=state.run_chain,
                 ),
                 options.SANDBOX_CREATE,
+                summary=f"create the task's sandbox (backend {spec.sandbox.backend.value})",
             )
             self.task.emit(
                 EventType.SANDBOX_CREATED,
@@ -200,7 +203,7 @@ class EffectRunner:
 
     async def exec(self, action: ProposedAction, command: SandboxCommand) -> tuple[str, str | None]:
         """Run the command; returns the model-visible result (a preview) and its full version's digest."""
-        state, spec = self.task.state, spec_of(self.task)
+        state, spec = self.task.state, self.task.valid_spec
         if state.usage.sandbox_seconds >= spec.budgets.max_sandbox_seconds:
             self.task.emit(
                 EventType.BUDGET_EXHAUSTED,
@@ -213,7 +216,7 @@ class EffectRunner:
         while True:
             sandbox = await self.ensure_sandbox()
             try:
-                record = await self.task.placement.execute(
+                record = await self.placement.execute(
                     "sandbox",
                     SandboxActivities.exec,
                     ExecInput(
@@ -224,6 +227,7 @@ class EffectRunner:
                         command=command,
                     ),
                     options.SANDBOX_EXEC,
+                    summary=f"{action.tool} ({action.call_id}) in sandbox {sandbox.sandbox_id}",
                     start_to_close=timedelta(seconds=timeout) + options.EXEC_GRACE,
                 )
                 break
@@ -271,7 +275,7 @@ class EffectRunner:
     async def delegate(self, action: ProposedAction, delegation: Delegation) -> tuple[str, bool]:
         """Run the sub-task as a child task and wait for it. A child that fails is reported to the
         agent (the parent carries on); cancelling the parent cancels the child."""
-        spec, state = spec_of(self.task), self.task.state
+        spec, state = self.task.valid_spec, self.task.state
         child_id = f"{self.task.task_id}/sub/{action.call_id}"
         by_name = {ref.name: ref for ref in state.inputs}
         unknown = [name for name in delegation.inputs if name not in by_name]
@@ -340,7 +344,7 @@ class EffectRunner:
         anything else: found, it is recorded; not found, the write is sent again under the same key.
         A conflict, a system that stays down, or a lookup that stays unavailable hands the task off.
         Returns the model-visible receipt, or None when nothing was written."""
-        spec = spec_of(self.task)
+        spec = self.task.valid_spec
         # Keyed by the run chain too: a reused task id is a new task, whose writes are its own.
         key = operation_key(self.task.task_id, action.call_id, self.task.state.run_chain)
         write_input = WriteInput(
@@ -406,7 +410,11 @@ class EffectRunner:
         """One ``business.write``. With ``settle``, a cancellation of the task does not abandon the
         write in flight (it may commit all the same): the write is let finish (its retries bound the
         wait) and ``_CancelledWrite`` carries what it returned."""
-        kwargs = options.BUSINESS_WRITE.kwargs(task_queue=options.business_queue())
+        kwargs = options.config(
+            options.BUSINESS_WRITE,
+            summary=f"write {write_input.record_type} {write_input.operation_key}",
+            task_queue=options.business_queue(),
+        )
         if not settle:
             return await workflow.execute_activity_method(BusinessActivities.write, write_input, **kwargs)
         sending = workflow.start_activity_method(BusinessActivities.write, write_input, **kwargs)
@@ -457,7 +465,7 @@ class EffectRunner:
         )
 
     async def lookup(
-        self, key: str, patience: options.ActivityOptions = options.BUSINESS_LOOKUP
+        self, key: str, patience: ActivityConfig = options.BUSINESS_LOOKUP
     ) -> WriteReceipt | None:
         """The committed receipt under ``key``; an UNKNOWN-outcome receipt when nothing is there;
         None when the lookup itself stayed unavailable."""
@@ -465,7 +473,9 @@ class EffectRunner:
             result = await workflow.execute_activity_method(
                 BusinessActivities.lookup,
                 LookupInput(operation_key=key),
-                **patience.kwargs(task_queue=options.business_queue()),
+                **options.config(
+                    patience, summary=f"{patience.get('summary')}: {key}", task_queue=options.business_queue()
+                ),
             )
         except ActivityError as err:
             if is_cancelled_exception(err):
@@ -490,12 +500,6 @@ class EffectRunner:
                     found.outcome is WriteOutcome.COMMITTED
                     and found.payload_digest == evidence.receipt.payload_digest
                 )
-
-
-def spec_of(task: AgentTaskWorkflow) -> TaskSpec:
-    """The task's spec (only a task with a valid spec runs effects)."""
-    assert task.spec is not None
-    return task.spec
 
 
 def _result(action: ProposedAction, status: ActionStatus, output: str) -> ActionResult:

@@ -10,8 +10,6 @@ carry (follow-up input piling up while the task waits, say), the task hands off,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
@@ -21,14 +19,11 @@ with workflow.unsafe.imports_passed_through():
     from schemas.sandbox import CommandRecord
     from schemas.tasks import Evidence, EvidenceArchive, TaskInput, TaskState
     from workflows import options
-    from workflows.bounds import BOUNDED_PATCH, size_of
-    from workflows.effects import spec_of
+    from workflows.bounds import size_of
+    from workflows.context import TaskContext
     from workflows.handoff import HandOff
+    from workflows.patches import ARCHIVE_EVIDENCE_PATCH, BOUNDED_PATCH
 
-if TYPE_CHECKING:
-    from workflows.agent_task import AgentTaskWorkflow
-
-ARCHIVE_EVIDENCE_PATCH = "archive-evidence"
 # Temporal refuses payloads over 2 MB (TMPRL1103); leave room for the envelope and the next run's start.
 MAX_CARRIED_BYTES = 1_500_000
 # Each archive activity's input stays well under that limit too.
@@ -95,15 +90,15 @@ def _parts(
 
 
 class EvidenceKeeper:
-    """Moves an ``AgentTaskWorkflow``'s older evidence out of its state before continue-as-new."""
+    """Moves a task's older evidence out of its state before continue-as-new."""
 
-    def __init__(self, task: AgentTaskWorkflow) -> None:
+    def __init__(self, task: TaskContext) -> None:
         self.task = task
 
     async def archive_older(self, by_count: bool = True) -> None:
         """Archive all but the newest ``spec.inline_evidence`` command records and artifact references
         (``by_count``), and older ones still while the newest pass ``INLINE_EVIDENCE_BYTES``."""
-        state, keep = self.task.state, spec_of(self.task).inline_evidence
+        state, keep = self.task.state, self.task.valid_spec.inline_evidence
         old_commands = max(len(state.commands) - keep, 0) if by_count else 0
         old_artifacts = max(len(state.artifacts) - keep, 0) if by_count else 0
         if workflow.patched(BOUNDED_PATCH):
@@ -121,7 +116,11 @@ class EvidenceKeeper:
                     commands=part_commands,
                     artifacts=part_artifacts,
                 ),
-                **options.INGEST.kwargs(),
+                **options.config(
+                    options.INGEST,
+                    summary=f"archive older evidence: {len(part_commands)} commands, "
+                    f"{len(part_artifacts)} artifacts",
+                ),
             )
             state.archived_evidence.append(ref)
             state.archived_missing += missing_outputs(part_commands)
@@ -142,7 +141,7 @@ class EvidenceKeeper:
             HandOff: the state is over ``MAX_CARRIED_BYTES`` even with its older evidence archived.
         """
         state = self.task.state
-        size = len(TaskInput(spec=spec_of(self.task), state=state).model_dump_json())
+        size = len(TaskInput(spec=self.task.valid_spec, state=state).model_dump_json())
         if size > MAX_CARRIED_BYTES:
             raise HandOff(
                 f"the task's state is {size / 1e6:.2f} MB, more than the {MAX_CARRIED_BYTES / 1e6:.1f} MB "

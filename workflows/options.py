@@ -2,64 +2,65 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import timedelta
-from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.workflow import ActivityCancellationType
+from temporalio.workflow import ActivityCancellationType, ActivityConfig, LocalActivityConfig
+
+from workflows.patches import ROLE_QUEUES_PATCH
 
 BUSINESS_QUEUE_SUFFIX = ".business"
 # Worker roles each poll a queue of their own (``agent-worker worker --role``): workflows and light
 # activities on the task queue itself, agent turns on ``.agent``, sandbox commands on ``.sandbox``,
 # business writes on ``.business``. Runs begun before the split keep their activities on the task
-# queue until their next new step (the change is guarded by this patch).
+# queue until their next new step (the change is guarded by ``ROLE_QUEUES_PATCH``).
 AGENT_QUEUE_SUFFIX = ".agent"
 SANDBOX_QUEUE_SUFFIX = ".sandbox"
-ROLE_QUEUES_PATCH = "role-queues"
 # Every activity heartbeats every 2 s (activities.errors.activity_boundary): a worker that dies is
 # noticed, and its work retried elsewhere, within this.
 HEARTBEAT = timedelta(seconds=10)
+# An activity's summary (what the Temporal UI shows for it) is cut to this many characters: it is
+# stored in the history with the activity.
+SUMMARY_CHARS = 200
 
 
-@dataclass(frozen=True)
-class ActivityOptions:
-    """Keyword arguments for ``workflow.execute_activity_method``."""
+def config(
+    base: ActivityConfig,
+    *,
+    summary: str | None = None,
+    start_to_close: timedelta | None = None,
+    task_queue: str | None = None,
+    final_errors: tuple[str, ...] = (),
+) -> ActivityConfig:
+    """The keyword arguments of one ``workflow.execute_activity_method`` call: ``base`` (one of the
+    constants below, never changed itself) with this call's summary, optionally a longer
+    start-to-close timeout, another task queue, or more error types that are not retried
+    (``final_errors``)."""
+    options = ActivityConfig(**base)
+    if final_errors:
+        retry = base["retry_policy"]
+        assert retry is not None
+        options["retry_policy"] = replace(
+            retry, non_retryable_error_types=[*(retry.non_retryable_error_types or ()), *final_errors]
+        )
+    if start_to_close is not None:
+        options["start_to_close_timeout"] = start_to_close
+    if task_queue is not None:
+        options["task_queue"] = task_queue
+    if summary is not None:
+        options["summary"] = summary[:SUMMARY_CHARS]
+    return options
 
-    start_to_close: timedelta
-    retry: RetryPolicy
-    heartbeat: timedelta | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
-    def kwargs(
-        self,
-        start_to_close: timedelta | None = None,
-        task_queue: str | None = None,
-        final_errors: tuple[str, ...] = (),
-    ) -> dict[str, Any]:
-        """The options as keyword arguments, optionally with a longer start-to-close timeout, on
-        another task queue, or with more error types that are not retried (``final_errors``)."""
-        retry = self.retry
-        if final_errors:
-            retry = replace(
-                retry, non_retryable_error_types=[*(retry.non_retryable_error_types or ()), *final_errors]
-            )
-        options: dict[str, Any] = {
-            "start_to_close_timeout": start_to_close or self.start_to_close,
-            "retry_policy": retry,
-            **self.extra,
-        }
-        if task_queue is not None:
-            options["task_queue"] = task_queue
-        if self.heartbeat is not None:
-            options["heartbeat_timeout"] = self.heartbeat
-        return options
-
-    def local_kwargs(self) -> dict[str, Any]:
-        """The options for ``workflow.execute_local_activity_method`` (no heartbeat, no queue: a
-        local activity runs in the workflow's worker, its result recorded in one marker)."""
-        return {"start_to_close_timeout": self.start_to_close, "retry_policy": self.retry, **self.extra}
+def local_config(base: LocalActivityConfig, *, summary: str | None = None) -> LocalActivityConfig:
+    """The keyword arguments of one ``workflow.execute_local_activity_method`` call (no heartbeat, no
+    queue: a local activity runs in the workflow's worker, its result recorded in one marker)."""
+    options = LocalActivityConfig(**base)
+    if summary is not None:
+        options["summary"] = summary[:SUMMARY_CHARS]
+    return options
 
 
 def _retry(attempts: int, *, max_interval: float = 30.0) -> RetryPolicy:
@@ -71,33 +72,97 @@ def _retry(attempts: int, *, max_interval: float = 30.0) -> RetryPolicy:
     )
 
 
+# Each constant is the SDK's ``ActivityConfig`` (``LocalActivityConfig`` for admission), with a
+# default summary; calls pass them through ``config`` (``local_config``) with a summary of their own.
 # A turn repeats its in-flight model call when retried; completed calls are not repeated (journal).
 # Turns heartbeat every 2 s, so a dead worker is noticed within the heartbeat timeout.
-TURN = ActivityOptions(timedelta(minutes=10), _retry(5), heartbeat=HEARTBEAT)
-PLAN = ActivityOptions(timedelta(seconds=30), _retry(3), heartbeat=HEARTBEAT)
-INGEST = ActivityOptions(timedelta(minutes=2), _retry(5), heartbeat=HEARTBEAT)
-SANDBOX_CREATE = ActivityOptions(timedelta(minutes=5), _retry(5), heartbeat=HEARTBEAT)
-# Waiting for cancellation to complete means the command really is killed before the workflow moves on.
-SANDBOX_EXEC = ActivityOptions(
-    timedelta(minutes=2),
-    _retry(3),
-    heartbeat=HEARTBEAT,
-    extra={"cancellation_type": ActivityCancellationType.WAIT_CANCELLATION_COMPLETED},
+TURN = ActivityConfig(
+    start_to_close_timeout=timedelta(minutes=10),
+    retry_policy=_retry(5),
+    heartbeat_timeout=HEARTBEAT,
+    summary="agent turn",
 )
-SANDBOX_DESTROY = ActivityOptions(timedelta(minutes=2), _retry(10), heartbeat=HEARTBEAT)
+PLAN = ActivityConfig(
+    start_to_close_timeout=timedelta(seconds=30),
+    retry_policy=_retry(3),
+    heartbeat_timeout=HEARTBEAT,
+    summary="check a tool's arguments",
+)
+INGEST = ActivityConfig(
+    start_to_close_timeout=timedelta(minutes=2),
+    retry_policy=_retry(5),
+    heartbeat_timeout=HEARTBEAT,
+    summary="store the task's inputs",
+)
+SANDBOX_CREATE = ActivityConfig(
+    start_to_close_timeout=timedelta(minutes=5),
+    retry_policy=_retry(5),
+    heartbeat_timeout=HEARTBEAT,
+    summary="create the sandbox",
+)
+# Waiting for cancellation to complete means the command really is killed before the workflow moves on.
+SANDBOX_EXEC = ActivityConfig(
+    start_to_close_timeout=timedelta(minutes=2),
+    retry_policy=_retry(3),
+    heartbeat_timeout=HEARTBEAT,
+    cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+    summary="sandbox command",
+)
+SANDBOX_DESTROY = ActivityConfig(
+    start_to_close_timeout=timedelta(minutes=2),
+    retry_policy=_retry(10),
+    heartbeat_timeout=HEARTBEAT,
+    summary="destroy the sandbox",
+)
 # A write is retried only when it certainly did not apply (the system was down); a retried attempt
 # looks its key up first. An unknown outcome is not retried: the workflow reconciles it by lookup.
-BUSINESS_WRITE = ActivityOptions(timedelta(seconds=60), _retry(10), heartbeat=HEARTBEAT)
+BUSINESS_WRITE = ActivityConfig(
+    start_to_close_timeout=timedelta(seconds=60),
+    retry_policy=_retry(10),
+    heartbeat_timeout=HEARTBEAT,
+    summary="business write",
+)
 # Lookups retry within the task's patience (about five minutes), then the task hands off.
-BUSINESS_LOOKUP = ActivityOptions(timedelta(seconds=30), _retry(12), heartbeat=HEARTBEAT)
+BUSINESS_LOOKUP = ActivityConfig(
+    start_to_close_timeout=timedelta(seconds=30),
+    retry_policy=_retry(12),
+    heartbeat_timeout=HEARTBEAT,
+    summary="look a write up",
+)
 # Confirming writes at completion is evidence gathering: when the system stays down the task
 # completes marked evidence-incomplete rather than waiting minutes.
-CONFIRM_LOOKUP = ActivityOptions(timedelta(seconds=30), _retry(4, max_interval=5.0), heartbeat=HEARTBEAT)
+CONFIRM_LOOKUP = ActivityConfig(
+    start_to_close_timeout=timedelta(seconds=30),
+    retry_policy=_retry(4, max_interval=5.0),
+    heartbeat_timeout=HEARTBEAT,
+    summary="confirm a write by lookup",
+)
 # Admission is a quick local lookup: a local activity, so a refused start costs no server round trip.
-ADMISSION = ActivityOptions(timedelta(seconds=10), _retry(10))
-AUTHZ = ActivityOptions(timedelta(seconds=30), _retry(10), heartbeat=HEARTBEAT)
+ADMISSION = LocalActivityConfig(
+    start_to_close_timeout=timedelta(seconds=10),
+    retry_policy=_retry(10),
+    summary="tenant admission",
+)
+AUTHZ = ActivityConfig(
+    start_to_close_timeout=timedelta(seconds=30),
+    retry_policy=_retry(10),
+    heartbeat_timeout=HEARTBEAT,
+    summary="check the approver's permission",
+)
 # Event delivery keeps retrying (a sink that is down only delays it); events wait in the state.
-EVENTS = ActivityOptions(timedelta(seconds=30), _retry(20, max_interval=60.0), heartbeat=HEARTBEAT)
+EVENTS = ActivityConfig(
+    start_to_close_timeout=timedelta(seconds=30),
+    retry_policy=_retry(20, max_interval=60.0),
+    heartbeat_timeout=HEARTBEAT,
+    summary="deliver events",
+)
+# The reaper (workflow ``SandboxReaper``, on a schedule) removes orphaned sandboxes in one activity.
+REAP = ActivityConfig(
+    start_to_close_timeout=timedelta(minutes=10),
+    retry_policy=RetryPolicy(maximum_attempts=3),
+    heartbeat_timeout=HEARTBEAT,
+    summary="reap orphaned sandboxes",
+)
 # Rounds of write, lookup, write again under the same key before a human takes over.
 MAX_WRITE_ROUNDS = 5
 

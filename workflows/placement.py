@@ -17,19 +17,19 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.workflow import ActivityConfig
 
 with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel
 
     from schemas.events import EventType
     from workflows import bounds, options
-
-if TYPE_CHECKING:
-    from workflows.agent_task import AgentTaskWorkflow
+    from workflows.context import TaskContext
+    from workflows.patches import BOUNDED_PATCH
 
 # The failure type the SDK reports for an activity the worker that took it does not register.
 NOT_REGISTERED = "NotFoundError"
@@ -44,7 +44,7 @@ COLOCATABLE = tuple(_ROLE_QUEUES)
 class Placement:
     """Schedules a task's role activities, on the task queue when its workers serve the role."""
 
-    def __init__(self, task: AgentTaskWorkflow) -> None:
+    def __init__(self, task: TaskContext) -> None:
         self.task = task
 
     async def execute(
@@ -52,18 +52,25 @@ class Placement:
         role: str,
         activity: Callable[[Any, Arg], Awaitable[Result]],
         arg: Arg,
-        opts: options.ActivityOptions,
+        opts: ActivityConfig,
+        *,
+        summary: str,
         start_to_close: timedelta | None = None,
     ) -> Result:
-        """Run ``activity`` of ``role`` with ``arg``, where the task's placement says. An input too
-        large to send hands the task off, explained (``workflows.bounds``)."""
-        if workflow.patched(bounds.BOUNDED_PATCH) and isinstance(arg, BaseModel):
+        """Run ``activity`` of ``role`` with ``arg`` (``summary``: what the Temporal UI shows for it),
+        where the task's placement says. An input too large to send hands the task off, explained
+        (``workflows.bounds``)."""
+        if workflow.patched(BOUNDED_PATCH) and isinstance(arg, BaseModel):
             bounds.check(f"the input of {getattr(activity, '__name__', role)}", arg)
         state = self.task.state
         if role in state.colocated:
             try:
                 return await workflow.execute_activity_method(
-                    activity, arg, **opts.kwargs(start_to_close, final_errors=(NOT_REGISTERED,))
+                    activity,
+                    arg,
+                    **options.config(
+                        opts, summary=summary, start_to_close=start_to_close, final_errors=(NOT_REGISTERED,)
+                    ),
                 )
             except ActivityError as err:
                 if not (isinstance(err.cause, ApplicationError) and err.cause.type == NOT_REGISTERED):
@@ -76,5 +83,9 @@ class Placement:
                         reason=f"a worker on the task queue does not serve {role!r}: {err.cause.message}",
                     )
         return await workflow.execute_activity_method(
-            activity, arg, **opts.kwargs(start_to_close, task_queue=_ROLE_QUEUES[role]())
+            activity,
+            arg,
+            **options.config(
+                opts, summary=summary, start_to_close=start_to_close, task_queue=_ROLE_QUEUES[role]()
+            ),
         )

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
     from activities.sandbox.reaper import ReaperActivities
     from schemas.sandbox import ReapInput, ReapResult
     from workflows import options
-
-REAP_TIMEOUT = timedelta(minutes=10)
 
 
 @workflow.defn(name="SandboxReaper")
@@ -24,8 +19,10 @@ class SandboxReaperWorkflow:
         return await workflow.execute_activity_method(
             ReaperActivities.reap,
             input,
-            start_to_close_timeout=REAP_TIMEOUT,
-            heartbeat_timeout=options.HEARTBEAT,
-            retry_policy=RetryPolicy(maximum_attempts=3),
-            task_queue=options.sandbox_queue(),
+            **options.config(
+                options.REAP,
+                summary=f"reap sandboxes older than {input.min_age_seconds:g} s"
+                + (" (dry run)" if input.dry_run else ""),
+                task_queue=options.sandbox_queue(),
+            ),
         )

@@ -1,0 +1,52 @@
+"""``TaskContext``: what the workflow's helpers (approvals, effects, evidence, placement) see of the
+task they work for. Narrow on purpose: the task's identity, its spec and state, and the three ways it
+records what happens. Each helper is handed the other helpers it needs by keyword, so no helper
+imports the workflow and the workflow's own methods stay its own. Workflow code: deterministic."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from schemas.events import EventType
+from schemas.tasks import TaskPhase, TaskSpec, TaskState
+
+
+class Emit(Protocol):
+    """Records an event of ``type`` with ``data`` in the task's state (``AgentTaskWorkflow.emit``)."""
+
+    def __call__(self, type: EventType, /, **data: Any) -> None: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskContext:
+    """One task as its helpers see it. ``state`` is the task's live state (the same object the
+    workflow holds and continue-as-new carries), so what a helper changes there the task keeps.
+
+    Attributes:
+        task_id: The workflow id (the client's task id).
+        spec: The task's spec; None only when its input was invalid (``input_error`` says why).
+        state: The task's state.
+        input_error: Why the task's input was refused, or None.
+        emit: Records an event in the state's tail.
+        emit_ignored: Records ignored input, bounded per delivery (``AgentTaskWorkflow.emit_ignored``).
+        set_phase: Enters a phase (and publishes it to visibility).
+    """
+
+    task_id: str
+    spec: TaskSpec | None
+    state: TaskState
+    input_error: str | None
+    emit: Emit
+    emit_ignored: Emit
+    set_phase: Callable[[TaskPhase], None]
+
+    @property
+    def valid_spec(self) -> TaskSpec:
+        """The task's spec (only a task whose input was valid runs effects, approvals or evidence)."""
+        assert self.spec is not None
+        return self.spec
+
+
+__all__ = ["Emit", "TaskContext"]

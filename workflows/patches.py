@@ -1,0 +1,60 @@
+"""Every ``workflow.patched`` id the workflows use, in one place.
+
+A patch id is a public contract: the histories of tasks in flight carry it as a marker, and the
+workflow takes the patched branch on replay only where that marker is. So an id never changes and is
+never reused, and a removed patch needs a versioned migration and a replay test. Each id names the
+change it guards and when it came (package version, date, commit). ``tests/test_replay.py`` replays a
+committed history from each side of every id declared here (it reads the ``NAME_PATCH = "id"`` lines).
+"""
+
+from __future__ import annotations
+
+# Event delivery to the sink (``events.publish`` between steps and at the end). 0.1.0, 2026-11-29, 91bdf22.
+DELIVER_EVENTS_PATCH = "deliver-events"
+# An approved action's permission is checked again (``authz.check``) right before it runs.
+# 0.1.0, 2026-11-29, 7a0491b.
+REAUTHORIZE_PATCH = "reauthorize-approved-actions"
+# Older evidence moves to the artifact store before continue-as-new (``artifacts.archive``).
+# 0.1.0, 2026-11-29, 1f8f578.
+ARCHIVE_EVIDENCE_PATCH = "archive-evidence"
+# A tenant's cap of running tasks (``tenants.admit`` at start, ``tenants.release`` at the end).
+# 0.1.0, 2026-11-29, 7c81def.
+TENANT_ADMISSION_PATCH = "tenant-admission"
+# A sandbox that vanished mid-command is rebuilt from the task's inputs, once, and the loss recorded.
+# 0.1.0, 2026-11-29, 7c81def.
+REBUILD_SANDBOX_PATCH = "rebuild-lost-sandbox"
+# Agent turns and sandbox commands on their role queues (``.agent``, ``.sandbox``) instead of the task
+# queue. 0.1.0, 2026-11-29, 7971725.
+ROLE_QUEUES_PATCH = "role-queues"
+# Size bounds on every payload the task sends (``workflows.bounds``), capped follow-ups and ignored
+# events, command previews cut. 0.1.0, 2026-12-01, e282f04.
+BOUNDED_PATCH = "bounded-payloads"
+# What derives from the task id (sandbox, journal, event ids, signatures, operation keys) is keyed by
+# the run chain too, so a reused task id starts clean. 0.1.0, 2026-12-01, 584cf67.
+RUN_CHAIN_PATCH = "run-chain-identity"
+# Edits are planned (``agent.plan``) before the update ``decide`` accepts them, and an edit that still
+# cannot be planned when its action runs re-opens the request, explained. 0.1.0, 2026-12-01, 584cf67.
+CHECK_EDITS_PATCH = "check-edits"
+# A write in flight when the task is cancelled is let settle and recorded (looked up when its answer is
+# lost). 0.1.0, 2026-12-01, 5c2f0f5.
+SETTLE_CANCELLED_WRITE_PATCH = "settle-cancelled-write"
+# A request re-opened after its approver's permission was revoked is not put to that approver again
+# (the task hands off when no other is left). 0.1.0, 2026-12-01, b7ab792.
+REOPEN_WITHOUT_REVOKED_PATCH = "reopen-without-revoked-approver"
+# A signalled decision past its ``expires_at`` is ignored, with the reason. 0.1.0, 2026-12-01, e4a232b.
+DECISION_EXPIRY_PATCH = "decision-expiry"
+
+__all__ = [
+    "ARCHIVE_EVIDENCE_PATCH",
+    "BOUNDED_PATCH",
+    "CHECK_EDITS_PATCH",
+    "DECISION_EXPIRY_PATCH",
+    "DELIVER_EVENTS_PATCH",
+    "REAUTHORIZE_PATCH",
+    "REBUILD_SANDBOX_PATCH",
+    "REOPEN_WITHOUT_REVOKED_PATCH",
+    "ROLE_QUEUES_PATCH",
+    "RUN_CHAIN_PATCH",
+    "SETTLE_CANCELLED_WRITE_PATCH",
+    "TENANT_ADMISSION_PATCH",
+]
