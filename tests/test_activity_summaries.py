@@ -1,0 +1,54 @@
+"""Every activity a task schedules carries a summary, so the Temporal UI reads without the status
+query (``workflows/options.py``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from temporalio.api.common.v1 import Payload
+from temporalio.api.enums.v1 import EventType
+
+from schemas.tasks import TaskPhase
+from tests.support import TaskEnv, example_spec
+
+
+def _text(payload: Payload) -> str:
+    return json.loads(payload.data) if payload.data else ""
+
+
+async def test_every_scheduled_activity_and_local_activity_has_a_summary_naming_its_step(
+    env: TaskEnv,
+) -> None:
+    """The monthly report, approved, runs admission, ingest, turns, a sandbox command, a write and its
+    lookups, event delivery and the sandbox's removal; each shows a summary in the history, the turns
+    numbered and the write named by its operation key."""
+    handle = await env.start(example_spec())
+    await env.awaiting_approval(handle)
+    await env.approve(handle)
+    result = await asyncio.wait_for(handle.result(), 60)
+    assert result.phase is TaskPhase.COMPLETED
+
+    history = await handle.fetch_history()
+    summaries: dict[str, list[str]] = {}
+    for event in history.events:
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            name = event.activity_task_scheduled_event_attributes.activity_type.name
+        elif event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED and (
+            event.marker_recorded_event_attributes.marker_name == "core_local_activity"
+        ):
+            name = "local activity"
+        else:
+            continue
+        summary = _text(event.user_metadata.summary)
+        assert summary, f"{name} (event {event.event_id}) has no summary"
+        summaries.setdefault(name, []).append(summary)
+
+    assert summaries["agent.turn"][:2] == ["agent turn 1", "agent turn 2"]
+    [write] = summaries["business.write"]
+    [evidence_write] = result.evidence.writes
+    assert write.endswith(evidence_write.operation_key)
+    assert {"sandbox.create", "sandbox.exec", "sandbox.destroy", "artifacts.ingest", "events.publish"} <= set(
+        summaries
+    )
+    assert any(s.startswith("admit to tenant") for s in summaries["local activity"])

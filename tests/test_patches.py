@@ -1,0 +1,45 @@
+"""Every ``workflow.patched`` id lives in ``workflows/patches.py``, named and explained there."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from workflows import patches
+
+WORKFLOWS = Path(__file__).resolve().parent.parent / "workflows"
+
+
+def _patched_arguments(path: Path) -> list[ast.expr]:
+    """The argument of every ``workflow.patched(...)`` call in ``path``."""
+    return [
+        node.args[0]
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("patched", "deprecate_patch")
+        and node.args
+    ]
+
+
+def test_every_patch_id_is_a_constant_of_workflows_patches_and_used_by_name() -> None:
+    """No module but ``workflows/patches.py`` declares a ``*_PATCH`` id or passes a literal to
+    ``workflow.patched``; every call names a constant of that module, and every constant there is
+    used by some workflow module and has a comment saying what it guards and when it came."""
+    declared = {name for name in patches.__all__ if name.endswith("_PATCH")}
+    used: set[str] = set()
+    for path in sorted(WORKFLOWS.glob("*.py")):
+        if path.name == "patches.py":
+            continue
+        assert not re.search(r'^\w+_PATCH = "', path.read_text(), re.M), path.name
+        for argument in _patched_arguments(path):
+            name = argument.attr if isinstance(argument, ast.Attribute) else getattr(argument, "id", None)
+            assert name in declared, f"{path.name}: workflow.patched({ast.unparse(argument)})"
+            used.add(name)
+    assert used == declared
+    source = (WORKFLOWS / "patches.py").read_text()
+    for name in declared:
+        comment = source.split(f"\n{name} = ")[0].rsplit("\n\n", 1)[-1].split("_PATCH = ")[-1]
+        assert re.search(r"\d+\.\d+\.\d+, \d{4}-\d{2}-\d{2}, [0-9a-f]{7}", comment), name
+    assert len(set(vars(patches)[n] for n in declared)) == len(declared), "a patch id is declared twice"
