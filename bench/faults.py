@@ -3,7 +3,7 @@
     python -m bench.faults [--out bench/results/faults.md] [-k EXPR]
 
 Each scenario is one or more tests in ``tests/``; each test records what it observed, how many
-duplicate effects, lost tasks and leftover sandboxes it measured (``tests/matrix.py``). This command
+duplicate effects, lost tasks and leftover sandboxes it measured (``tests/helpers/matrix.py``). This command
 runs them in one pytest session (one dev server), reads the records from the JUnit XML report, and
 prints: scenario, injected fault, expected, observed, duplicates, lost tasks, leftover sandboxes.
 It exits non-zero when a test fails, a count is not zero, or the tenant fairness target is missed.
@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-PROPERTY = "fault_matrix"  # tests/matrix.py
+PROPERTY = "fault_matrix"  # tests/helpers/matrix.py
 # Scenario 7's target: the quiet tenant's median completion beside a flood, against alone.
 FAIRNESS_TARGET = 2.0
 

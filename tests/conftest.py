@@ -13,8 +13,8 @@ from activities.sandbox.docker import docker_available
 from cli.sandbox_image import build_image
 from schemas.config import WorkerConfig
 from telemetry import configure_logging
-from tests.postgres_server import PostgresServer, start_postgres
-from tests.support import DevServer, TaskEnv, connect, launch_dev_server, make_config, running_worker
+from tests.helpers.postgres_server import PostgresServer, start_postgres
+from tests.helpers.support import DevServer, TaskEnv, connect, launch_dev_server, make_config, running_worker
 
 
 @pytest.fixture(scope="session", autouse=True)

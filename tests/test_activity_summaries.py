@@ -10,7 +10,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
 
 from schemas.tasks import TaskPhase
-from tests.support import TaskEnv, example_spec
+from tests.helpers.support import TaskEnv, example_spec
 
 
 def _text(payload: Payload) -> str:

@@ -18,7 +18,7 @@ from cli.main import main as cli_main
 from schemas.config import WorkerConfig
 from schemas.tasks import TaskPhase, TaskResult
 from schemas.writes import WriteInput, WriteReceipt
-from tests.support import TaskEnv, assert_replays, example_spec, make_config, running_worker
+from tests.helpers.support import TaskEnv, assert_replays, example_spec, make_config, running_worker
 from tests.test_reauthorization import approve_then_revoke, approved_write_after_slow_command
 from tests.test_signed_approvals import signed_spec
 from workflows import AgentTaskWorkflow

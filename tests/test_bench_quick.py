@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import REPO
+from tests.helpers.support import REPO
 
 SECTIONS = ["step_overhead", "vs_plugin", "parked", "crash", "long_task", "sandbox", "fleet", "embedded"]
 

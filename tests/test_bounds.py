@@ -14,7 +14,7 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle
 from activities.events import JsonlEventSink
 from schemas.approvals import MAX_EDITED_ARGS_BYTES, MAX_PRINCIPAL_CHARS, DecisionOutcome
 from schemas.tasks import TaskPhase
-from tests.support import TaskEnv, assert_replays
+from tests.helpers.support import TaskEnv, assert_replays
 from workflows import AgentTaskWorkflow
 from workflows.agent_task import MAX_PENDING_FOLLOW_UP_BYTES
 from workflows.bounds import MAX_PAYLOAD_BYTES, MAX_SPEC_BYTES

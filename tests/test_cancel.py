@@ -13,7 +13,7 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
 from activities.sandbox import sandbox_id_for
 from schemas.tasks import TaskPhase
-from tests.support import TaskEnv
+from tests.helpers.support import TaskEnv
 from workflows import AgentTaskWorkflow
 
 

@@ -16,7 +16,7 @@ from temporalio.client import WorkflowFailureError
 
 from cli.main import main as cli_main
 from schemas import visibility
-from tests.support import REPO, TaskEnv, connect, example_spec, free_port
+from tests.helpers.support import REPO, TaskEnv, connect, example_spec, free_port
 
 
 async def test_start_wait_shows_progress_and_the_evidence(

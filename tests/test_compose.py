@@ -33,7 +33,7 @@ from schemas import visibility
 from schemas.config import WorkerConfig
 from security.codec import new_key
 from telemetry.health import Health, serve_health
-from tests.support import REPO, DevServer, free_port
+from tests.helpers.support import REPO, DevServer, free_port
 
 COMPOSE_FILE = REPO / "docker-compose.temporal.yml"
 INSTALL_HINT = "apt-get install -y docker-compose (CI: .ci/run installs it)"

@@ -39,7 +39,7 @@ from schemas.sandbox import (
     SandboxRef,
     SandboxSpec,
 )
-from tests.support import REPO, TaskEnv, example_spec, make_config, running_worker
+from tests.helpers.support import REPO, TaskEnv, example_spec, make_config, running_worker
 from worker import build_sandboxes
 
 MIB = 1024 * 1024

@@ -16,7 +16,7 @@ from temporalio.client import Client
 from activities.events import JsonlEventSink
 from cli.main import main as cli_main
 from schemas.tasks import EvidenceArchive, TaskInput, TaskPhase, TaskResult
-from tests.support import (
+from tests.helpers.support import (
     DevServer,
     TaskEnv,
     assert_replays,

@@ -11,7 +11,7 @@ from temporalio.client import WorkflowUpdateFailedError
 
 from cli.main import main as cli_main
 from schemas.tasks import TaskPhase, TaskResult
-from tests.support import TaskEnv, example_spec
+from tests.helpers.support import TaskEnv, example_spec
 from workflows import AgentTaskWorkflow
 
 STALE = "sha256:" + "0" * 64

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from cli.devserver import port_open
-from tests.support import REPO, free_port
+from tests.helpers.support import REPO, free_port
 
 
 async def test_demo_runs_end_to_end_from_nothing(tmp_path: Path) -> None:

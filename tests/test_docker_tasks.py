@@ -23,8 +23,8 @@ from cli.main import main as cli_main
 from cli.sandboxes import REAPER_SCHEDULE_ID, schedule_reaper
 from schemas.sandbox import CreateSandboxInput, ReapInput, SandboxBackend, SandboxSpec
 from schemas.tasks import TaskPhase, TaskResult
-from tests.matrix import Record, leftover_sandboxes, record
-from tests.support import DevServer, TaskEnv, example_spec, make_config, running_worker, spawn_worker
+from tests.helpers.matrix import Record, leftover_sandboxes, record
+from tests.helpers.support import DevServer, TaskEnv, example_spec, make_config, running_worker, spawn_worker
 from workflows import AgentTaskWorkflow
 
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support import REPO
+from tests.helpers.support import REPO
 
 DOCKERFILE = REPO / "Dockerfile"
 

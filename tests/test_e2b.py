@@ -1,5 +1,5 @@
 """The ``e2b`` sandbox tier through the real ``e2b`` SDK: lifecycle against a local stand-in for the
-E2B REST API (``tests/e2b_standin.py``), commands and files against the real E2B cloud when
+E2B REST API (``tests/helpers/e2b_standin.py``), commands and files against the real E2B cloud when
 ``E2B_API_KEY`` is set. The stand-in has no envd, so offline tests create sandboxes without inputs."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from activities.sandbox.base import (
 from activities.sandbox.e2b import LABEL_SANDBOX, E2BSandbox
 from schemas.actions import SandboxCommand
 from schemas.sandbox import CreateSandboxInput, ExecInput, SandboxBackend, SandboxRef, SandboxSpec
-from tests.e2b_standin import E2BStandIn, StoredSandbox
+from tests.helpers.e2b_standin import E2BStandIn, StoredSandbox
 
 TASK = "task-e2b-test"
 LIFETIME = 600

@@ -35,7 +35,7 @@ from security.codec import (
     parse_keys,
 )
 from security.codec_server import CodecServer
-from tests.support import REPO, TaskEnv, example_spec, running_worker, spawn_worker
+from tests.helpers.support import REPO, TaskEnv, example_spec, running_worker, spawn_worker
 from workflows import AgentTaskWorkflow
 
 EXPECTED_TOTAL = "9633.99"

@@ -14,7 +14,7 @@ import pytest
 from activities.events import JsonlEventSink
 from cli.main import main as cli_main
 from schemas.tasks import TaskPhase, TaskResult
-from tests.support import TaskEnv, example_spec, spawn_worker
+from tests.helpers.support import TaskEnv, example_spec, spawn_worker
 from workflows import AgentTaskWorkflow
 
 

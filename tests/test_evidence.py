@@ -16,7 +16,7 @@ from cli.main import main as cli_main
 from schemas.artifacts import ArtifactRef
 from schemas.sandbox import CommandRecord
 from schemas.tasks import Evidence, EvidenceArchive, TaskPhase, TaskResult
-from tests.support import TaskEnv, example_spec
+from tests.helpers.support import TaskEnv, example_spec
 
 
 async def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

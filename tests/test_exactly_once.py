@@ -17,13 +17,13 @@ from temporalio.client import Client
 
 from schemas.tasks import TaskPhase, TaskResult
 from schemas.writes import WriteInput, operation_key
-from tests.business_backends import BACKENDS, Backend, open_backend
-from tests.matrix import Record, leftover_sandboxes, record
-from tests.postgres_server import PostgresServer
-from tests.support import DevServer, TaskEnv, make_config, running_worker, spawn_worker
+from tests.helpers.business_backends import BACKENDS, Backend, open_backend
+from tests.helpers.matrix import Record, leftover_sandboxes, record
+from tests.helpers.postgres_server import PostgresServer
+from tests.helpers.support import DevServer, TaskEnv, make_config, running_worker, spawn_worker
 from workflows import AgentTaskWorkflow
 
-FAULTY = "tests.faults:faulty_writer"
+FAULTY = "tests.helpers.faults:faulty_writer"
 
 
 def recorder(value: str) -> dict:

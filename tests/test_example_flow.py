@@ -13,7 +13,7 @@ from cli.devserver import temporal_binary
 from schemas.digests import digest_bytes
 from schemas.tasks import TaskPhase, TaskResult
 from schemas.writes import operation_key
-from tests.support import REPO, TaskEnv, assert_replays, example_spec
+from tests.helpers.support import REPO, TaskEnv, assert_replays, example_spec
 from workflows import AgentTaskWorkflow
 
 SHEETS = sorted((REPO / "examples" / "monthly_report" / "sheets").glob("*.csv"))

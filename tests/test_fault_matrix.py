@@ -24,8 +24,8 @@ from temporalio.client import Client
 
 from activities.sandbox.base import LABEL_TASK
 from schemas.tasks import TaskPhase, TaskResult, TaskStatus
-from tests.matrix import Record, leftover_sandboxes, record
-from tests.support import (
+from tests.helpers.matrix import Record, leftover_sandboxes, record
+from tests.helpers.support import (
     DevServer,
     TaskEnv,
     assert_replays,
@@ -247,7 +247,7 @@ async def test_unconfirmable_evidence_never_reads_as_plain_success(
 ) -> None:
     """Scenario 8. The write commits, but every lookup that would confirm it finds the business
     system down. The task completes marked evidence-incomplete, naming the unconfirmed write."""
-    config = make_config(tmp_path / "data", business_writer="tests.faults:faulty_writer")
+    config = make_config(tmp_path / "data", business_writer="tests.helpers.faults:faulty_writer")
     env = TaskEnv(client=client, config=config, address=dev_server.address)
     async with running_worker(client, config):
         handle = await env.start(

@@ -1,7 +1,7 @@
 """Fuzzing the entry points with arbitrary JSON, through the real client, against a real worker.
 
 Hypothesis generates fully arbitrary JSON values and mutations of valid payloads
-(``tests/fuzz_strategies.py``) and sends them as the workflow input, as ``submit_decision`` and
+(``tests/helpers/fuzz_strategies.py``) and sends them as the workflow input, as ``submit_decision`` and
 ``add_input`` signals, and as ``decide`` updates. The properties: a start either runs or fails once
 with a non-retryable error naming the field; a signal is recorded as ignored (or added) with its
 reason and leaves the waiting task as it was; an update is refused with the same reason before it
@@ -52,8 +52,8 @@ from schemas.events import Event
 from schemas.events import EventType as TaskEvent
 from schemas.tasks import PolicySpec, TaskPhase, TaskResult, TaskSpec, TaskState, TaskStatus
 from schemas.validation import InvalidPayload, parse_decision, parse_follow_up, parse_task_input
-from tests.fuzz_strategies import payloads, task_inputs
-from tests.support import TaskEnv, example_spec
+from tests.helpers.fuzz_strategies import payloads, task_inputs
+from tests.helpers.support import TaskEnv, example_spec
 from workflows import AgentTaskWorkflow
 from workflows.decisions import why_not
 

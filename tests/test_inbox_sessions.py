@@ -17,7 +17,7 @@ from temporalio.client import Client
 
 from inbox import build_app, running_inbox
 from inbox.auth import COOKIE, Authenticator
-from tests.browser import chromium, fetch
+from tests.helpers.browser import chromium, fetch
 from tests.test_inbox_web import STRANGER_TOKEN, csrf_of, http_sign_in, session_cookie, tokens_file
 
 __all__ = ["tokens_file"]  # the fixture, shared with test_inbox_web

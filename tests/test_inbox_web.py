@@ -23,8 +23,8 @@ from inbox.pages import task_url
 from schemas.approvals import DecisionKind
 from schemas.tasks import TaskPhase, TaskResult
 from security.signing import new_private_key, public_key_text
-from tests.browser import chromium, fetch, save_screenshot, wait_for
-from tests.support import TaskEnv, example_spec
+from tests.helpers.browser import chromium, fetch, save_screenshot, wait_for
+from tests.helpers.support import TaskEnv, example_spec
 from workflows import AgentTaskWorkflow
 
 LEAD_TOKEN = "lead-0f3c9a7e51d2b8c4"

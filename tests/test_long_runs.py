@@ -13,7 +13,7 @@ from temporalio.client import Client
 
 from cli.evidence import expand
 from schemas.tasks import Evidence, TaskPhase, TaskResult
-from tests.support import (
+from tests.helpers.support import (
     DevServer,
     TaskEnv,
     connect,

@@ -9,7 +9,7 @@ import urllib.request
 from pathlib import Path
 
 from schemas.tasks import TaskPhase, TaskResult
-from tests.support import TaskEnv, example_spec, free_port, spawn_worker
+from tests.helpers.support import TaskEnv, example_spec, free_port, spawn_worker
 from workflows import AgentTaskWorkflow
 
 OURS = [

@@ -1,6 +1,6 @@
 """Models per agent: providers by name, an agent's own model, fallback chains, the start check.
 
-Real parts: the project's OpenAI-compatible server (tests/openai_stub.py, both APIs) on loopback,
+Real parts: the project's OpenAI-compatible server (tests/helpers/openai_stub.py, both APIs) on loopback,
 the real Temporal dev server, the real ``openai`` client and Agents SDK models, and LiteLLM.
 """
 
@@ -22,8 +22,15 @@ from activities.agent.registry import AgentRegistration
 from schemas.config import ConfigError, WorkerConfig
 from schemas.tasks import TaskPhase, TaskResult
 from security.redact import config_secrets
-from tests.openai_stub import OpenAIStub
-from tests.support import TEST_AGENTS, DevServer, TaskEnv, assert_replays, running_worker, spawn_worker
+from tests.helpers.openai_stub import OpenAIStub
+from tests.helpers.support import (
+    TEST_AGENTS,
+    DevServer,
+    TaskEnv,
+    assert_replays,
+    running_worker,
+    spawn_worker,
+)
 from workflows import AgentTaskWorkflow
 
 

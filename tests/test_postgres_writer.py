@@ -20,7 +20,7 @@ from activities.business.postgres import PostgresBusinessStore
 from activities.business.sqlite import SqliteBusinessStore
 from activities.errors import WriteConflict, WriteError, WriteUnavailable, WriteUnknown
 from schemas.writes import WriteInput, WriteOutcome, operation_key
-from tests.postgres_server import AnswerDroppingProxy, PostgresServer, start_postgres
+from tests.helpers.postgres_server import AnswerDroppingProxy, PostgresServer, start_postgres
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ from activities.agent.provider_errors import (
     no_sdk_retries,
     provider_failure,
 )
-from tests.openai_stub import OpenAIStub, response_json
+from tests.helpers.openai_stub import OpenAIStub, response_json
 
 
 @pytest.fixture

@@ -11,9 +11,9 @@ import pytest
 from temporalio.client import WorkflowFailureError
 
 from schemas.tasks import TaskPhase, TaskResult
-from tests.matrix import Record, leftover_sandboxes, record
-from tests.openai_stub import OpenAIStub
-from tests.support import DevServer, TaskEnv, assert_replays, make_config, running_worker
+from tests.helpers.matrix import Record, leftover_sandboxes, record
+from tests.helpers.openai_stub import OpenAIStub
+from tests.helpers.support import DevServer, TaskEnv, assert_replays, make_config, running_worker
 from workflows import AgentTaskWorkflow
 
 

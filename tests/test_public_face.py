@@ -21,7 +21,7 @@ from agent_worker import (
     TaskPhase,
     WorkerUnreachable,
 )
-from tests.support import TaskEnv, example_spec
+from tests.helpers.support import TaskEnv, example_spec
 
 STALE = "sha256:" + "0" * 64
 

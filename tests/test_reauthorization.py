@@ -10,8 +10,8 @@ import pytest
 from activities.authz import SqliteAuthorizer
 from activities.sandbox import sandbox_id_for
 from schemas.tasks import TaskPhase, TaskResult
-from tests.matrix import Record, leftover_sandboxes, record
-from tests.support import TaskEnv, assert_replays
+from tests.helpers.matrix import Record, leftover_sandboxes, record
+from tests.helpers.support import TaskEnv, assert_replays
 from workflows import AgentTaskWorkflow
 
 

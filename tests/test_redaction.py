@@ -18,8 +18,8 @@ from temporalio.client import Client, WorkflowFailureError
 from schemas.config import WorkerConfig
 from schemas.tasks import TaskPhase, TaskResult
 from security.redact import config_secrets, redact, register_secrets
-from tests.openai_stub import OpenAIStub
-from tests.support import DevServer, TaskEnv, make_config, spawn_worker
+from tests.helpers.openai_stub import OpenAIStub
+from tests.helpers.support import DevServer, TaskEnv, make_config, spawn_worker
 from workflows import AgentTaskWorkflow
 
 

@@ -13,8 +13,8 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from tests.matrix import Record, record
-from tests.support import HISTORY_IDS
+from tests.helpers.matrix import Record, record
+from tests.helpers.support import HISTORY_IDS
 from workflows import AgentTaskWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"

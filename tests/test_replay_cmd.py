@@ -24,7 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from cli.replay import NONDETERMINISTIC, OK, add_parser, cmd_replay, default_workflows
     from cli.tasks import CliError
     from schemas.tasks import TaskPhase, TaskResult
-    from tests.support import TaskEnv, example_spec
+    from tests.helpers.support import TaskEnv, example_spec
     from workflows import AgentTaskWorkflow, SandboxReaperWorkflow
 
 

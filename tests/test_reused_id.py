@@ -23,7 +23,7 @@ from schemas.events import EventType
 from schemas.tasks import TaskPhase, TaskResult, TaskStatus
 from schemas.writes import operation_key
 from security.signing import new_private_key, public_key_text, sign
-from tests.support import DevServer, TaskEnv, example_spec, make_config, running_worker
+from tests.helpers.support import DevServer, TaskEnv, example_spec, make_config, running_worker
 from workflows import AgentTaskWorkflow
 
 

@@ -14,7 +14,7 @@ from cli.main import main as cli_main
 from schemas.approvals import ApprovalDecision
 from schemas.tasks import TaskPhase, TaskResult
 from security.signing import new_private_key, public_key_text, sign
-from tests.support import TaskEnv, example_spec
+from tests.helpers.support import TaskEnv, example_spec
 from workflows import AgentTaskWorkflow
 
 

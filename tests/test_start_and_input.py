@@ -16,7 +16,7 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 from agent_worker.client import WORKFLOW_TYPE
 from cli.devserver import temporal_binary
 from cli.main import main as cli_main
-from tests.support import TaskEnv, event_types, example_spec
+from tests.helpers.support import TaskEnv, event_types, example_spec
 
 
 async def test_starting_the_same_task_id_twice_gives_one_task(

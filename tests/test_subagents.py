@@ -12,7 +12,7 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
 from activities.sandbox import sandbox_id_for
 from schemas.tasks import TaskPhase, TaskResult
-from tests.support import TaskEnv, assert_replays, run_ids
+from tests.helpers.support import TaskEnv, assert_replays, run_ids
 
 
 async def test_delegated_sub_task_runs_as_a_child_and_its_answer_returns(env: TaskEnv) -> None:

@@ -22,8 +22,8 @@ from activities.tenants import TenantActivities, TenantAdmission
 from schemas.config import WorkerConfig
 from schemas.tasks import TaskPhase, TaskResult
 from telemetry import configure_tracing, tracing_interceptors
-from tests.openai_stub import OpenAIStub, response_json
-from tests.support import DevServer, TaskEnv, example_spec, make_config, running_worker
+from tests.helpers.openai_stub import OpenAIStub, response_json
+from tests.helpers.support import DevServer, TaskEnv, example_spec, make_config, running_worker
 from workflows import AgentTaskWorkflow
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from activities.sandbox import sandbox_id_for
 from schemas.tasks import TaskPhase, TaskResult
-from tests.agents import CALL_LOG_ENV
-from tests.support import TaskEnv, assert_replays, spawn_worker
+from tests.helpers.agents import CALL_LOG_ENV
+from tests.helpers.support import TaskEnv, assert_replays, spawn_worker
 from workflows import AgentTaskWorkflow
 
 

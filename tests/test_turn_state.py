@@ -15,7 +15,7 @@ from activities.agent.turn import AgentActivities, needs_run_state
 from activities.artifacts import LocalArtifactStore
 from schemas.actions import ActionResult, ActionStatus
 from schemas.turns import TurnInput
-from tests.support import TEST_AGENTS, make_config
+from tests.helpers.support import TEST_AGENTS, make_config
 
 
 def test_only_runs_the_conversation_cannot_continue_keep_the_run_state() -> None:

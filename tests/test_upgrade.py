@@ -12,7 +12,7 @@ from pathlib import Path
 
 from cli.devserver import temporal_binary
 from schemas.tasks import TaskPhase, TaskResult
-from tests.support import TaskEnv, example_spec, spawn_worker
+from tests.helpers.support import TaskEnv, example_spec, spawn_worker
 
 
 def set_current_version(env: TaskEnv, deployment: str, build_id: str) -> None:

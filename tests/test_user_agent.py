@@ -8,7 +8,7 @@ import signal
 from pathlib import Path
 
 from schemas.tasks import TaskPhase, TaskResult
-from tests.support import TaskEnv, spawn_worker
+from tests.helpers.support import TaskEnv, spawn_worker
 from workflows import AgentTaskWorkflow
 
 
@@ -16,7 +16,8 @@ async def test_agent_registered_by_config_runs_end_to_end(config_env: TaskEnv, t
     """AGENT_WORKER_AGENTS names the module; the worker loads it and nothing else; the task waits for
     the default approver and files exactly one invoice."""
     env = config_env
-    worker = spawn_worker(env, tmp_path / "worker.log", AGENT_WORKER_AGENTS="tests.user_agents:registration")
+    agents = "tests.helpers.user_agents:registration"
+    worker = spawn_worker(env, tmp_path / "worker.log", AGENT_WORKER_AGENTS=agents)
     try:
         spec = {
             "agent": "invoicer",

@@ -12,7 +12,7 @@ from temporalio.api.sdk.v1 import WorkflowMetadata
 
 from cli.devserver import temporal_binary
 from cli.main import main as cli_main
-from tests.support import TaskEnv, example_spec, running_worker
+from tests.helpers.support import TaskEnv, example_spec, running_worker
 
 
 async def test_a_waiting_task_is_found_by_search_attributes_inbox_and_status(

@@ -9,8 +9,8 @@ import signal
 from pathlib import Path
 
 from schemas.tasks import TaskPhase, TaskResult
-from tests.matrix import Record, leftover_sandboxes, record
-from tests.support import TaskEnv, example_spec, spawn_worker
+from tests.helpers.matrix import Record, leftover_sandboxes, record
+from tests.helpers.support import TaskEnv, example_spec, spawn_worker
 from workflows import AgentTaskWorkflow
 
 

@@ -19,7 +19,7 @@ from temporalio.client import WorkflowHandle, WorkflowHistory
 from activities.events import JsonlEventSink
 from activities.sandbox.base import sandbox_id_for
 from schemas.tasks import TaskPhase, TaskResult
-from tests.support import (
+from tests.helpers.support import (
     TaskEnv,
     assert_replays,
     example_spec,

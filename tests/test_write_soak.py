@@ -16,9 +16,9 @@ from temporalio.client import Client
 
 from schemas.tasks import TaskResult
 from schemas.writes import operation_key
-from tests.business_backends import Backend
-from tests.faults import fault_for
-from tests.support import DevServer, spawn_worker
+from tests.helpers.business_backends import Backend
+from tests.helpers.faults import fault_for
+from tests.helpers.support import DevServer, spawn_worker
 from tests.test_exactly_once import backend, business_env, recorder  # noqa: F401 - the backend fixture
 
 TASKS = int(os.environ.get("AW_SOAK_TASKS", "200"))

@@ -1,0 +1,238 @@
+"""A real local HTTP server speaking the OpenAI Responses and Chat Completions APIs, scripted with a
+queue of replies.
+
+``POST /v1/responses`` and ``POST /v1/chat/completions`` answer with the next scripted reply
+(status, headers, JSON body; a text reply takes the shape of the API asked); with the queue empty
+they answer the ``always`` reply if one is set, else 500, so an unexpected extra request fails
+loudly instead of passing quietly. Every request is recorded with its path, arrival time
+(``time.monotonic()``) and JSON body.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One scripted answer; ``delay`` seconds pass before it is sent (to provoke client timeouts)."""
+
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    body: Any = None
+    delay: float = 0.0
+    text: str | None = None  # a 200 whose assistant message says this, in the shape of the API asked
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """A request the stub received."""
+
+    method: str
+    path: str
+    at: float
+    body: Any
+
+
+def response_json(text: str, *, model: str = "gpt-test", response_id: str = "resp_stub") -> dict[str, Any]:
+    """A completed Responses API object whose one output is an assistant message saying ``text``."""
+    input_tokens, output_tokens = 5, len(text.split())
+    return {
+        "id": response_id,
+        "object": "response",
+        "created_at": 1_700_000_000,
+        "status": "completed",
+        "model": model,
+        "output": [
+            {
+                "id": "msg_stub",
+                "type": "message",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": text, "annotations": []}],
+            }
+        ],
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": {
+            "input_tokens": input_tokens,
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+            "output_tokens": output_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": input_tokens + output_tokens,
+        },
+    }
+
+
+def chat_completion_json(text: str, *, model: str = "gpt-test") -> dict[str, Any]:
+    """A Chat Completions object whose one choice is an assistant message saying ``text``."""
+    prompt_tokens, completion_tokens = 5, len(text.split())
+    return {
+        "id": "chatcmpl-stub",
+        "object": "chat.completion",
+        "created": 1_700_000_000,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": "stop",
+                "logprobs": None,
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
+
+
+def error_json(
+    message: str, *, type: str = "invalid_request_error", code: str | None = None
+) -> dict[str, Any]:
+    """An error body in the shape the OpenAI API sends."""
+    return {"error": {"message": message, "type": type, "param": None, "code": code}}
+
+
+class OpenAIStub:
+    """The scripted server; use as a context manager, then point a client at ``base_url``."""
+
+    def __init__(self) -> None:
+        self.requests: list[RecordedRequest] = []
+        self._replies: collections.deque[Reply] = collections.deque()
+        self._always: Reply | None = None
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._server.daemon_threads = True
+        # A short poll interval keeps shutdown (and so each test's teardown) fast.
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, name="openai-stub", daemon=True
+        )
+
+    @property
+    def port(self) -> int:
+        return self._server.server_address[1]
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def reply(
+        self,
+        status: int = 200,
+        *,
+        headers: dict[str, str] | None = None,
+        body: Any = None,
+        delay: float = 0.0,
+    ) -> None:
+        """Queue a reply, sent ``delay`` seconds after its request arrives."""
+        with self._lock:
+            self._replies.append(Reply(status, headers or {}, body, delay))
+
+    def reply_text(self, text: str, *, delay: float = 0.0) -> None:
+        """Queue a 200 whose assistant message says ``text`` (in either API's shape)."""
+        with self._lock:
+            self._replies.append(Reply(200, {}, None, delay, text=text))
+
+    def always(
+        self, status: int = 200, *, text: str | None = None, message: str = "", code: str | None = None
+    ) -> None:
+        """Answer every request the queue does not: ``text`` (a 200), or an error with ``message``."""
+        reply = (
+            Reply(status, {}, None, 0.0, text=text)
+            if text is not None
+            else Reply(
+                status,
+                {},
+                error_json(
+                    message, type="server_error" if status >= 500 else "insufficient_quota", code=code
+                ),
+            )
+        )
+        with self._lock:
+            self._always = reply
+
+    def paths(self) -> list[str]:
+        """The paths of the requests so far, in order."""
+        with self._lock:
+            return [r.path for r in self.requests]
+
+    def reply_error(
+        self, status: int, message: str, *, headers: dict[str, str] | None = None, code: str | None = None
+    ) -> None:
+        """Queue an error reply with the provider's ``message``."""
+        self.reply(status, headers=headers, body=error_json(message, code=code))
+
+    def __enter__(self) -> OpenAIStub:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def _next(self, method: str, path: str, body: Any) -> Reply:
+        with self._lock:
+            self.requests.append(RecordedRequest(method, path, time.monotonic(), body))
+            if method != "POST" or path not in ("/v1/responses", "/v1/chat/completions"):
+                return Reply(404, {}, error_json(f"stub does not serve {method} {path}"))
+            if self._replies:
+                reply = self._replies.popleft()
+            elif self._always is not None:
+                reply = self._always
+            else:
+                return Reply(500, {}, error_json("openai stub: no scripted reply left", type="server_error"))
+            if reply.text is None:
+                return reply
+            model = body.get("model", "gpt-test") if isinstance(body, dict) else "gpt-test"
+            shape = chat_completion_json if path == "/v1/chat/completions" else response_json
+            return Reply(reply.status, reply.headers, shape(reply.text, model=model), reply.delay)
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                try:
+                    body = json.loads(raw) if raw else None
+                except ValueError:
+                    body = raw.decode(errors="replace")
+                self._send(stub._next("POST", self.path, body))
+
+            def do_GET(self) -> None:
+                self._send(stub._next("GET", self.path, None))
+
+            def _send(self, reply: Reply) -> None:
+                if reply.delay:
+                    time.sleep(reply.delay)
+                payload = b"" if reply.body is None else json.dumps(reply.body).encode()
+                try:
+                    self.send_response(reply.status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(payload)))
+                    for name, value in reply.headers.items():
+                        self.send_header(name, value)
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except (BrokenPipeError, ConnectionResetError):
+                    # The client gave up (a timeout test); there is nobody left to answer.
+                    pass
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        return Handler
+
+
+__all__ = ["OpenAIStub", "RecordedRequest", "Reply", "chat_completion_json", "error_json", "response_json"]

@@ -1,0 +1,255 @@
+"""Test support: a real Temporal dev server, workers on their own task queues, and helpers to drive
+tasks. Used by ``conftest.py`` and the tests; ``assert_replays`` also records histories for
+``make histories``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from activities.artifacts import LocalArtifactStore
+from activities.business import SqliteBusinessStore
+from cli.devserver import free_port, start_dev_server
+from examples import EXAMPLES
+from schemas.config import DEFAULT_AGENTS, WorkerConfig
+from schemas.tasks import TaskPhase, TaskResult, TaskStatus
+from worker import build_workers
+from workflows import AgentTaskWorkflow
+
+REPO = Path(__file__).resolve().parents[2]
+TEST_AGENTS = [*DEFAULT_AGENTS, "tests.helpers.agents:registrations"]
+HISTORY_IDS = "workflow_ids.json"
+
+
+@dataclass
+class DevServer:
+    """A dev server started for the tests."""
+
+    address: str
+    proc: subprocess.Popen[bytes]
+    db: Path
+
+    def stop(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+def launch_dev_server(
+    directory: Path, dynamic_config: dict[str, str] | None = None, port: int | None = None
+) -> DevServer:
+    """Start the embedded dev server (WAL, search attributes) under ``directory``, on ``port`` or a
+    free one (the same directory and port restart a server on its database)."""
+    port = port or free_port()
+    db = directory / "temporal.db"
+    proc = start_dev_server(
+        port=port,
+        db_filename=db,
+        log_file=directory / "temporal.log",
+        headless=True,
+        dynamic_config=dynamic_config,
+    )
+    return DevServer(address=f"127.0.0.1:{port}", proc=proc, db=db)
+
+
+async def connect(address: str) -> Client:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            client = await Client.connect(address, data_converter=pydantic_data_converter)
+            await client.count_workflows()
+            return client
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.3)
+
+
+def example_spec(name: str = "monthly-report") -> dict[str, Any]:
+    """A bundled example's TaskSpec, as the JSON any client would send."""
+    return json.loads(EXAMPLES[name].read_text())
+
+
+@dataclass
+class TaskEnv:
+    """One test's world: a client, a worker config with its own task queue and data dir."""
+
+    client: Client
+    config: WorkerConfig
+    address: str
+
+    @property
+    def task_queue(self) -> str:
+        return self.config.task_queue
+
+    def business(self) -> SqliteBusinessStore:
+        return SqliteBusinessStore(self.config.business_db)
+
+    def store(self) -> LocalArtifactStore:
+        return LocalArtifactStore(self.config.artifact_dir)
+
+    def worker_env(self) -> dict[str, str]:
+        """Environment for a worker subprocess serving this env (the same configuration)."""
+        config = self.config
+        env = {
+            **os.environ,
+            "TEMPORAL_ADDRESS": self.address,
+            "AGENT_WORKER_TASK_QUEUE": self.task_queue,
+            "AGENT_WORKER_DATA_DIR": str(config.data_dir),
+            "AGENT_WORKER_AGENTS": ",".join(config.agents),
+            "AGENT_WORKER_MODEL_PROVIDER": "scripted",
+            "AGENT_WORKER_SANDBOX_BACKEND": config.sandbox_backend,
+            "AGENT_WORKER_BUSINESS_BACKEND": config.business_backend,
+            "PYTHONPATH": str(REPO),
+        }
+        if config.business_dsn is not None:
+            env["AGENT_WORKER_BUSINESS_DSN"] = config.business_dsn.get_secret_value()
+        if config.business_url:
+            env["AGENT_WORKER_BUSINESS_URL"] = config.business_url
+        if config.business_writer:
+            env["AGENT_WORKER_BUSINESS_WRITER"] = config.business_writer
+        return env
+
+    async def start(
+        self, spec: dict[str, Any], task_id: str | None = None
+    ) -> WorkflowHandle[Any, TaskResult]:
+        return await self.client.start_workflow(
+            AgentTaskWorkflow.run,
+            spec,
+            id=task_id or f"t-{uuid.uuid4().hex[:10]}",
+            task_queue=self.task_queue,
+            result_type=TaskResult,
+        )
+
+    async def wait_status(
+        self,
+        handle: WorkflowHandle[Any, Any],
+        until: Callable[[TaskStatus], bool],
+        within: float = 60.0,
+    ) -> TaskStatus:
+        """Poll the ``status`` query until ``until`` holds."""
+        deadline = time.monotonic() + within
+        while True:
+            status = await handle.query(AgentTaskWorkflow.status)
+            if until(status):
+                return status
+            if time.monotonic() > deadline:
+                raise AssertionError(f"task {handle.id} never reached the condition; last status: {status}")
+            await asyncio.sleep(0.1)
+
+    async def awaiting_approval(self, handle: WorkflowHandle[Any, Any]) -> TaskStatus:
+        return await self.wait_status(
+            handle, lambda s: s.phase is TaskPhase.AWAITING_APPROVAL and bool(s.pending)
+        )
+
+    async def approve(self, handle: WorkflowHandle[Any, Any], principal: str = "finance-lead") -> None:
+        """Wait for the task's one pending request and approve it through the ``decide`` update."""
+        [request] = (await self.awaiting_approval(handle)).pending
+        outcome = await handle.execute_update(
+            AgentTaskWorkflow.decide,
+            {
+                "request_id": request.request_id,
+                "version": request.version,
+                "decision": "approve",
+                "principal": principal,
+            },
+        )
+        assert outcome.accepted is True
+
+    async def cancel(self, handle: WorkflowHandle[Any, Any]) -> None:
+        """Cancel the task and wait until it has closed (while this env's worker still runs)."""
+        await handle.cancel()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(handle.result(), 30)
+
+
+def make_config(data_dir: Path, **overrides: Any) -> WorkerConfig:
+    values: dict[str, Any] = {
+        "task_queue": f"tq-{uuid.uuid4().hex[:10]}",
+        "data_dir": data_dir,
+        "agents": TEST_AGENTS,
+        "model_provider": "scripted",
+        "process_isolation": "auto",
+        # Fast and inspectable on disk; the Docker tests choose docker (or auto) themselves.
+        "sandbox_backend": "process",
+    }
+    values.update(overrides)
+    return WorkerConfig(**values)
+
+
+@contextlib.asynccontextmanager
+async def running_worker(client: Client, config: WorkerConfig) -> AsyncIterator[None]:
+    """In-process workers on ``config.task_queue`` (and its ``.business`` queue) for the block."""
+    async with contextlib.AsyncExitStack() as running:
+        for worker in build_workers(client, config):
+            await running.enter_async_context(worker)
+        yield
+
+
+def spawn_worker(env: TaskEnv, log: Path, **extra_env: str) -> subprocess.Popen[bytes]:
+    """A worker in its own process (``agent-worker worker``), for crash tests."""
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "cli.main", "worker"],
+            env={**env.worker_env(), **extra_env},
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+async def run_ids(client: Client, workflow_id: str) -> list[str]:
+    """The run ids of a task (one per continue-as-new, plus the first), oldest first."""
+    runs = [r async for r in client.list_workflows(f"WorkflowId = '{workflow_id}'")]
+    return [r.run_id for r in sorted(runs, key=lambda r: r.start_time)]
+
+
+async def assert_replays(
+    client: Client, workflow_id: str, run_id: str | None = None, *, keep: bool = True
+) -> str:
+    """Replay the task's history (its latest run, or ``run_id``) against the current code; returns
+    the history as JSON.
+
+    With ``AW_RECORD_HISTORIES=DIR`` set, the history is also saved there under the test's
+    name (``make histories`` refreshes ``tests/histories/`` this way), unless ``keep`` is False (a
+    history too large to commit).
+    """
+    history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+    await Replayer(workflows=[AgentTaskWorkflow], data_converter=pydantic_data_converter).replay_workflow(
+        history
+    )
+    record_dir = os.environ.get("AW_RECORD_HISTORIES")
+    if record_dir and keep:
+        test_name = os.environ["PYTEST_CURRENT_TEST"].split("::")[-1].split(" ")[0]
+        Path(record_dir).mkdir(parents=True, exist_ok=True)
+        (Path(record_dir) / f"{test_name}.json").write_text(history.to_json())
+        # Child ids derive from the workflow id, so a replay needs the real one.
+        index = Path(record_dir) / HISTORY_IDS
+        ids = json.loads(index.read_text()) if index.exists() else {}
+        ids[test_name] = workflow_id
+        index.write_text(json.dumps(ids, indent=2, sort_keys=True) + "\n")
+    return history.to_json()
+
+
+def event_types(history_json: str) -> list[str]:
+    """The event types of a history in JSON form."""
+    return [e["eventType"] for e in json.loads(history_json)["events"]]
