@@ -5,7 +5,10 @@ would fail again on every retry: the task would be stuck for good)."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
+from pathlib import Path
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
@@ -14,7 +17,7 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle
 from activities.events import JsonlEventSink
 from schemas.approvals import MAX_EDITED_ARGS_BYTES, MAX_PRINCIPAL_CHARS, DecisionOutcome
 from schemas.tasks import TaskPhase
-from tests.helpers.support import TaskEnv, assert_replays
+from tests.helpers.support import TaskEnv, assert_replays, spawn_worker
 from workflows import AgentTaskWorkflow
 from workflows.agent_task import MAX_PENDING_FOLLOW_UP_BYTES
 from workflows.bounds import MAX_PAYLOAD_BYTES, MAX_SPEC_BYTES
@@ -45,10 +48,21 @@ async def decide(handle: WorkflowHandle[Any, Any], **decision: Any) -> DecisionO
 
 
 async def test_ten_thousand_bogus_decisions_neither_wedge_the_task_nor_hide_the_real_one(
-    env: TaskEnv,
+    config_env: TaskEnv, tmp_path: Path
 ) -> None:
     """10,000 stale-version decisions sent as fast as 40 in flight allow, then a valid approval: the
-    task completes with one write, no workflow task failed, and every bogus one is counted."""
+    task completes with one write, no workflow task failed, and every bogus one is counted. The worker
+    runs in its own process, as in production (and so a wedged one is killed, not waited for)."""
+    env = config_env
+    worker = spawn_worker(env, tmp_path / "worker.log")
+    try:
+        await flood_then_approve(env)
+    finally:
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait()
+
+
+async def flood_then_approve(env: TaskEnv) -> None:
     handle = await env.start(recorder("flood-1"))
     [request] = (await env.awaiting_approval(handle)).pending
     bogus = {
