@@ -131,7 +131,7 @@ class AgentWorkerClient:
     ) -> AgentWorkerClient:
         """Connect as the SDK's environment configuration says (``TEMPORAL_ADDRESS``, profiles, TLS,
         API key), ``address`` first when given; encryption keys as the worker reads them."""
-        from worker import connect
+        from agent_worker.worker import connect
 
         return cls(await connect(target_host=address, **overrides), task_queue)
 

@@ -122,10 +122,10 @@ async def local_worker(
             (``model_provider="scripted"``) and the bubblewrap process sandbox tier. Unless
             structlog is configured already, the worker's logs go to stderr, as in production.
     """
+    from agent_worker.worker import build_workers, ensure_search_attributes
     from cli.devserver import free_port, start_dev_server
     from schemas.config import WorkerConfig
     from telemetry import configure_logging
-    from worker import build_workers, ensure_search_attributes
 
     scratch = Path(tempfile.mkdtemp(prefix="agent-worker-local-"))
     server = None

@@ -34,7 +34,7 @@ class CliContext:
 
     async def temporal(self, address: str | None = None) -> Client:
         """A Temporal client with the data converter the workers use (encryption per the config)."""
-        from worker import connect
+        from agent_worker.worker import connect
 
         return await connect(
             target_host=address or self.address, namespace=self.namespace, config=self.config

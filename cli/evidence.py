@@ -282,7 +282,8 @@ def _writer(config: WorkerConfig) -> BusinessWriter | str:
     embedded = not config.business_writer and config.business_backend == "sqlite"
     if embedded and not config.business_db.exists():
         return f"no business database at {config.business_db} (is AGENT_WORKER_DATA_DIR right?)"
-    from worker import build_writer  # the whole worker: only `verify` of a bundle with writes needs it
+    # The whole worker: only `verify` of a bundle with writes needs it.
+    from agent_worker.worker import build_writer
 
     return build_writer(config)
 

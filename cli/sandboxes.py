@@ -79,7 +79,7 @@ async def cmd_reap(args: argparse.Namespace, ctx: CliContext, out: TextIO | None
         )
         return 0
     from activities.sandbox.reaper import SandboxReaper
-    from worker import build_sandboxes
+    from agent_worker.worker import build_sandboxes
 
     backends, _default, _unavailable = build_sandboxes(config, client.namespace)
     result = await SandboxReaper(list(backends.values()), client).reap(reap)

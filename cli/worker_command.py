@@ -42,7 +42,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 async def cmd_worker(args: argparse.Namespace, ctx: CliContext) -> int:
     """Run until SIGINT/SIGTERM with the configuration ``cli.main`` read."""
-    from worker import run_worker
+    from agent_worker.worker import run_worker
 
     await run_worker(ctx.config, client_overrides={"target_host": ctx.address, "namespace": ctx.namespace})
     return 0

@@ -1,0 +1,389 @@
+"""The worker: builds Temporal ``Worker``s from config and runs them until SIGINT/SIGTERM.
+
+Entry point of ``agent-worker worker`` (and ``python worker.py``, the layout's module at the root,
+which re-exports this one). It lives inside the package so that a user's own ``worker.py`` on the
+import path cannot take its place. Configuration is read once here,
+at the edge: ``WorkerConfig`` from ``AGENT_WORKER_*`` variables, the Temporal connection from the
+SDK's environment configuration (``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``, ``TEMPORAL_API_KEY``,
+TLS, profiles).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+import structlog
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
+from temporalio.client import Client
+from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
+from temporalio.envconfig import ClientConfig
+from temporalio.service import RPCError
+from temporalio.worker import Worker, WorkerDeploymentConfig
+
+from activities.agent import AgentActivities, AgentRegistry
+from activities.artifacts import ArtifactActivities, LocalArtifactStore
+from activities.authz import Authorizer, AuthzActivities, SqliteAuthorizer
+from activities.business import BusinessActivities, BusinessWriter, SqliteBusinessStore, load_writer
+from activities.errors import SandboxError
+from activities.events import EventActivities, EventSink, JsonlEventSink
+from activities.loading import load_object
+from activities.sandbox import ProcessSandbox, Sandbox, SandboxActivities
+from activities.sandbox.docker import DockerSandbox, docker_available
+from activities.sandbox.reaper import ReaperActivities, SandboxReaper
+from activities.tenants import TenantActivities, TenantAdmission
+from schemas import visibility
+from schemas.config import ConfigError, WorkerConfig
+from schemas.sandbox import SandboxBackend
+from security.codec import converter_for, converter_from_env
+from security.redact import register_config_secrets
+from telemetry import configure_logging, configure_tracing, tracing_interceptors
+from telemetry.health import Health, serve_health
+from telemetry.metrics import prometheus_runtime
+from workflows import AgentTaskWorkflow, SandboxReaperWorkflow
+from workflows.options import AGENT_QUEUE_SUFFIX, BUSINESS_QUEUE_SUFFIX, SANDBOX_QUEUE_SUFFIX
+from workflows.placement import COLOCATABLE
+
+log = structlog.get_logger("agent_worker.worker")
+
+DEFAULT_ADDRESS = "localhost:7233"
+GRACEFUL_SHUTDOWN = timedelta(seconds=30)
+HEARTBEAT_THROTTLE = timedelta(seconds=2)
+STICKY_TIMEOUT = timedelta(seconds=5)
+
+_INDEXED_TYPES = {
+    "Keyword": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
+    "Bool": IndexedValueType.INDEXED_VALUE_TYPE_BOOL,
+    "KeywordList": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD_LIST,
+}
+
+
+async def connect(
+    *, interceptors: Sequence[Any] = (), config: WorkerConfig | None = None, **overrides: Any
+) -> Client:
+    """Connect to Temporal as the SDK's environment configuration says (default localhost:7233).
+    Workers made from the client inherit its ``interceptors`` (tracing) and its data converter: payload
+    encryption when ``config`` (else ``AGENT_WORKER_ENCRYPTION_KEYS`` in the environment) has keys
+    (clients and workers must share the keys).
+
+    Raises:
+        KeySpecError: the encryption settings are malformed.
+    """
+    connect_config: dict[str, Any] = dict(ClientConfig.load_client_connect_config())
+    connect_config.setdefault("target_host", DEFAULT_ADDRESS)
+    connect_config.update({k: v for k, v in overrides.items() if v is not None})
+    if "data_converter" not in connect_config:
+        connect_config["data_converter"] = (
+            converter_for(config) if config is not None else converter_from_env(os.environ)
+        )
+    return await Client.connect(**connect_config, interceptors=list(interceptors))
+
+
+async def ensure_search_attributes(client: Client) -> None:
+    """Register the task search attributes if the namespace lacks them (dev server, self-hosted).
+
+    Where the operator API is not available (Temporal Cloud), log how to add them instead.
+    """
+    namespace = client.namespace
+    try:
+        listed = await client.operator_service.list_search_attributes(
+            ListSearchAttributesRequest(namespace=namespace)
+        )
+        missing = {
+            name: _INDEXED_TYPES[kind]
+            for name, kind in visibility.CLI_TYPES.items()
+            if name not in listed.custom_attributes
+        }
+        if missing:
+            await client.operator_service.add_search_attributes(
+                AddSearchAttributesRequest(namespace=namespace, search_attributes=missing)
+            )
+            log.info("registered search attributes", names=sorted(missing), namespace=namespace)
+    except RPCError as err:
+        log.warning(
+            "could not check search attributes; register them yourself",
+            error=str(err),
+            attributes=visibility.CLI_TYPES,
+        )
+
+
+def build_sandboxes(
+    config: WorkerConfig, namespace: str = "default"
+) -> tuple[dict[SandboxBackend, Sandbox], SandboxBackend | None, str | None]:
+    """The sandbox backends this worker offers, what a task's ``auto`` means here, and (when
+    ``auto`` has no contained tier to mean) why, for the refusal.
+
+    Docker and E2B are offered whenever they are usable, and ``auto`` picks one of them, never the
+    process tier. The process tier (trusted use only) is offered only when it is this worker's
+    configured backend, so a task cannot ask its way out of isolation, and only once it has proven its
+    isolation (or ``sandbox_unsafe_dev`` says to run without). Sandboxes are labelled with
+    ``namespace`` and the config's deployment, which is all the reaper here may judge.
+
+    Raises:
+        ConfigError: the configured backend cannot run here, or the process tier is not isolated
+            (and why, and how to fix it).
+    """
+    backends: dict[SandboxBackend, Sandbox] = {}
+    owner = {"namespace": namespace, "deployment": config.sandbox_deployment}
+    docker_problem = docker_available(config.docker_image)
+    if docker_problem is None:
+        backends[SandboxBackend.DOCKER] = DockerSandbox(config.docker_image, **owner)
+    elif config.sandbox_backend == "docker":
+        raise ConfigError(f"AGENT_WORKER_SANDBOX_BACKEND=docker, but {docker_problem}")
+    if config.e2b_api_key is not None:
+        from activities.sandbox.e2b import E2BSandbox
+
+        backends[SandboxBackend.E2B] = E2BSandbox.from_config(config, namespace)
+    elif config.sandbox_backend == "e2b":
+        raise ConfigError("AGENT_WORKER_SANDBOX_BACKEND=e2b needs E2B_API_KEY")
+    unavailable = None
+    default: SandboxBackend | None
+    if config.sandbox_backend == "auto":
+        default = next((b for b in (SandboxBackend.DOCKER, SandboxBackend.E2B) if b in backends), None)
+        if default is None:
+            unavailable = (
+                f"sandbox backend 'auto' found no contained tier: docker: {docker_problem}; e2b: "
+                "E2B_API_KEY is not set. Fix: start Docker and build the image (agent-worker "
+                "sandbox-image), or set E2B_API_KEY; the process tier runs only when named "
+                "(AGENT_WORKER_SANDBOX_BACKEND=process)"
+            )
+            log.error("no contained sandbox tier: sandbox commands will be refused", reason=unavailable)
+    else:
+        default = SandboxBackend(config.sandbox_backend)
+    if default is SandboxBackend.PROCESS:
+        try:
+            backends[SandboxBackend.PROCESS] = ProcessSandbox(
+                config.sandbox_root,
+                config.process_isolation,
+                unsafe_dev=config.sandbox_unsafe_dev,
+                **owner,
+            )
+        except SandboxError as err:
+            raise ConfigError(f"AGENT_WORKER_SANDBOX_BACKEND=process: {err}") from None
+    log.info(
+        "sandbox backends",
+        default=default.value if default else None,
+        offered=sorted(b.value for b in backends),
+        docker=docker_problem or "available",
+    )
+    return backends, default, unavailable
+
+
+def build_writer(config: WorkerConfig) -> BusinessWriter:
+    """The business system writes go to, as configured.
+
+    Raises:
+        ConfigError: the chosen backend misses its setting (DSN, URL).
+    """
+    if config.business_writer:
+        return load_writer(config.business_writer, config=config)
+    if config.business_backend == "postgres":
+        if config.business_dsn is None:
+            raise ConfigError("AGENT_WORKER_BUSINESS_BACKEND=postgres needs AGENT_WORKER_BUSINESS_DSN")
+        from activities.business.postgres import PostgresBusinessStore
+
+        return PostgresBusinessStore(config.business_dsn.get_secret_value())
+    if config.business_backend == "http":
+        if not config.business_url:
+            raise ConfigError("AGENT_WORKER_BUSINESS_BACKEND=http needs AGENT_WORKER_BUSINESS_URL")
+        from activities.business.http import HttpBusinessWriter
+
+        return HttpBusinessWriter(config.business_url)
+    return SqliteBusinessStore(config.business_db)
+
+
+def build_event_sink(config: WorkerConfig) -> EventSink:
+    """Where task events are delivered."""
+    if config.event_sink:
+        return load_object(config.event_sink, "event sink")(config=config)
+    return JsonlEventSink(config.events_dir)
+
+
+def build_authorizer(config: WorkerConfig) -> Authorizer:
+    """The authorizer asked right before approved actions run."""
+    if config.authorizer:
+        return load_object(config.authorizer, "authorizer")(config=config)
+    return SqliteAuthorizer(config.authz_db)
+
+
+def build_workers(client: Client, config: WorkerConfig) -> list[Worker]:
+    """The Temporal workers of this process, one per role in ``config.roles``, each on its own queue:
+
+    - ``workflows``: task workflows, the reaper workflow, and light activities (input ingest, event
+      delivery, tenant admission) on ``config.task_queue``;
+    - ``agent``: agent turns on ``<queue>.agent`` (holds the model provider's key);
+    - ``sandbox``: sandbox commands and the reaper on ``<queue>.sandbox`` (needs Docker or E2B);
+    - ``business``: writes, lookups and authorization checks on ``<queue>.business`` (holds the
+      business system's credentials).
+
+    Only what a role needs is built: a workflows-only worker never touches Docker or the business
+    system.
+    """
+    roles = config.role_set
+    if "agent" in roles and not (config.agents_tracing or config.otel_endpoint):
+        from agents import set_tracing_disabled
+
+        set_tracing_disabled(True)
+    # From here on, logs, activity errors and events mask the configured secrets (security.redact).
+    register_config_secrets(config, os.environ)
+    store = LocalArtifactStore(config.artifact_dir)
+    common: dict[str, Any] = {
+        "max_concurrent_activities": config.max_concurrent_activities,
+        "graceful_shutdown_timeout": GRACEFUL_SHUTDOWN,
+        # Heartbeats carry cancellation back: a cancelled sandbox command dies within seconds.
+        "max_heartbeat_throttle_interval": HEARTBEAT_THROTTLE,
+    }
+    if config.deployment_name and config.build_id:
+        # Auto-upgrade: runs move to the new version's workers at their next workflow task; changes
+        # that need it are guarded by workflow.patched (and checked with `agent-worker replay`).
+        common["deployment_config"] = WorkerDeploymentConfig(
+            version=WorkerDeploymentVersion(config.deployment_name, config.build_id),
+            use_worker_versioning=True,
+            default_versioning_behavior=VersioningBehavior.AUTO_UPGRADE,
+        )
+    elif config.build_id:
+        common["build_id"] = config.build_id
+    queue = config.task_queue
+    role_activities: dict[str, list[Any]] = {}
+    if "agent" in roles:
+        agent = AgentActivities(AgentRegistry.from_import_paths(config.agents), store, config)
+        role_activities[AGENT_QUEUE_SUFFIX] = [agent.turn, agent.plan]
+    if "sandbox" in roles:
+        backends, default, unavailable = build_sandboxes(config, client.namespace)
+        sandbox = SandboxActivities(backends, store, default, unavailable=unavailable)
+        reaper = ReaperActivities(SandboxReaper(list(backends.values()), client))
+        role_activities[SANDBOX_QUEUE_SUFFIX] = [sandbox.create, sandbox.exec, sandbox.destroy, reaper.reap]
+    if "business" in roles:
+        business = BusinessActivities(build_writer(config))
+        authz = AuthzActivities(build_authorizer(config))
+        role_activities[BUSINESS_QUEUE_SUFFIX] = [business.write, business.lookup, authz.check]
+    workers = [
+        Worker(client, task_queue=queue + suffix, activities=activities, **common)
+        for suffix, activities in role_activities.items()
+    ]
+    if "workflows" in roles:
+        artifacts = ArtifactActivities(store)
+        events = EventActivities(build_event_sink(config))
+        # Tasks this worker admits schedule agent and sandbox work on the task queue itself when it
+        # serves those roles there (``workflows.placement``): it then starts without a queue wait.
+        colocated = [r for r in COLOCATABLE if r in roles] if config.colocate else []
+        tenants = TenantActivities(
+            TenantAdmission(config.admission_db, config.tenant_caps, client), colocated
+        )
+        # Agent and sandbox work comes to the task queue itself too: from tasks admitted where those
+        # roles are served there (above), and from runs begun before the queues were split. This
+        # process serves it there when it has those roles.
+        served_here = [
+            a
+            for suffix in (AGENT_QUEUE_SUFFIX, SANDBOX_QUEUE_SUFFIX)
+            for a in role_activities.get(suffix, [])
+        ]
+        workers.insert(
+            0,
+            Worker(
+                client,
+                task_queue=queue,
+                workflows=[AgentTaskWorkflow, SandboxReaperWorkflow],
+                activities=[
+                    artifacts.ingest,
+                    artifacts.archive,
+                    events.publish,
+                    tenants.admit,
+                    tenants.release,
+                    *served_here,
+                ],
+                max_concurrent_workflow_tasks=config.max_concurrent_workflow_tasks,
+                max_cached_workflows=config.max_cached_workflows,
+                # A dead worker's tasks move to another worker after this (the SDK's default is 10 s).
+                sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
+                **common,
+            ),
+        )
+    return workers
+
+
+async def run_worker(
+    config: WorkerConfig, *, stop: asyncio.Event | None = None, client_overrides: dict[str, Any] | None = None
+) -> None:
+    """Run until SIGINT/SIGTERM (or ``stop``), then shut down gracefully: stop polling, let
+    in-flight activities finish within the grace period."""
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    # Before the workers: it turns the Agents SDK's tracing into OpenTelemetry spans.
+    provider = configure_tracing(endpoint=config.otel_endpoint, agents_to_openai=config.agents_tracing)
+    client = await connect(
+        interceptors=tracing_interceptors(provider),
+        config=config,
+        runtime=prometheus_runtime(config.metrics_bind),
+        **(client_overrides or {}),
+    )
+    health = Health(roles=sorted(config.role_set))
+    health_server = await serve_health(config.health_bind, health) if config.health_bind else None
+    if "workflows" in config.role_set:
+        await ensure_search_attributes(client)
+    workers = build_workers(client, config)
+    health.task_queues = [w.task_queue for w in workers]
+    log.info(
+        "worker started",
+        roles=health.roles,
+        task_queues=health.task_queues,
+        namespace=client.namespace,
+        agents=config.agents,
+        model="openai" if config.uses_openai else "scripted",
+        business=config.business_writer or config.business_backend,
+        metrics=f"http://{config.metrics_bind}/metrics" if config.metrics_bind else "off",
+        pid=os.getpid(),
+    )
+    try:
+        async with contextlib.AsyncExitStack() as running:
+            for worker in workers:
+                await running.enter_async_context(worker)
+            health.state = "serving"
+            await stop.wait()
+            # Leaving the stack shuts each worker down: polling stops at once, in-flight workflow tasks
+            # finish, in-flight activities get the grace period (then are cancelled, and retried by
+            # another worker); cached workflows move on after the sticky timeout.
+            health.state = "draining"
+            log.info(
+                "shutting down: draining in-flight work", grace_seconds=GRACEFUL_SHUTDOWN.total_seconds()
+            )
+    finally:
+        if health_server is not None:
+            health_server.close()
+    if provider is not None:
+        provider.shutdown()  # flush the last batch of spans
+    log.info("worker stopped")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python worker.py``: run a worker configured from the environment."""
+    config = WorkerConfig.from_env(os.environ)
+    configure_logging(config)
+    asyncio.run(run_worker(config))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = [
+    "build_authorizer",
+    "build_event_sink",
+    "build_sandboxes",
+    "build_workers",
+    "build_writer",
+    "connect",
+    "ensure_search_attributes",
+    "main",
+    "run_worker",
+]
