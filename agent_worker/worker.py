@@ -40,7 +40,7 @@ from activities.sandbox.docker import DockerSandbox, docker_available
 from activities.sandbox.reaper import ReaperActivities, SandboxReaper
 from activities.tenants import TenantActivities, TenantAdmission
 from schemas import visibility
-from schemas.config import ConfigError, WorkerConfig
+from schemas.config import EXAMPLE_AGENT, ConfigError, WorkerConfig
 from schemas.sandbox import SandboxBackend
 from security.codec import converter_for, converter_from_env
 from security.redact import register_config_secrets
@@ -314,6 +314,12 @@ async def run_worker(
 ) -> None:
     """Run until SIGINT/SIGTERM (or ``stop``), then shut down gracefully: stop polling, let
     in-flight activities finish within the grace period."""
+    if not config.agents and "agent" in config.role_set:
+        raise SystemExit(
+            "agent-worker worker: no agents to run: name their registrations in AGENT_WORKER_AGENTS "
+            "(module:attribute, comma-separated), e.g. AGENT_WORKER_AGENTS=mypackage.agents:registration "
+            f"(`agent-worker demo` runs the example agent, {EXAMPLE_AGENT})"
+        )
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):

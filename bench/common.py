@@ -24,11 +24,11 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from cli.devserver import dev_server_command, free_port, port_open, wait_ready
-from schemas.config import DEFAULT_AGENTS, WorkerConfig
+from schemas.config import EXAMPLE_AGENT, WorkerConfig
 from worker import build_workers
 
 REPO = Path(__file__).resolve().parent.parent
-BENCH_AGENTS = [*DEFAULT_AGENTS, "bench.agents:registrations"]
+BENCH_AGENTS = [EXAMPLE_AGENT, "bench.agents:registrations"]
 
 
 # ---- the machine -----------------------------------------------------------------------------------

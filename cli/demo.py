@@ -30,7 +30,7 @@ from cli.context import CliContext
 from cli.errors import CliError
 from cli.tasks import DECIDE_TIMEOUT_SECONDS, Follower, load_task_input, outcome, send_decision
 from schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionKind
-from schemas.config import DEFAULT_TASK_QUEUE, WorkerConfig
+from schemas.config import DEFAULT_TASK_QUEUE, EXAMPLE_AGENT, WorkerConfig
 
 EXAMPLE = "monthly-report"
 
@@ -74,6 +74,8 @@ def _start_worker(config: WorkerConfig, address: str, log_file: Path) -> subproc
         "TEMPORAL_ADDRESS": address,
         "AGENT_WORKER_DATA_DIR": str(config.data_dir),
         "AGENT_WORKER_TASK_QUEUE": config.task_queue,
+        # The demo's worker registers the example agent (besides any the environment names).
+        "AGENT_WORKER_AGENTS": ",".join(dict.fromkeys([EXAMPLE_AGENT, *config.agents])),
     }
     if "sandbox_backend" not in config.model_fields_set:  # AGENT_WORKER_SANDBOX_BACKEND unset
         # `auto` never picks the process tier, so the demo names it on a machine without Docker and

@@ -17,7 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, m
 
 ENV_PREFIX = "AGENT_WORKER_"
 DEFAULT_TASK_QUEUE = "agent-tasks"
-DEFAULT_AGENTS = ["examples.monthly_report.agent:registration"]
+# The example agent: the demo registers it itself (`agent-worker demo`); a worker's default is none.
+EXAMPLE_AGENT = "examples.monthly_report.agent:registration"
 
 
 class ConfigError(ValueError):
@@ -89,8 +90,9 @@ class WorkerConfig(BaseModel):
     )
     data_dir: Path = Path(".agent-worker")
     agents: list[str] = Field(
-        default_factory=lambda: list(DEFAULT_AGENTS),
-        description="Agent registrations to load, as 'module:attribute' import paths.",
+        default_factory=list,
+        description="Agent registrations to load, as 'module:attribute' import paths. None by default: "
+        "a worker with none refuses to start (`agent-worker demo` registers the example agent itself).",
     )
     model_provider: Literal["auto", "scripted", "openai"] = Field(
         default="auto",

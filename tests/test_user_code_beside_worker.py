@@ -54,3 +54,21 @@ async def test_a_users_own_worker_module_on_the_path_does_not_break_agent_worker
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(30)
     assert "team's own worker.py" not in log.read_text()
+
+
+def test_a_worker_with_no_agents_named_refuses_to_start_saying_how_to_name_them(
+    config_env: TaskEnv, tmp_path: Path
+) -> None:
+    """The default config registers no agent (the demo registers the example itself): a worker started
+    with none exits at once, naming AGENT_WORKER_AGENTS."""
+    env = config_env
+    done = subprocess.run(
+        [sys.executable, "-m", "cli.main", "worker"],
+        env={**env.worker_env(), "AGENT_WORKER_AGENTS": ""},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert "no agents to run" in done.stderr and "AGENT_WORKER_AGENTS" in done.stderr, done.stderr

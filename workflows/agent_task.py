@@ -412,7 +412,7 @@ class AgentTaskWorkflow:
             remaining = (first_deadline - workflow.now()).total_seconds()
             try:
                 await workflow.wait_condition(
-                    lambda: not self.approvals.pending() or self.continue_as_new_due(),
+                    lambda: not self.approvals.pending() or self.continue_as_new_due() or self.sink_due(),
                     timeout=max(remaining, 0.001),
                 )
             except TimeoutError:
@@ -665,6 +665,8 @@ class AgentTaskWorkflow:
         """Deliver the events the sink does not have yet, in order (``events.publish``), in parts of
         at most ``DELIVERY_BYTES``. Shielded, so the last events of a cancelled task are delivered too."""
         self.report_held_back()
+        # What is ignored from now on goes into the next delivery, one by one again.
+        self.state.ignored_window = 0
         if not self.undelivered():
             return
         events = [e for e in self.state.events if e.seq > self.state.delivered_seq]
@@ -677,7 +679,6 @@ class AgentTaskWorkflow:
                 )
             )
             self.state.delivered_seq = part[-1].seq
-        self.state.ignored_window = 0
         self.trim_events()
 
     def delivery_parts(self, events: list[Event]) -> list[list[Event]]:
@@ -695,15 +696,23 @@ class AgentTaskWorkflow:
             size += event_size
         return parts
 
+    def sink_due(self) -> bool:
+        """Whether a waiting task should deliver its events now: ignored input has filled the bound
+        of events recorded one by one, so they go to the sink while the wait goes on (and the ones
+        that come in while it delivers are counted, then summed up)."""
+        state = self.state  # (the window only counts once payloads are bounded: see emit_ignored)
+        return state.ignored_window >= IGNORED_EVENTS_PER_DELIVERY or bool(state.ignored_unreported)
+
     def emit_ignored(self, type: EventType, **data: Any) -> None:
         """Record ignored input as an event, up to ``IGNORED_EVENTS_PER_DELIVERY`` between two
         deliveries; past that, count it by type, to be summed up at the next delivery. So a flood of
         bad signals does bounded work and keeps the state bounded until the sink has caught up."""
         state = self.state
-        if state.ignored_window >= IGNORED_EVENTS_PER_DELIVERY and workflow.patched(BOUNDED_PATCH):
-            state.ignored_unreported[type.value] = state.ignored_unreported.get(type.value, 0) + 1
-            return
-        state.ignored_window += 1
+        if workflow.patched(BOUNDED_PATCH):
+            if state.ignored_window >= IGNORED_EVENTS_PER_DELIVERY:
+                state.ignored_unreported[type.value] = state.ignored_unreported.get(type.value, 0) + 1
+                return
+            state.ignored_window += 1
         self.emit(type, **data)
 
     def report_held_back(self) -> None:

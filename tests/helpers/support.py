@@ -26,13 +26,13 @@ from activities.artifacts import LocalArtifactStore
 from activities.business import SqliteBusinessStore
 from cli.devserver import free_port, start_dev_server
 from examples import EXAMPLES
-from schemas.config import DEFAULT_AGENTS, WorkerConfig
+from schemas.config import EXAMPLE_AGENT, WorkerConfig
 from schemas.tasks import TaskPhase, TaskResult, TaskStatus
 from worker import build_workers
 from workflows import AgentTaskWorkflow
 
 REPO = Path(__file__).resolve().parents[2]
-TEST_AGENTS = [*DEFAULT_AGENTS, "tests.helpers.agents:registrations"]
+TEST_AGENTS = [EXAMPLE_AGENT, "tests.helpers.agents:registrations"]
 HISTORY_IDS = "workflow_ids.json"
 
 
