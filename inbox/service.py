@@ -9,24 +9,29 @@ Every check that guards a decision lives here, so the HTTP layer cannot forget o
   ``default_approvers``) and to the approvers of its pending requests. The policy comes from the
   task's start input in history, so a closed task stays visible to its approvers without a worker.
 - **Deciding**: before anything is sent, the request must be pending and name the principal; then
-  the decision goes out as the update ``decide`` (the workflow checks everything again and answers
-  synchronously). Where the policy registers the principal's key, or requires signatures, the
+  the decision goes out through ``AgentWorkerClient.send_decision`` as the update ``decide`` (the
+  workflow checks everything again and answers synchronously). Where the policy registers the principal's key, or requires signatures, the
   inbox signs with the principal's private key from its keys directory.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
-from agent_worker.client import AgentWorkerClient, AwaitingTask
+from agent_worker.client import (
+    AgentWorkerClient,
+    AgentWorkerError,
+    AwaitingTask,
+    DecisionRefused,
+    WorkerUnreachable,
+)
 from schemas.actions import ProposedAction
 from schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionKind, DecisionOutcome
 from schemas.tasks import PolicySpec, TaskResult, TaskStatus
@@ -93,6 +98,7 @@ class InboxService:
 
     def __init__(self, client: Client, keys_dir: Path, artifact_dir: Path | None = None) -> None:
         self.client = client
+        self.tasks = AgentWorkerClient(client)
         self.keys_dir = keys_dir
         self.artifact_dir = artifact_dir
 
@@ -100,8 +106,7 @@ class InboxService:
 
     async def inbox(self, principal: str) -> list[InboxEntry]:
         """Every running task with a request ``principal`` may decide."""
-        tasks = AgentWorkerClient(self.client)
-        return await tasks.awaiting(principal=principal, wait_seconds=QUERY_TIMEOUT.total_seconds())
+        return await self.tasks.awaiting(principal=principal, wait_seconds=QUERY_TIMEOUT.total_seconds())
 
     async def task(self, task_id: str, principal: str) -> TaskView:
         """The task as ``principal`` may see it.
@@ -221,31 +226,26 @@ class InboxService:
         policy = await self.policy(handle)
         if policy is not None:
             decision = self._signed(task_id, decision, policy, request.run_chain)
-        from temporalio.client import WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
-
-        # Not acted on later when no worker answers in time: the task refuses it past its expiry.
-        expires_at = datetime.now(UTC) + DECIDE_TIMEOUT
-        payload = decision.model_copy(update={"expires_at": expires_at}).model_dump(
-            mode="json", exclude_none=True
-        )
+        # Sent by the one client of the protocol: not acted on later when no worker answers in time
+        # (the task refuses it past its expiry).
+        wait = DECIDE_TIMEOUT.total_seconds()
         try:
-            return await asyncio.wait_for(
-                handle.execute_update(AgentTaskWorkflow.decide, payload, rpc_timeout=DECIDE_TIMEOUT),
-                DECIDE_TIMEOUT.total_seconds(),
+            outcome = await self.tasks.send_decision(task_id, decision, wait_seconds=wait)
+        except DecisionRefused as err:
+            detail = f"the task refused the decision: {err.reason}"
+            return DecisionOutcome(
+                request_id=request_id, accepted=False, phase=status.phase.value, detail=detail
             )
-        except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
+        except WorkerUnreachable:
             raise InboxError(
-                f"no worker answered for task {task_id} within {DECIDE_TIMEOUT.total_seconds():g} s; "
-                "the decision was not applied and will not be: decide again once a worker runs",
+                f"no worker answered for task {task_id} within {wait:g} s; the decision was not applied "
+                "and will not be: decide again once a worker runs",
                 504,
             ) from None
-        except WorkflowUpdateFailedError as err:
-            cause = err.cause
-            raise InboxError(
-                f"the task refused the decision: {getattr(cause, 'message', None) or cause}", 409
-            ) from None
-        except RPCError as err:
-            raise InboxError(f"task {task_id} cannot be reached: {err.message}", 503) from None
+        except AgentWorkerError as err:
+            raise InboxError(f"task {task_id} cannot be reached: {err}", 503) from None
+        assert outcome is not None  # an update always answers
+        return outcome
 
     @staticmethod
     def _decision(request: ApprovalRequest, principal: str, form: dict[str, str]) -> ApprovalDecision:
