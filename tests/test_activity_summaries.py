@@ -44,7 +44,8 @@ async def test_every_scheduled_activity_and_local_activity_has_a_summary_naming_
         assert summary, f"{name} (event {event.event_id}) has no summary"
         summaries.setdefault(name, []).append(summary)
 
-    assert summaries["agent.turn"][:2] == ["agent turn 1", "agent turn 2"]
+    assert [s.split(" (")[0] for s in summaries["agent.turn"][:2]] == ["agent turn 1", "agent turn 2"]
+    assert summaries["agent.turn"][1] == "agent turn 2 (1 results, 0 follow-ups)"
     [write] = summaries["business.write"]
     [evidence_write] = result.evidence.writes
     assert write.endswith(evidence_write.operation_key)

@@ -302,13 +302,10 @@ class AgentTaskWorkflow:
             follow_ups=[f.text for f in state.follow_ups[:follow_ups]],
             run_chain=state.run_chain,
         )
-        if workflow.patched(BOUNDED_PATCH):
-            bounds.check(
-                f"turn {turn}'s input ({len(state.pending_results)} results, {follow_ups} follow-ups)",
-                turn_input,
-            )
+        # Placement checks the input's size (and names this summary if it is too large).
+        summary = f"agent turn {turn} ({len(state.pending_results)} results, {follow_ups} follow-ups)"
         result = await self.placement.execute(
-            "agent", AgentActivities.turn, turn_input, options.TURN, summary=f"agent turn {turn}"
+            "agent", AgentActivities.turn, turn_input, options.TURN, summary=summary
         )
         # Input that arrived while the turn ran stays for the next one.
         del state.follow_ups[:follow_ups]

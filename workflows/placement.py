@@ -61,7 +61,7 @@ class Placement:
         where the task's placement says. An input too large to send hands the task off, explained
         (``workflows.bounds``)."""
         if workflow.patched(BOUNDED_PATCH) and isinstance(arg, BaseModel):
-            bounds.check(f"the input of {getattr(activity, '__name__', role)}", arg)
+            bounds.check(f"the input of {summary}", arg)
         state = self.task.state
         if role in state.colocated:
             try:
