@@ -6,7 +6,8 @@ A bundle (schema ``agent-worker.evidence/v1``)::
     evidence-<task id>/
         manifest.json      the outcome (task id, phase, final output, reason), generated_at, the
                            task's ``Evidence`` as JSON, and ``files``: each referenced artifact's copy
-        artifacts/<hex>    the bytes of every referenced artifact, named by its sha256 hex digest
+        artifacts/<hex>    the bytes of every referenced artifact, named by its sha256 hex digest,
+                           and the arguments and output of every recorded read-only tool call
 
 ``verify`` prints one line per item, ``ok``, ``FAIL`` (with why) or ``UNKNOWN`` (the evidence itself
 lists it as missing), and exits 0 only when every item is ok.
@@ -36,6 +37,7 @@ from schemas.artifacts import ArtifactRef
 from schemas.config import WorkerConfig
 from schemas.digests import digest_bytes
 from schemas.tasks import Evidence, EvidenceArchive, TaskResult
+from schemas.turns import ToolCallRecord
 from schemas.writes import WriteEvidence, WriteOutcome
 
 if TYPE_CHECKING:
@@ -62,6 +64,17 @@ def referenced(evidence: Evidence) -> Iterator[tuple[str, str, ArtifactRef]]:
             yield "command", command.tool_output.name, command.tool_output
         for ref in command.outputs:
             yield "command", f"{command.call_id}/{ref.name}", ref
+
+
+def tool_call_files(evidence: Evidence) -> Iterator[tuple[ToolCallRecord, str, str]]:
+    """Each read-only tool call's stored parts, as ``(record, "arguments" | "output", digest)``."""
+    for record in evidence.tool_calls:
+        yield record, "arguments", record.arguments_digest
+        yield record, "output", record.output_digest
+
+
+def _call_name(record: ToolCallRecord) -> str:
+    return f"{record.name} {record.call_id} (turn {record.turn})"
 
 
 def _hex(digest: str) -> str:
@@ -140,6 +153,22 @@ def write_bundle(
             path.write_bytes(store.get(ref.digest))
         except (ArtifactNotFound, ArtifactCorrupt) as err:
             not_copied.append(f"{kind} {name}: {err}")
+    for record, part, digest in tool_call_files(evidence):
+        path = copies / _hex(digest)
+        files.append(
+            {
+                "kind": "tool call",
+                "name": f"{_call_name(record)} {part}",
+                "digest": digest,
+                "path": f"{COPIES}/{path.name}",
+            }
+        )
+        if path.exists():
+            continue
+        try:
+            path.write_bytes(store.get(digest))
+        except (ArtifactNotFound, ArtifactCorrupt) as err:
+            not_copied.append(f"tool call {_call_name(record)} {part}: {err}")
     manifest: dict[str, Any] = {
         "schema": SCHEMA,
         "task_id": result.task_id,
@@ -164,7 +193,7 @@ def _summary(result: TaskResult, evidence: Evidence, directory: Path, not_copied
         f"wrote {directory}: {MANIFEST} and {len(copies)} artifact copies ({size} bytes)",
         f"  inputs {len(evidence.inputs)}, artifacts {len(evidence.artifacts)}, commands "
         f"{len(evidence.commands)}, approvals {len(evidence.approvals)}, writes {len(evidence.writes)}, "
-        f"delegations {len(evidence.delegations)}"
+        f"delegations {len(evidence.delegations)}, read-only tool calls {len(evidence.tool_calls)}"
         + (f" ({len(evidence.archived)} archived parts back in line)" if evidence.archived else ""),
     ]
     lines += [
@@ -246,6 +275,25 @@ def check_artifact(kind: str, name: str, ref: ArtifactRef, store: LocalArtifactS
     return Check("FAIL" if problems else "ok", kind, name, "; ".join(problems))
 
 
+def check_tool_call(record: ToolCallRecord, store: LocalArtifactStore, copies: Path) -> Check:
+    """A read-only tool call's arguments and output must be in the store unaltered, and their bundle
+    copies must hold the same bytes: what the record says the tool saw and answered."""
+    problems = []
+    for part, digest in (("arguments", record.arguments_digest), ("output", record.output_digest)):
+        try:
+            store.get(digest)
+        except ArtifactNotFound:
+            problems.append(f"{part} missing from the store ({digest})")
+        except ArtifactCorrupt:
+            problems.append(f"{part} altered in the store: bytes no longer match {digest}")
+        copy = copies / _hex(digest)
+        if not copy.is_file():
+            problems.append(f"{part} missing from the bundle")
+        elif digest_bytes(copy.read_bytes()) != digest:
+            problems.append(f"{part} bundle copy altered: digest differs from {digest}")
+    return Check("FAIL" if problems else "ok", "tool call", _call_name(record), "; ".join(problems))
+
+
 def check_write(write: WriteEvidence, writer: BusinessWriter | str) -> Check:
     """A committed receipt must be found by lookup with the same payload digest and record id; a
     rejected one must have committed nothing. ``writer`` is a string when it cannot be used (why)."""
@@ -314,6 +362,7 @@ def verify_bundle(bundle: Path, config: WorkerConfig) -> list[Check]:
     evidence: Evidence = load_manifest(bundle)["evidence"]
     store = LocalArtifactStore(config.artifact_dir)
     checks = [check_artifact(*item, store, bundle / COPIES) for item in referenced(evidence)]
+    checks += [check_tool_call(record, store, bundle / COPIES) for record in evidence.tool_calls]
     if evidence.writes:
         writer = _writer(config)
         checks += [check_write(write, writer) for write in evidence.writes]

@@ -27,6 +27,7 @@ class EventType(StrEnum):
     TURN_STARTED = "turn.started"
     TURN_FINISHED = "turn.finished"
     ACTION_PROPOSED = "action.proposed"
+    TOOL_CALLED = "tool.called"
     POLICY_DECIDED = "policy.decided"
     APPROVAL_REQUESTED = "approval.requested"
     APPROVAL_DECIDED = "approval.decided"

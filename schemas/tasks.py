@@ -18,6 +18,7 @@ from schemas.approvals import ApprovalRequest, DecisionRecord, IgnoredDecision
 from schemas.artifacts import ArtifactRef, InputFile
 from schemas.events import Event
 from schemas.sandbox import CommandRecord, SandboxRef, SandboxSpec
+from schemas.turns import ToolCallRecord
 from schemas.writes import WriteEvidence
 
 
@@ -227,6 +228,10 @@ class FollowUp(BaseModel):
     principal: str | None = Field(default=None, max_length=256)
 
 
+# Read-only tool call records a task keeps inline (the newest): each is also a `tool.called` event.
+MAX_INLINE_TOOL_CALLS = 200
+
+
 class TaskState(BaseModel):
     """Everything the workflow needs to continue a task, carried across continue-as-new."""
 
@@ -260,6 +265,13 @@ class TaskState(BaseModel):
     commands: list[CommandRecord] = Field(default_factory=list)
     writes: list[WriteEvidence] = Field(default_factory=list)
     delegations: list[DelegationRecord] = Field(default_factory=list)
+    tool_calls: list[ToolCallRecord] = Field(
+        default_factory=list,
+        description="Read-only tool calls, the newest `MAX_INLINE_TOOL_CALLS` (each also an event).",
+    )
+    tool_calls_dropped: int = Field(
+        default=0, description="Read-only tool calls not kept in `tool_calls` (the cap), counted."
+    )
     lost_sandboxes: list[str] = Field(default_factory=list, description="Sandboxes that vanished mid-task.")
     archived_evidence: list[ArtifactRef] = Field(
         default_factory=list, description="Older evidence moved to the artifact store (`EvidenceArchive`)."
@@ -308,6 +320,15 @@ class Evidence(BaseModel):
     writes: list[WriteEvidence]
     delegations: list[DelegationRecord] = Field(default_factory=list)
     missing: list[str] = Field(default_factory=list)
+    tool_calls: list[ToolCallRecord] = Field(
+        default_factory=list,
+        description="Read-only tool calls: name, call id, digests of the arguments and output (both "
+        "in the artifact store), duration; the newest `MAX_INLINE_TOOL_CALLS` of the task.",
+    )
+    tool_calls_dropped: int = Field(
+        default=0,
+        description="Older read-only tool calls not kept (their `tool.called` events still name them).",
+    )
     archived: list[ArtifactRef] = Field(
         default_factory=list,
         description="Older command records and artifact references, moved to the artifact store at "

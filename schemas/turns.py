@@ -74,6 +74,26 @@ class TurnUsage(BaseModel):
     )
 
 
+# A turn's read-only tool call records are capped (the first ones are kept); the rest are counted.
+MAX_TOOL_CALL_RECORDS = 64
+
+
+class ToolCallRecord(BaseModel):
+    """One call of a read-only tool (a plain ``@function_tool``) that ran inside an agent turn.
+
+    The digests name the canonical JSON of the arguments and the exact text of the output as
+    the artifact store holds them, so evidence can show what the tool saw and answered.
+    """
+
+    name: str
+    call_id: str
+    arguments_digest: str = Field(pattern=DIGEST_PATTERN)
+    output_digest: str = Field(pattern=DIGEST_PATTERN)
+    duration_ms: int = Field(default=0, ge=0)
+    error: bool = Field(default=False, description="The tool raised; the output is what the model saw.")
+    turn: int = 0
+
+
 class TurnResult(BaseModel):
     """Output of ``agent.turn``: a final answer, or effectful calls for the workflow to decide."""
 
@@ -92,6 +112,11 @@ class TurnResult(BaseModel):
         default_factory=list, description="Artifacts the agent's read tools saved in this turn."
     )
     usage: TurnUsage = Field(default_factory=TurnUsage)
+    tool_calls: list[ToolCallRecord] = Field(
+        default_factory=list,
+        description=f"The turn's read-only tool calls, the first {MAX_TOOL_CALL_RECORDS}.",
+    )
+    tool_calls_dropped: int = Field(default=0, description="Read-only tool calls past the cap, counted.")
 
 
 class PlanInput(BaseModel):

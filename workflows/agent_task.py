@@ -323,6 +323,7 @@ class AgentTaskWorkflow:
         usage.cost_usd += result.usage.cost_usd
         usage.model = result.model or usage.model
         usage.provider, usage.api = result.usage.provider or usage.provider, result.usage.api or usage.api
+        self.evidence_keeper.record_tool_calls(result)
         self.emit(
             EventType.TURN_FINISHED,
             turn=turn,

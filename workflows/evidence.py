@@ -17,7 +17,8 @@ with workflow.unsafe.imports_passed_through():
     from schemas.artifacts import ArtifactRef
     from schemas.events import EventType
     from schemas.sandbox import CommandRecord
-    from schemas.tasks import Evidence, EvidenceArchive, TaskInput, TaskState
+    from schemas.tasks import MAX_INLINE_TOOL_CALLS, Evidence, EvidenceArchive, TaskInput, TaskState
+    from schemas.turns import TurnResult
     from workflows import options
     from workflows.bounds import size_of
     from workflows.context import TaskContext
@@ -57,6 +58,8 @@ def evidence_of(state: TaskState) -> Evidence:
         approvals=state.decisions,
         writes=state.writes,
         delegations=state.delegations,
+        tool_calls=state.tool_calls,
+        tool_calls_dropped=state.tool_calls_dropped,
         missing=missing,
         archived=state.archived_evidence,
     )
@@ -133,6 +136,21 @@ class EvidenceKeeper:
                 commands=len(part_commands),
                 artifacts=len(part_artifacts),
             )
+
+    def record_tool_calls(self, result: TurnResult) -> None:
+        """Keep a turn's read-only tool calls as evidence (the newest ``MAX_INLINE_TOOL_CALLS`` of
+        the task; older ones, and those past the turn's own cap, are counted) and emit a
+        ``tool.called`` event for each. State and events only, no command: histories recorded
+        before these records existed replay unchanged (their turn results carry none)."""
+        state = self.task.state
+        state.tool_calls.extend(result.tool_calls)
+        state.tool_calls_dropped += result.tool_calls_dropped
+        excess = len(state.tool_calls) - MAX_INLINE_TOOL_CALLS
+        if excess > 0:
+            del state.tool_calls[:excess]
+            state.tool_calls_dropped += excess
+        for record in result.tool_calls:
+            self.task.emit(EventType.TOOL_CALLED, **record.model_dump(mode="json"))
 
     def check_carriable(self) -> None:
         """Hand off, explained, when the next run's input would be too large for Temporal to carry.

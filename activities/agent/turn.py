@@ -26,6 +26,7 @@ from activities.agent.journal import JournaledModel, ModelCallJournal
 from activities.agent.provider_errors import no_sdk_retries, provider_failure
 from activities.agent.providers import SCRIPTED, ModelChain, check_models, resolve_chain
 from activities.agent.registry import AgentRegistry, find_tool
+from activities.agent.tool_records import ReadToolRecorder
 from activities.agent.tools import (
     TurnServices,
     bind_turn,
@@ -104,6 +105,7 @@ class AgentActivities:
             store=self.store, inputs={ref.name: ref for ref in input.inputs}, outputs=outputs
         )
         context = {"task_id": input.task_id}
+        recorder = ReadToolRecorder(self.store, input.turn)
         token = bind_turn(services)
         try:
             start = await self._start(agent, input, context, registration.max_model_calls, outputs)
@@ -114,6 +116,7 @@ class AgentActivities:
                     context=context,
                     run_config=run_config,
                     max_turns=registration.max_model_calls,
+                    hooks=recorder,
                 )
             except MaxTurnsExceeded:
                 raise TurnError(
@@ -169,6 +172,8 @@ class AgentActivities:
                 artifacts=services.saved,
                 usage=usage,
                 model=model_name,
+                tool_calls=recorder.records,
+                tool_calls_dropped=recorder.dropped,
             )
         state_ref = None
         if self.config.run_state == "always" or needs_run_state(agent, result.last_agent):
@@ -186,6 +191,8 @@ class AgentActivities:
             artifacts=services.saved,
             usage=usage,
             model=model_name,
+            tool_calls=recorder.records,
+            tool_calls_dropped=recorder.dropped,
         )
 
     async def _start(
