@@ -10,8 +10,9 @@ Every check that guards a decision lives here, so the HTTP layer cannot forget o
   task's start input in history, so a closed task stays visible to its approvers without a worker.
 - **Deciding**: before anything is sent, the request must be pending and name the principal; then
   the decision goes out through ``AgentWorkerClient.send_decision`` as the update ``decide`` (the
-  workflow checks everything again and answers synchronously). Where the policy registers the principal's key, or requires signatures, the
-  inbox signs with the principal's private key from its keys directory.
+  workflow checks everything again and answers synchronously). Where the policy registers the
+  principal's key, or requires signatures, the inbox signs with the principal's private key from its
+  keys directory.
 """
 
 from __future__ import annotations
