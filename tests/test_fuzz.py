@@ -55,6 +55,7 @@ from schemas.validation import InvalidPayload, parse_decision, parse_follow_up, 
 from tests.helpers.fuzz_strategies import payloads, task_inputs
 from tests.helpers.support import TaskEnv, example_spec
 from workflows import AgentTaskWorkflow
+from workflows.bounds import EVENT_TEXT_CHARS, IGNORED_REASON_CHARS, cut
 from workflows.decisions import why_not
 
 T = TypeVar("T")
@@ -437,7 +438,8 @@ class ParkedTask:
             with pytest.raises(Exception, match="serializ"):
                 await self.handle.signal(AgentTaskWorkflow.submit_decision, raw)
             return "refused by the client"
-        expected = self.expected_reason(raw)
+        # What the task keeps of a reason is cut to a bound (workflows.bounds).
+        expected = cut(self.expected_reason(raw), IGNORED_REASON_CHARS)
         await self.handle.signal(AgentTaskWorkflow.submit_decision, raw)
         event, status = await self.next_event(raw, {TaskEvent.APPROVAL_IGNORED})
         assert (event.data["reason"], event.data["via"]) == (expected, "signal")
@@ -459,7 +461,9 @@ class ParkedTask:
         await self.handle.signal(AgentTaskWorkflow.add_input, raw)
         event, _ = await self.next_event(raw, {TaskEvent.INPUT_ADDED, TaskEvent.INPUT_IGNORED})
         if follow_up is None:
-            assert (event.type, event.data["reason"]) == (TaskEvent.INPUT_IGNORED, expected)
+            # Event strings are cut to a bound (workflows.bounds).
+            reason = cut(expected, EVENT_TEXT_CHARS)
+            assert (event.type, event.data["reason"]) == (TaskEvent.INPUT_IGNORED, reason)
             return "ignored"
         assert event.type is TaskEvent.INPUT_ADDED
         assert (event.data["chars"], event.data["principal"]) == (len(follow_up.text), follow_up.principal)

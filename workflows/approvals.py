@@ -22,7 +22,7 @@ with workflow.unsafe.imports_passed_through():
     from schemas.tasks import BatchItem, PolicySpec
     from telemetry import metrics
     from workflows import options
-    from workflows.bounds import KEPT_TEXT_CHARS, cut
+    from workflows.bounds import IGNORED_REASON_CHARS, KEPT_TEXT_CHARS, cut
     from workflows.context import TaskContext
     from workflows.decisions import expiry_problem, find_request, why_not
     from workflows.handoff import HandOff
@@ -233,7 +233,7 @@ class ApprovalDesk:
             }
         else:
             fields = {}
-        reason = cut(reason, KEPT_TEXT_CHARS * 4)
+        reason = cut(reason, IGNORED_REASON_CHARS)
         state = self.task.state
         state.ignored.append(IgnoredDecision(reason=reason, via=via, received_at=workflow.now(), **fields))
         # The state keeps a tail, so a flood of bad signals cannot grow it.

@@ -26,8 +26,9 @@ MAX_PAYLOAD_BYTES = 1_500_000
 EVENT_TEXT_CHARS = 2_000
 # A task's spec travels in every turn's input and every continue-as-new: a client's is refused above this.
 MAX_SPEC_BYTES = 512_000
-# Strings kept from a refused payload (an ignored decision's fields).
+# Strings kept from a refused payload (an ignored decision's fields), and the reason it was ignored.
 KEPT_TEXT_CHARS = 200
+IGNORED_REASON_CHARS = 800
 
 
 class PayloadTooLarge(HandOff):
