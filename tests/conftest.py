@@ -67,3 +67,14 @@ async def env(config_env: TaskEnv) -> AsyncIterator[TaskEnv]:
     """A task env with an in-process worker polling its task queue."""
     async with running_worker(config_env.client, config_env.config):
         yield config_env
+
+
+@pytest.fixture
+async def docker_env(
+    client: Client, dev_server: DevServer, tmp_path: Path, docker_image: str
+) -> AsyncIterator[TaskEnv]:
+    """A task env whose worker runs sandboxes on the Docker tier (named, not ``auto``)."""
+    config = make_config(tmp_path / "data", sandbox_backend="docker", docker_image=docker_image)
+    env = TaskEnv(client=client, config=config, address=dev_server.address)
+    async with running_worker(client, config):
+        yield env

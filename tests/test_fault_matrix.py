@@ -13,7 +13,7 @@ import signal
 import statistics
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -54,16 +54,6 @@ def events_of(status: TaskStatus, kind: str) -> list[Any]:
 
 
 # ---- 5. the sandbox disappears mid-task ---------------------------------------------------------
-
-
-@pytest.fixture
-async def docker_env(
-    client: Client, dev_server: DevServer, tmp_path: Path, docker_image: str
-) -> AsyncIterator[TaskEnv]:
-    config = make_config(tmp_path / "data", sandbox_backend="docker", docker_image=docker_image)
-    env = TaskEnv(client=client, config=config, address=dev_server.address)
-    async with running_worker(client, config):
-        yield env
 
 
 async def test_sandbox_removed_mid_command_is_rebuilt_and_the_evidence_says_so(

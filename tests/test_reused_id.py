@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import docker
@@ -25,16 +24,6 @@ from schemas.writes import operation_key
 from security.signing import new_private_key, public_key_text, sign
 from tests.helpers.support import DevServer, TaskEnv, example_spec, make_config, running_worker
 from workflows import AgentTaskWorkflow
-
-
-@pytest.fixture
-async def docker_env(
-    client: Client, dev_server: DevServer, tmp_path: Path, docker_image: str
-) -> AsyncIterator[TaskEnv]:
-    config = make_config(tmp_path / "data", sandbox_backend="docker", docker_image=docker_image)
-    env = TaskEnv(client=client, config=config, address=dev_server.address)
-    async with running_worker(client, config):
-        yield env
 
 
 def _created_sandbox(status: TaskStatus) -> str:
