@@ -18,10 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -123,7 +120,7 @@ async def local_worker(
             structlog is configured already, the worker's logs go to stderr, as in production.
     """
     from agent_worker.worker import build_workers, ensure_search_attributes
-    from cli.devserver import free_port, start_dev_server
+    from cli.devserver import free_port, start_dev_server, stop_process_group
     from schemas.config import WorkerConfig
     from telemetry import configure_logging
 
@@ -159,11 +156,6 @@ async def local_worker(
                 await running.enter_async_context(worker)
             yield AgentWorkerClient(client, worker_config.task_queue)
     finally:
-        if server is not None:  # its own process group (start_new_session): stop all of it
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(server.pid, signal.SIGTERM)
-            try:
-                await asyncio.to_thread(server.wait, 15)
-            except subprocess.TimeoutExpired:
-                os.killpg(server.pid, signal.SIGKILL)
+        if server is not None:
+            await asyncio.to_thread(stop_process_group, server)
         shutil.rmtree(scratch, ignore_errors=True)

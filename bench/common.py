@@ -23,7 +23,7 @@ from typing import Any
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from cli.devserver import dev_server_command, free_port, port_open, wait_ready
+from cli.devserver import dev_server_command, free_port, port_open, stop_process_group, wait_ready
 from schemas.config import EXAMPLE_AGENT, WorkerConfig
 from worker import build_workers
 
@@ -220,12 +220,7 @@ async def dev_server(
         client = await connect(f"127.0.0.1:{port}")
         yield Server(address=f"127.0.0.1:{port}", db=db, proc=proc, client=client)
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            await asyncio.to_thread(proc.wait, 15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        await asyncio.to_thread(stop_process_group, proc)
 
 
 def _start_server(

@@ -8,8 +8,10 @@ with the task search attributes registered at start and the Web UI on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -120,6 +122,17 @@ def start_dev_server(
         time.sleep(0.2)
     proc.kill()
     raise DevServerError(f"the dev server did not open port {port} within 60 s; see {log_file}")
+
+
+def stop_process_group(proc: subprocess.Popen[bytes], grace: float = 15.0) -> None:
+    """Stop a server started in its own process group (``start_new_session``): SIGTERM to the whole
+    group, then SIGKILL if it has not exited within ``grace`` seconds."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 async def wait_ready(address: str, within: float = 60.0) -> None:

@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -24,7 +23,7 @@ from temporalio.worker import Replayer
 
 from activities.artifacts import LocalArtifactStore
 from activities.business import SqliteBusinessStore
-from cli.devserver import free_port, start_dev_server
+from cli.devserver import free_port, start_dev_server, stop_process_group
 from examples import EXAMPLES
 from schemas.config import EXAMPLE_AGENT, WorkerConfig
 from schemas.tasks import TaskPhase, TaskResult, TaskStatus
@@ -45,12 +44,7 @@ class DevServer:
     db: Path
 
     def stop(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        stop_process_group(self.proc)
 
 
 def launch_dev_server(
