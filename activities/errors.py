@@ -9,7 +9,9 @@
     ├── AgentError                   agents, tools and turns
     │   ├── UnknownAgent             the task names an agent no registration provides
     │   ├── ToolPlanError            a tool's arguments cannot be planned into an operation
-    │   └── TurnError                the turn cannot continue (e.g. a result is missing)
+    │   ├── TurnError                the turn cannot continue (e.g. a result is missing)
+    │   ├── ToolError                an effect tool refuses a call, certainly without an effect
+    │   └── McpUnavailable           an MCP server cannot be reached, or refuses the credentials
     ├── SandboxError                 a sandbox operation failed
     └── WriteError                   a business write or lookup failed
         ├── WriteConflict            the operation key is taken by a different payload
@@ -97,6 +99,24 @@ class TurnError(AgentError):
 
     code = "turn_error"
     retryable: Retryable = "no"
+
+
+class ToolError(AgentError):
+    """Raised by an effect tool (an own function declared with ``effect_tool``) to refuse a call it
+    certainly did not carry out (invalid input, a business rule): the model sees the message as the
+    tool's output, and nothing is retried. Any other exception from the tool is retried (after a
+    lookup, when the tool has one), and when the attempts run out the task hands off."""
+
+    code = "tool_error"
+    retryable: Retryable = "no"
+
+
+class McpUnavailable(AgentError):
+    """An MCP server cannot be reached, or refuses the worker's credentials: retried by Temporal,
+    then the task hands off (a tool's own error result goes to the model instead)."""
+
+    code = "mcp_unavailable"
+    retryable: Retryable = "yes"
 
 
 class SandboxError(AgentWorkerError):

@@ -7,7 +7,9 @@ releases. Everything else in the distribution (``activities``, ``workflows``, ``
 
 - **Author API**: ``AgentRegistration``; the effect decorators ``sandbox_tool``, ``write_tool``,
   ``delegate_tool`` and the operations they return (``SandboxCommand``, ``BusinessWrite``,
-  ``Delegation``); the OpenAI Agents SDK's ``Agent`` and ``function_tool`` (read tools);
+  ``Delegation``); ``effect_tool`` for an own function with a side effect (and ``ToolError`` for it
+  to refuse a call); ``McpRules`` and ``McpWrite`` for the tools of the agent's MCP servers; the OpenAI Agents
+  SDK's ``Agent`` and ``function_tool`` (read tools);
   ``current_turn`` for a tool that needs the task's artifact store; ``ConversationModel`` and its
   helpers ``tool_outputs`` and ``first_user_text`` for deterministic models.
 - **Payloads**: ``TaskSpec`` and the models a client reads or sends (``TaskStatus``, ``TaskResult``,
@@ -29,6 +31,8 @@ from activities.agent import (
     tool_outputs,
     write_tool,
 )
+from activities.errors import ToolError
+from activities.tools import McpRules, McpWrite, effect_tool
 from agent_worker.client import (
     AgentWorkerClient,
     AgentWorkerError,
@@ -75,6 +79,8 @@ __all__ = [
     "EventType",
     "Evidence",
     "InputFile",
+    "McpRules",
+    "McpWrite",
     "PolicyRule",
     "PolicySpec",
     "ProposedAction",
@@ -87,9 +93,11 @@ __all__ = [
     "TaskResult",
     "TaskSpec",
     "TaskStatus",
+    "ToolError",
     "WorkerUnreachable",
     "current_turn",
     "delegate_tool",
+    "effect_tool",
     "first_user_text",
     "function_tool",
     "is_digest",

@@ -39,6 +39,7 @@ from activities.sandbox import ProcessSandbox, Sandbox, SandboxActivities
 from activities.sandbox.docker import DockerSandbox, docker_available
 from activities.sandbox.reaper import ReaperActivities, SandboxReaper
 from activities.tenants import TenantActivities, TenantAdmission
+from activities.tools.activities import ToolActivities
 from schemas import visibility
 from schemas.config import EXAMPLE_AGENT, ConfigError, WorkerConfig
 from schemas.sandbox import SandboxBackend
@@ -218,10 +219,11 @@ def build_workers(client: Client, config: WorkerConfig) -> list[Worker]:
 
     - ``workflows``: task workflows, the reaper workflow, and light activities (input ingest, event
       delivery, tenant admission) on ``config.task_queue``;
-    - ``agent``: agent turns on ``<queue>.agent`` (holds the model provider's key);
+    - ``agent``: agent turns, and calls of MCP tools, on ``<queue>.agent`` (holds the model
+      provider's key);
     - ``sandbox``: sandbox commands and the reaper on ``<queue>.sandbox`` (needs Docker or E2B);
-    - ``business``: writes, lookups and authorization checks on ``<queue>.business`` (holds the
-      business system's credentials).
+    - ``business``: writes, lookups, authorization checks and own effect tools (``effect_tool``) on
+      ``<queue>.business`` (holds the business systems' credentials).
 
     Only what a role needs is built: a workflows-only worker never touches Docker or the business
     system.
@@ -252,9 +254,12 @@ def build_workers(client: Client, config: WorkerConfig) -> list[Worker]:
         common["build_id"] = config.build_id
     queue = config.task_queue
     role_activities: dict[str, list[Any]] = {}
+    registry = AgentRegistry.from_import_paths(config.agents) if roles & {"agent", "business"} else None
     if "agent" in roles:
-        agent = AgentActivities(AgentRegistry.from_import_paths(config.agents), store, config)
-        role_activities[AGENT_QUEUE_SUFFIX] = [agent.turn, agent.plan]
+        assert registry is not None
+        agent = AgentActivities(registry, store, config)
+        tools = ToolActivities(registry, store, config)
+        role_activities[AGENT_QUEUE_SUFFIX] = [agent.turn, agent.plan, tools.call_function, tools.call_mcp]
     if "sandbox" in roles:
         backends, default, unavailable = build_sandboxes(config, client.namespace)
         sandbox = SandboxActivities(backends, store, default, unavailable=unavailable)
@@ -263,7 +268,15 @@ def build_workers(client: Client, config: WorkerConfig) -> list[Worker]:
     if "business" in roles:
         business = BusinessActivities(build_writer(config))
         authz = AuthzActivities(build_authorizer(config))
-        role_activities[BUSINESS_QUEUE_SUFFIX] = [business.write, business.lookup, authz.check]
+        # Own functions declared with ``effect_tool`` (role ``business``) run here, beside the writes.
+        assert registry is not None
+        own_tools = ToolActivities(registry, store, config)
+        role_activities[BUSINESS_QUEUE_SUFFIX] = [
+            business.write,
+            business.lookup,
+            authz.check,
+            own_tools.call_function,
+        ]
     workers = [
         Worker(client, task_queue=queue + suffix, activities=activities, **common)
         for suffix, activities in role_activities.items()

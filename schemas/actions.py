@@ -20,8 +20,10 @@ class EffectClass(StrEnum):
     """How a tool's call is run.
 
     ``read`` tools run inside the agent turn. Every other class stops the turn and is run by the
-    workflow: ``sandbox`` as a command in the task's sandbox, ``write`` as an idempotent business
-    write keyed by an operation key, ``delegate`` as a sub-task (a child ``AgentTask`` workflow).
+    workflow: ``sandbox`` as a command in the task's sandbox (or a sandbox-class MCP tool),
+    ``write`` as an idempotent write keyed by an operation key (a business write, an own function
+    declared with ``effect_tool``, a write-class MCP tool), ``delegate`` as a sub-task (a child
+    ``AgentTask`` workflow).
     """
 
     READ = "read"
@@ -64,7 +66,43 @@ class Delegation(BaseModel):
     inputs: list[str] = Field(default_factory=list, description="Names of the parent's inputs to pass on.")
 
 
-Operation = Annotated[SandboxCommand | BusinessWrite | Delegation, Field(discriminator="kind")]
+class FunctionCall(BaseModel):
+    """A call of one of the agent's own async functions, declared with ``effect_tool``: it runs as
+    its own activity (``tool.call``) with the tool's timeout and attempts, under an operation key
+    passed in the function's key parameter."""
+
+    kind: Literal["tool.call"] = "tool.call"
+    tool: str = Field(min_length=1)
+    system: str | None = Field(default=None, description="The business system it writes to, by name.")
+    arguments: dict[str, Any]
+    key_parameter: str | None = Field(default=None, description="Where the operation key goes.")
+    has_lookup: bool = Field(default=False, description="A lookup reconciles an unknown outcome.")
+    timeout_seconds: float = Field(default=60.0, gt=0, le=24 * 3600)
+    max_attempts: int = Field(default=5, ge=1, le=100)
+    role: Literal["agent", "business"] = Field(
+        default="business", description="Which workers run it: their queue and credentials."
+    )
+
+
+class McpCall(BaseModel):
+    """A call of a write-class or sandbox-class tool of an MCP server, run as its own activity
+    (``mcp.call``) after policy and approval."""
+
+    kind: Literal["mcp.call"] = "mcp.call"
+    server: str = Field(min_length=1)
+    tool: str = Field(min_length=1, description="The tool's name on its server.")
+    arguments: dict[str, Any]
+    key_argument: str | None = Field(default=None, description="The argument the operation key goes in.")
+    lookup_tool: str | None = Field(
+        default=None, description="A tool of the same server that finds a call's effect by its key."
+    )
+    timeout_seconds: float = Field(default=60.0, gt=0, le=24 * 3600)
+    max_attempts: int = Field(default=5, ge=1, le=100)
+
+
+Operation = Annotated[
+    SandboxCommand | BusinessWrite | Delegation | FunctionCall | McpCall, Field(discriminator="kind")
+]
 
 
 def action_version(tool: str, arguments: dict[str, Any], operation: Operation) -> str:

@@ -45,6 +45,7 @@ class EventType(StrEnum):
     WRITE_RECONCILED = "write.reconciled"
     WRITE_CONFLICT = "write.conflict"
     WRITE_REJECTED = "write.rejected"
+    TOOL_EFFECT = "tool.effect"
     DELEGATION_STARTED = "delegation.started"
     DELEGATION_FINISHED = "delegation.finished"
     BUDGET_EXHAUSTED = "budget.exhausted"

@@ -18,6 +18,7 @@ from schemas.approvals import ApprovalRequest, DecisionRecord, IgnoredDecision
 from schemas.artifacts import ArtifactRef, InputFile
 from schemas.events import Event
 from schemas.sandbox import CommandRecord, SandboxRef, SandboxSpec
+from schemas.tools import ToolEffectRecord
 from schemas.turns import ToolCallRecord
 from schemas.writes import WriteEvidence
 
@@ -272,6 +273,13 @@ class TaskState(BaseModel):
     tool_calls_dropped: int = Field(
         default=0, description="Read-only tool calls not kept in `tool_calls` (the cap), counted."
     )
+    tool_effects: list[ToolEffectRecord] = Field(
+        default_factory=list,
+        description="Calls of effect tools the agent brought (own functions, MCP tools), as run.",
+    )
+    mcp_catalog_ref: str | None = Field(
+        default=None, description="The agent's MCP tools as first listed: every turn sees these."
+    )
     lost_sandboxes: list[str] = Field(default_factory=list, description="Sandboxes that vanished mid-task.")
     archived_evidence: list[ArtifactRef] = Field(
         default_factory=list, description="Older evidence moved to the artifact store (`EvidenceArchive`)."
@@ -328,6 +336,11 @@ class Evidence(BaseModel):
     tool_calls_dropped: int = Field(
         default=0,
         description="Older read-only tool calls not kept (their `tool.called` events still name them).",
+    )
+    tool_effects: list[ToolEffectRecord] = Field(
+        default_factory=list,
+        description="Calls of effect tools the agent brought (own functions, MCP tools): operation "
+        "key, digests of the arguments and output, whether a lookup found it done.",
     )
     archived: list[ArtifactRef] = Field(
         default_factory=list,

@@ -33,6 +33,11 @@ class TurnInput(BaseModel):
         default=None,
         description="The task's run chain, keying the model-call journal (None: by task id alone).",
     )
+    mcp_catalog_ref: str | None = Field(
+        default=None,
+        pattern=DIGEST_PATTERN,
+        description="The agent's MCP tools as the task first listed them (None: list them now).",
+    )
 
 
 class SkippedModel(BaseModel):
@@ -117,6 +122,9 @@ class TurnResult(BaseModel):
         description=f"The turn's read-only tool calls, the first {MAX_TOOL_CALL_RECORDS}.",
     )
     tool_calls_dropped: int = Field(default=0, description="Read-only tool calls past the cap, counted.")
+    mcp_catalog_ref: str | None = Field(
+        default=None, pattern=DIGEST_PATTERN, description="The MCP tools the turn saw, for the next turns."
+    )
 
 
 class PlanInput(BaseModel):
@@ -125,6 +133,7 @@ class PlanInput(BaseModel):
     agent: str
     tool: str
     arguments: dict[str, Any]
+    mcp_catalog_ref: str | None = Field(default=None, pattern=DIGEST_PATTERN)
 
 
 class PlanResult(BaseModel):

@@ -301,6 +301,7 @@ class AgentTaskWorkflow:
             conversation_ref=state.conversation_ref,
             follow_ups=[f.text for f in state.follow_ups[:follow_ups]],
             run_chain=state.run_chain,
+            mcp_catalog_ref=state.mcp_catalog_ref,
         )
         # Placement checks the input's size (and names this summary if it is too large).
         summary = f"agent turn {turn} ({len(state.pending_results)} results, {follow_ups} follow-ups)"
@@ -313,6 +314,8 @@ class AgentTaskWorkflow:
         state.run_state_ref = result.run_state_ref
         state.conversation_ref = result.conversation_ref
         state.pending_results = list(result.invalid)
+        # The agent's MCP tools as first listed: every later turn of the task sees the same ones.
+        state.mcp_catalog_ref = state.mcp_catalog_ref or result.mcp_catalog_ref
         state.artifacts.extend(a for a in result.artifacts if a not in state.artifacts)
         usage = state.usage
         usage.turns += 1

@@ -9,7 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError, is_cancelled_exception
+from temporalio.exceptions import ActivityError, ChildWorkflowError, is_cancelled_exception
 from temporalio.workflow import ActivityConfig, ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
@@ -21,6 +21,8 @@ with workflow.unsafe.imports_passed_through():
         ActionStatus,
         BusinessWrite,
         Delegation,
+        FunctionCall,
+        McpCall,
         ProposedAction,
         SandboxCommand,
         action_version,
@@ -53,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.bounds import cut
     from workflows.context import TaskContext
     from workflows.decisions import find_request
+    from workflows.failures import failure_code, failure_message
     from workflows.handoff import HandOff
     from workflows.patches import (
         BOUNDED_PATCH,
@@ -61,6 +64,7 @@ with workflow.unsafe.imports_passed_through():
         SETTLE_CANCELLED_WRITE_PATCH,
     )
     from workflows.placement import Placement
+    from workflows.tool_effects import ToolEffects
 
 
 class _CancelledWrite(Exception):
@@ -85,6 +89,7 @@ class EffectRunner:
         self.task = task
         self.approvals = approvals
         self.placement = placement
+        self.tools = ToolEffects(task, placement=placement)
 
     async def run(self, item: BatchItem) -> ActionResult | None:
         """The result of a decided action: refused, or run (as approved or as edited). None when an
@@ -121,6 +126,11 @@ class EffectRunner:
             output, ok = await self.delegate(action, operation)
             if not ok:
                 status = ActionStatus.FAILED
+        elif isinstance(operation, FunctionCall | McpCall):
+            called = await self.tools.run(action, operation)
+            output, output_ref = called.output, called.output_ref
+            if called.is_error:
+                status = ActionStatus.FAILED
         else:
             output = await self.write(action, operation)
         if output is None:
@@ -139,7 +149,12 @@ class EffectRunner:
         return await self.placement.execute(
             "agent",
             AgentActivities.plan,
-            PlanInput(agent=self.task.valid_spec.agent, tool=tool, arguments=arguments),
+            PlanInput(
+                agent=self.task.valid_spec.agent,
+                tool=tool,
+                arguments=arguments,
+                mcp_catalog_ref=self.task.state.mcp_catalog_ref,
+            ),
             options.PLAN,
             summary=f"check {tool}'s arguments",
         )
@@ -235,15 +250,15 @@ class EffectRunner:
                 if is_cancelled_exception(err):
                     raise
                 if (
-                    _code(err) == "sandbox_missing"
+                    failure_code(err) == "sandbox_missing"
                     and not rebuilt
                     and workflow.patched(REBUILD_SANDBOX_PATCH)
                 ):
-                    self.sandbox_lost(sandbox, _message(err))
+                    self.sandbox_lost(sandbox, failure_message(err))
                     rebuilt = True
                     continue  # rebuilt from the task's inputs; run the command again
-                self.task.emit(EventType.SANDBOX_EXEC, call_id=action.call_id, error=_message(err))
-                return json.dumps({"error": _message(err)}), None
+                self.task.emit(EventType.SANDBOX_EXEC, call_id=action.call_id, error=failure_message(err))
+                return json.dumps({"error": failure_message(err)}), None
         state.commands.append(record)
         state.artifacts.extend(a for a in record.outputs if a not in state.artifacts)
         state.usage.sandbox_seconds += record.duration_ms / 1000
@@ -326,7 +341,7 @@ class EffectRunner:
                 task_id=child_id,
                 agent=delegation.agent,
                 phase=TaskPhase.CANCELLED if is_cancelled_exception(err) else TaskPhase.FAILED,
-                reason=_message(err),
+                reason=failure_message(err),
             )
         state.delegations.append(record)
         self.task.emit(
@@ -385,7 +400,7 @@ class EffectRunner:
             except ActivityError as err:
                 if is_cancelled_exception(err):
                     raise
-                code, message = _code(err), _message(err)
+                code, message = failure_code(err), failure_message(err)
             if code == "write_conflict":
                 self.task.emit(EventType.WRITE_CONFLICT, operation_key=key, error=message)
                 metrics.workflow_counter("agent_worker_writes", outcome="conflict")
@@ -504,13 +519,3 @@ class EffectRunner:
 
 def _result(action: ProposedAction, status: ActionStatus, output: str) -> ActionResult:
     return ActionResult(call_id=action.call_id, tool=action.tool, status=status, output=output)
-
-
-def _message(err: ActivityError | ChildWorkflowError) -> str:
-    cause: Any = err.cause
-    return cause.message if isinstance(cause, ApplicationError) else str(cause or err)
-
-
-def _code(err: ActivityError) -> str | None:
-    cause = err.cause
-    return cause.type if isinstance(cause, ApplicationError) else None

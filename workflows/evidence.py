@@ -60,6 +60,7 @@ def evidence_of(state: TaskState) -> Evidence:
         delegations=state.delegations,
         tool_calls=state.tool_calls,
         tool_calls_dropped=state.tool_calls_dropped,
+        tool_effects=state.tool_effects,
         missing=missing,
         archived=state.archived_evidence,
     )

@@ -33,11 +33,12 @@ def config(
     start_to_close: timedelta | None = None,
     task_queue: str | None = None,
     final_errors: tuple[str, ...] = (),
+    attempts: int | None = None,
 ) -> ActivityConfig:
     """The keyword arguments of one ``workflow.execute_activity_method`` call: ``base`` (one of the
     constants below, never changed itself) with this call's summary, optionally a longer
-    start-to-close timeout, another task queue, or more error types that are not retried
-    (``final_errors``)."""
+    start-to-close timeout, another task queue, more error types that are not retried
+    (``final_errors``), or another number of ``attempts``."""
     options = ActivityConfig(**base)
     if final_errors:
         retry = base["retry_policy"]
@@ -45,6 +46,10 @@ def config(
         options["retry_policy"] = replace(
             retry, non_retryable_error_types=[*(retry.non_retryable_error_types or ()), *final_errors]
         )
+    if attempts is not None:
+        retry = options["retry_policy"]
+        assert retry is not None
+        options["retry_policy"] = replace(retry, maximum_attempts=attempts)
     if start_to_close is not None:
         options["start_to_close_timeout"] = start_to_close
     if task_queue is not None:
@@ -121,6 +126,15 @@ BUSINESS_WRITE = ActivityConfig(
     retry_policy=_retry(10),
     heartbeat_timeout=HEARTBEAT,
     summary="business write",
+)
+# An effect tool the agent brought (an own function, an MCP tool): each call gets the tool's own
+# timeout and attempts (``FunctionCall``/``McpCall``); a retried attempt looks its key up first when
+# the tool has a lookup. Attempts used up: the outcome is unknown and the task hands off.
+TOOL_CALL = ActivityConfig(
+    start_to_close_timeout=timedelta(seconds=60),
+    retry_policy=_retry(5),
+    heartbeat_timeout=HEARTBEAT,
+    summary="effect tool call",
 )
 # Lookups retry within the task's patience (about five minutes), then the task hands off.
 BUSINESS_LOOKUP = ActivityConfig(

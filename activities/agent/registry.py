@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from agents import Agent, FunctionTool
 from agents.models.interface import Model
 
 from activities.errors import ToolPlanError, UnknownAgent
 from activities.loading import load_object
+
+if TYPE_CHECKING:
+    from activities.tools.mcp import McpRules
 
 
 @dataclass(frozen=True)
@@ -26,6 +30,8 @@ class AgentRegistration:
             default (``AGENT_WORKER_OPENAI_MODEL``).
         fallback: Models that answer, in order, when the one before fails with an outage (HTTP 5xx,
             no connection, timeout) or is out of quota (429 ``insufficient_quota``).
+        mcp: How the tools of the agent's MCP servers are treated, one ``McpRules`` per server (a
+            server without rules: every tool needs the policy's approval, as a write).
     """
 
     name: str
@@ -35,6 +41,7 @@ class AgentRegistration:
     description: str = ""
     model: str | Model | None = None
     fallback: Sequence[str | Model] = ()
+    mcp: Sequence[McpRules] = ()
 
 
 class AgentRegistry:

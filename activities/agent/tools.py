@@ -37,17 +37,22 @@ from activities.errors import ToolPlanError, TurnError
 from schemas.actions import BusinessWrite, Delegation, EffectClass, Operation, SandboxCommand
 from schemas.artifacts import ArtifactRef
 
-_EFFECT_ATTR = "_agent_worker_effect"
+EFFECT_ATTR = "_agent_worker_effect"
 
 
 @dataclass(frozen=True)
 class EffectDeclaration:
-    """What an effectful tool does, attached to its ``FunctionTool``."""
+    """What an effectful tool does, attached to its ``FunctionTool``.
+
+    With a ``schema``, ``planner`` takes the tool's arguments as the function's parameters (checked
+    against the schema first); without one, it takes the arguments as one dict and checks them
+    itself (raising ``ToolPlanError``).
+    """
 
     effect: EffectClass
     planner: Callable[..., Any]
-    schema: FuncSchema
-    returns: type[SandboxCommand] | type[BusinessWrite] | type[Delegation]
+    schema: FuncSchema | None
+    returns: type[Operation]
 
 
 @dataclass
@@ -94,7 +99,7 @@ def unbind_turn(token: contextvars.Token[TurnServices]) -> None:
     _current.reset(token)
 
 
-async def _return_workflow_result(ctx: ToolContext[Any], _arguments: str) -> str:
+async def return_workflow_result(ctx: ToolContext[Any], _arguments: str) -> str:
     output = current_turn().outputs.get(ctx.tool_call_id)
     if output is None:
         raise TurnError(f"the workflow sent no result for call {ctx.tool_call_id}")
@@ -116,11 +121,11 @@ def _effect_tool(
             name=schema.name,
             description=schema.description or "",
             params_json_schema=schema.params_json_schema,
-            on_invoke_tool=_return_workflow_result,
+            on_invoke_tool=return_workflow_result,
             strict_json_schema=schema.strict_json_schema,
             needs_approval=True,
         )
-        setattr(tool, _EFFECT_ATTR, EffectDeclaration(effect, fn, schema, returns))
+        setattr(tool, EFFECT_ATTR, EffectDeclaration(effect, fn, schema, returns))
         return tool
 
     return build(func) if func is not None else build
@@ -159,7 +164,7 @@ def delegate_tool(
 
 def effect_of(tool: object) -> EffectDeclaration | None:
     """The effect declaration of ``tool``, or None for a read tool."""
-    return getattr(tool, _EFFECT_ATTR, None)
+    return getattr(tool, EFFECT_ATTR, None)
 
 
 def plan_call(tool: FunctionTool, arguments: dict[str, Any]) -> Operation:
@@ -172,17 +177,15 @@ def plan_call(tool: FunctionTool, arguments: dict[str, Any]) -> Operation:
     if declaration is None:
         raise ToolPlanError(f"tool {tool.name!r} has no declared effect", operation="agent.plan")
     try:
-        parsed = declaration.schema.params_pydantic_model(**arguments)
-    except pydantic.ValidationError as err:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in err.errors()
-        )
-        raise ToolPlanError(
-            f"invalid arguments for {tool.name}: {problems}", operation="agent.plan"
-        ) from None
-    args, kwargs = declaration.schema.to_call_args(parsed)
-    try:
-        operation = declaration.planner(*args, **kwargs)
+        if declaration.schema is None:
+            operation = declaration.planner(arguments)
+        else:
+            args, kwargs = declaration.schema.to_call_args(
+                validated(declaration.schema, tool.name, arguments)
+            )
+            operation = declaration.planner(*args, **kwargs)
+    except ToolPlanError:
+        raise
     except Exception as err:
         raise ToolPlanError(f"{tool.name} could not plan the call: {err}", operation="agent.plan") from err
     if not isinstance(operation, declaration.returns):
@@ -191,6 +194,21 @@ def plan_call(tool: FunctionTool, arguments: dict[str, Any]) -> Operation:
             operation="agent.plan",
         )
     return operation
+
+
+def validated(schema: FuncSchema, tool: str, arguments: dict[str, Any]) -> pydantic.BaseModel:
+    """``arguments`` checked against a tool's parameters.
+
+    Raises:
+        ToolPlanError: naming each invalid argument and what is wrong with it.
+    """
+    try:
+        return schema.params_pydantic_model(**arguments)
+    except pydantic.ValidationError as err:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in err.errors()
+        )
+        raise ToolPlanError(f"invalid arguments for {tool}: {problems}", operation="agent.plan") from None
 
 
 def parse_arguments(raw: str) -> dict[str, Any]:

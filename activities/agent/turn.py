@@ -12,6 +12,7 @@ rejects each pending call by the workflow's results, and runs on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from typing import Any
 
@@ -25,7 +26,7 @@ from temporalio import activity
 from activities.agent.journal import JournaledModel, ModelCallJournal
 from activities.agent.provider_errors import no_sdk_retries, provider_failure
 from activities.agent.providers import SCRIPTED, ModelChain, check_models, resolve_chain
-from activities.agent.registry import AgentRegistry, find_tool
+from activities.agent.registry import AgentRegistration, AgentRegistry, find_tool
 from activities.agent.tool_records import ReadToolRecorder
 from activities.agent.tools import (
     TurnServices,
@@ -37,6 +38,7 @@ from activities.agent.tools import (
 )
 from activities.artifacts import LocalArtifactStore
 from activities.errors import AgentError, ToolPlanError, TurnError, activity_boundary
+from activities.tools import mcp as mcp_tools
 from schemas.actions import ActionResult, ActionStatus, ProposedAction, action_version
 from schemas.config import ConfigError, WorkerConfig
 from schemas.turns import (
@@ -85,7 +87,23 @@ class AgentActivities:
     async def turn(self, input: TurnInput) -> TurnResult:
         """Run the agent until it answers or proposes effectful calls."""
         registration = self.registry.get(input.agent)
+        async with self._with_mcp(registration, input.mcp_catalog_ref) as (agent, catalog_ref):
+            result = await self._turn(input, registration, agent)
+        return result.model_copy(update={"mcp_catalog_ref": catalog_ref})
+
+    def _with_mcp(
+        self, registration: AgentRegistration, catalog_ref: str | None
+    ) -> contextlib.AbstractAsyncContextManager[tuple[Agent, str | None]]:
+        """The registration's agent, its MCP servers replaced by durable tools from the task's
+        catalog (listed now when the task has none yet)."""
         agent = registration.build()
+        if not agent.mcp_servers:
+            return contextlib.nullcontext((agent, None))
+        return mcp_tools.durable_mcp_tools(
+            agent, registration.mcp, self.store, catalog_ref, unsafe_dev=self.config.sandbox_unsafe_dev
+        )
+
+    async def _turn(self, input: TurnInput, registration: AgentRegistration, agent: Agent) -> TurnResult:
         try:
             chain = resolve_chain(registration, agent, self.config)
         except ConfigError as err:  # checked at worker start; a retry would not fix it
@@ -270,11 +288,11 @@ class AgentActivities:
     @activity_boundary
     async def plan(self, input: PlanInput) -> PlanResult:
         """Plan an effectful call with (edited) arguments; invalid arguments are an answer, not an error."""
-        agent = self.registry.get(input.agent).build()
-        try:
-            return PlanResult(operation=plan_call(find_tool(agent, input.tool), input.arguments))
-        except ToolPlanError as err:
-            return PlanResult(error=str(err))
+        async with self._with_mcp(self.registry.get(input.agent), input.mcp_catalog_ref) as (agent, _):
+            try:
+                return PlanResult(operation=plan_call(find_tool(agent, input.tool), input.arguments))
+            except ToolPlanError as err:
+                return PlanResult(error=str(err))
 
 
 def needs_run_state(agent: Agent[Any], last_agent: Agent[Any]) -> bool:

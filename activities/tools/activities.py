@@ -1,0 +1,119 @@
+"""The ``tool.call`` and ``mcp.call`` activities: one call of an effect tool the agent brought.
+
+Both find the tool through the agent's registration (the function or the MCP server lives in the
+agent's module), run it under the operation key the workflow derived, and keep the whole output in
+the artifact store (the workflow gets a bounded preview and the digest).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+from typing import Any
+
+import structlog
+from temporalio import activity
+
+from activities.agent.registry import AgentRegistry, find_tool
+from activities.artifacts import LocalArtifactStore
+from activities.errors import ToolError, ToolPlanError, activity_boundary
+from activities.tools import mcp as mcp_tools
+from activities.tools.functions import FunctionDeclaration, call_arguments, function_of
+from schemas.actions import FunctionCall, McpCall
+from schemas.config import WorkerConfig
+from schemas.tools import ToolCallInput, ToolCallResult
+
+log = structlog.get_logger(__name__)
+
+# Characters of a tool's output that travel back to the workflow; the whole output stays in the
+# artifact store under its digest, which the next turn loads.
+OUTPUT_PREVIEW_CHARS = 16_000
+
+
+class ToolActivities:
+    """Effect tools of the registered agents: own functions and MCP servers' tools."""
+
+    def __init__(self, registry: AgentRegistry, store: LocalArtifactStore, config: WorkerConfig) -> None:
+        self.registry = registry
+        self.store = store
+        self.config = config
+
+    @activity.defn(name="tool.call")
+    @activity_boundary
+    async def call_function(self, input: ToolCallInput) -> ToolCallResult:
+        """Run an own function declared with ``effect_tool``, exactly once under the operation key."""
+        operation = input.operation
+        assert isinstance(operation, FunctionCall)
+        declaration = self._function(input.agent, operation.tool)
+        key = input.operation_key
+        if declaration.lookup is not None and _attempt() > 1:
+            found = await _call(declaration.lookup, [key], {})
+            if found is not None:
+                log.info("retried tool call was already made", tool=operation.tool, operation_key=key)
+                return await self._result(_text(found), replayed=True)
+        args, kwargs = call_arguments(declaration, operation.tool, operation.arguments, key)
+        try:
+            value = await _call(declaration.function, args, kwargs)
+        except ToolError as err:
+            return await self._result(f"error: {err}", is_error=True)
+        log.info("tool call done", tool=operation.tool, system=operation.system, operation_key=key)
+        return await self._result(_text(value))
+
+    @activity.defn(name="mcp.call")
+    @activity_boundary
+    async def call_mcp(self, input: ToolCallInput) -> ToolCallResult:
+        """Call a write-class or sandbox-class MCP tool, exactly once under the operation key."""
+        assert isinstance(input.operation, McpCall)
+        registration = self.registry.get(input.agent)
+        return await mcp_tools.call_mcp_tool(
+            registration.build(),
+            registration.mcp,
+            input,
+            _attempt(),
+            self.store,
+            unsafe_dev=self.config.sandbox_unsafe_dev,
+        )
+
+    def _function(self, agent: str, tool: str) -> FunctionDeclaration:
+        declaration = function_of(find_tool(self.registry.get(agent).build(), tool))
+        if declaration is None:
+            raise ToolPlanError(
+                f"tool {tool!r} of agent {agent!r} is not an effect_tool", operation="tool.call"
+            )
+        return declaration
+
+    async def _result(self, text: str, *, is_error: bool = False, replayed: bool = False) -> ToolCallResult:
+        digest = await asyncio.to_thread(self.store.put, text.encode("utf-8"))
+        preview = text
+        ref = None
+        if len(text) > OUTPUT_PREVIEW_CHARS:
+            preview = (
+                f"{text[:OUTPUT_PREVIEW_CHARS]}\n[the output is {len(text):,} characters; the whole "
+                f"output is the artifact {digest}]"
+            )
+            ref = digest
+        return ToolCallResult(
+            output=preview, output_ref=ref, output_digest=digest, is_error=is_error, replayed=replayed
+        )
+
+
+def _attempt() -> int:
+    return activity.info().attempt if activity.in_activity() else 1
+
+
+async def _call(fn: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """Await an async function; run a plain one in a thread (it may block)."""
+    if inspect.iscoroutinefunction(fn):
+        return await fn(*args, **kwargs)
+    value = await asyncio.to_thread(fn, *args, **kwargs)
+    return await value if inspect.isawaitable(value) else value
+
+
+def _text(value: Any) -> str:
+    """A function's return value as the model reads it: text as is, anything else as JSON."""
+    if isinstance(value, str):
+        return value
+    if hasattr(value, "model_dump_json"):
+        return str(value.model_dump_json())
+    return json.dumps(value, sort_keys=True, default=str)

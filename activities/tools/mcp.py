@@ -1,0 +1,513 @@
+"""MCP servers an agent brings, made durable.
+
+An agent keeps its MCP servers (``Agent(mcp_servers=[...])``: Streamable HTTP, SSE or stdio, as the
+OpenAI Agents SDK defines them). The worker never lets the SDK list or call them on its own:
+
+- **One tool list per task.** The first turn lists every server's tools and stores them as an
+  ``McpCatalog`` in the artifact store; the task keeps its digest and every later turn, retry and
+  replay builds the same tools from it.
+- **Classified by the registration's ``McpRules``.** A ``read`` tool runs inside the turn (with a
+  timeout, recorded like any read tool). A ``write`` tool (the default for a tool no rule names) or
+  a ``sandbox`` tool stops the turn: policy and approval apply, and the workflow runs it as its own
+  ``mcp.call`` activity. A write tool can take the operation key in a declared argument
+  (``key_argument``) and name a ``lookup_tool`` that finds a call's effect by that key, so a retry
+  after a lost answer reconciles instead of calling twice.
+- **Errors.** A tool's own error (an MCP error result) reaches the model as the tool's output. An
+  unreachable server or refused credentials raise ``McpUnavailable`` (retryable): Temporal retries
+  the activity, then the task hands off.
+- **stdio servers run contained**: under bubblewrap with the sandbox rules (read-only root, no
+  network unless the rules allow it, a private writable directory). Where bubblewrap cannot run,
+  the server is refused unless ``sandbox_unsafe_dev`` says otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import json
+import re
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import jsonschema
+import structlog
+from agents import Agent, FunctionTool
+from agents.exceptions import UserError
+from agents.mcp import MCPServer, MCPServerSse, MCPServerStdio, MCPServerStreamableHttp
+from agents.mcp._compat import (  # the SDK's bridge over MCP SDK 1.x / 2.x result shapes
+    MCPError,
+    is_http_transport_error,
+    is_mcp_connection_closed_error,
+    is_mcp_timeout_error,
+    mcp_error_message,
+    result_is_error,
+    result_structured_content,
+    tool_input_schema,
+)
+from agents.tool_context import ToolContext
+
+from activities.agent.tools import EFFECT_ATTR, EffectDeclaration, return_workflow_result
+from activities.artifacts import LocalArtifactStore
+from activities.errors import AgentError, McpUnavailable, ToolPlanError
+from activities.tools.mcp_contain import contained_server
+from schemas.actions import EffectClass, McpCall
+from schemas.tools import McpCatalog, McpServerTools, McpTool, ToolCallInput, ToolCallResult
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class McpWrite:
+    """How a write-class MCP tool is made exactly-once.
+
+    Attributes:
+        key_argument: The tool's argument that receives the operation key (hidden from the model).
+        lookup_tool: A tool of the same server that takes ``{key_argument: key}`` and answers the
+            earlier call's result, or an empty / ``null`` result when nothing was done under the key.
+    """
+
+    key_argument: str | None = None
+    lookup_tool: str | None = None
+
+
+@dataclass(frozen=True)
+class McpRules:
+    """How the tools of one of an agent's MCP servers (by the server's ``name``) are treated.
+
+    Attributes:
+        server: The MCP server's name (``MCPServer.name``).
+        read: Tools that only read: they run inside the turn.
+        write: Tools with effects, each with its key argument and lookup tool (a plain list: no key).
+        sandbox: Tools that run code or commands: policy treats them as sandbox actions.
+        unlisted: What a tool no rule names is: ``write`` (needs the policy's approval) or ``hide``
+            (the agent does not see it).
+        timeout_seconds: How long one call may take.
+        max_attempts: Attempts of one ``mcp.call`` (Temporal's retries) before the task hands off.
+        network: Whether a stdio server may use the network (bubblewrap shares the host's).
+    """
+
+    server: str
+    read: Sequence[str] = ()
+    write: Mapping[str, McpWrite] | Sequence[str] = field(default_factory=dict)
+    sandbox: Sequence[str] = ()
+    unlisted: Literal["write", "hide"] = "write"
+    timeout_seconds: float = 60.0
+    max_attempts: int = 5
+    network: bool = False
+
+
+_OUTPUT_HEAD_CHARS = 16_000
+# A lookup answering one of these found nothing under the key.
+_NOTHING_FOUND = {"", "null", "none", "{}", "[]"}
+# How the SDK words a transport failure (``UserError``): the server is down or refuses us.
+_TRANSPORT_WORDS = (
+    "Failed to connect",
+    "HTTP error",
+    "Connection lost",
+    "Connection timeout",
+    "Request failed",
+)
+_TRANSPORTS: tuple[tuple[type[MCPServer], Literal["streamable_http", "sse", "stdio"]], ...] = (
+    (MCPServerStdio, "stdio"),
+    (MCPServerStreamableHttp, "streamable_http"),
+    (MCPServerSse, "sse"),
+)
+
+
+def _config_error(message: str) -> AgentError:
+    return AgentError(message, operation="mcp.tools", retryable="no")
+
+
+def _transport(server: MCPServer) -> Literal["streamable_http", "sse", "stdio"]:
+    for cls, transport in _TRANSPORTS:
+        if isinstance(server, cls):
+            return transport
+    raise _config_error(
+        f"MCP server {server.name!r} is a {type(server).__name__}; the worker runs MCPServerStdio, "
+        "MCPServerStreamableHttp and MCPServerSse servers"
+    )
+
+
+def _rules_by_server(agent: Agent[Any], rules: Sequence[McpRules]) -> dict[str, McpRules]:
+    """Each of the agent's servers with its rules (defaults where none is given)."""
+    names = [server.name for server in agent.mcp_servers]
+    if len(set(names)) != len(names):
+        raise _config_error(f"agent {agent.name!r} has two MCP servers with one name: {names}")
+    given: dict[str, McpRules] = {}
+    for rule in rules:
+        if rule.server not in names:
+            raise _config_error(
+                f"MCP rules name server {rule.server!r}, which agent {agent.name!r} does not have "
+                f"(its MCP servers: {names})"
+            )
+        if rule.server in given:
+            raise _config_error(f"two McpRules for MCP server {rule.server!r}")
+        given[rule.server] = rule
+    return {name: given.get(name, McpRules(server=name)) for name in names}
+
+
+def _writes(rule: McpRules) -> dict[str, McpWrite]:
+    if isinstance(rule.write, str):
+        raise _config_error(f"McpRules({rule.server!r}).write must be a list or a mapping, not a string")
+    if isinstance(rule.write, Mapping):
+        return dict(rule.write)
+    return {name: McpWrite() for name in rule.write}
+
+
+def _classify(server: str, transport: Any, offered: Sequence[Any], rule: McpRules) -> McpServerTools:
+    """The server's tools as the rules class them (raising on a rule that does not fit the server)."""
+    schemas = {tool.name: tool_input_schema(tool) or {} for tool in offered}
+    writes = _writes(rule)
+    lookups = {w.lookup_tool for w in writes.values() if w.lookup_tool}
+    seen: dict[str, str] = {}
+    for kind, names in (
+        ("read", rule.read),
+        ("write", writes),
+        ("sandbox", rule.sandbox),
+        ("lookup", lookups),
+    ):
+        for name in names:
+            if name not in schemas:
+                raise _config_error(
+                    f"MCP rules for server {server!r} name {kind} tool {name!r}, which the server does "
+                    f"not offer (it offers: {sorted(schemas)})"
+                )
+            if kind != "lookup" and seen.setdefault(name, kind) != kind:
+                raise _config_error(f"MCP server {server!r}: tool {name!r} is both {seen[name]} and {kind}")
+    for name, write in writes.items():
+        if write.lookup_tool and not write.key_argument:
+            raise _config_error(f"MCP server {server!r}: tool {name!r} has a lookup tool but no key_argument")
+        properties = schemas[name].get("properties") or {}
+        if write.key_argument and write.key_argument not in properties:
+            raise _config_error(
+                f"MCP server {server!r}: tool {name!r} has no argument {write.key_argument!r} for the "
+                f"operation key (its arguments: {sorted(properties)})"
+            )
+    tools = []
+    for tool in offered:
+        write = writes.get(tool.name, McpWrite())
+        if tool.name in rule.read:
+            effect = EffectClass.READ
+        elif tool.name in writes:
+            effect = EffectClass.WRITE
+        elif tool.name in rule.sandbox:
+            effect = EffectClass.SANDBOX
+        elif tool.name in lookups or rule.unlisted == "hide":
+            continue  # a lookup tool not listed as read is for reconciliation only
+        else:
+            effect = EffectClass.WRITE
+        tools.append(
+            McpTool(
+                name=tool.name,
+                exposed_as=tool.name,
+                description=tool.description or "",
+                input_schema=schemas[tool.name],
+                effect=effect,
+                key_argument=write.key_argument,
+                lookup_tool=write.lookup_tool,
+                timeout_seconds=rule.timeout_seconds,
+                max_attempts=rule.max_attempts,
+            )
+        )
+    return McpServerTools(server=server, transport=transport, tools=tools)
+
+
+def _expose(catalog: McpCatalog, function_tools: Sequence[str]) -> None:
+    """Name each tool as the agent sees it: its own name, or ``<server>__<tool>`` where it is shared."""
+    count = Counter([*function_tools, *(t.name for s in catalog.servers for t in s.tools)])
+    for server in catalog.servers:
+        prefix = re.sub(r"[^A-Za-z0-9_-]", "_", server.server)
+        for tool in server.tools:
+            tool.exposed_as = tool.name if count[tool.name] == 1 else f"{prefix}__{tool.name}"
+    exposed = Counter(t.exposed_as for s in catalog.servers for t in s.tools)
+    clash = sorted(name for name in exposed if exposed[name] > 1 or name in function_tools)
+    if clash:
+        raise _config_error(f"MCP tools still share names after prefixing with their server: {clash}")
+
+
+def _fresh(server: MCPServer, rule: McpRules, unsafe_dev: bool) -> MCPServer:
+    """A new, unconnected copy of ``server`` (one per context: the agent's own is never connected)."""
+    timeout = rule.timeout_seconds
+    if isinstance(server, MCPServerStdio):
+        return contained_server(server, network=rule.network, timeout_seconds=timeout, unsafe_dev=unsafe_dev)
+    if isinstance(server, MCPServerStreamableHttp | MCPServerSse):
+        static_filter = server.tool_filter if isinstance(server.tool_filter, dict) else None
+        return type(server)(
+            server.params,  # type: ignore[arg-type]
+            name=server.name,
+            client_session_timeout_seconds=timeout,
+            tool_filter=static_filter,  # type: ignore[arg-type]
+            use_structured_content=server.use_structured_content,
+        )
+    _transport(server)  # raises, naming the unsupported type
+    raise AssertionError("unreachable")
+
+
+def _unavailable(server: str, doing: str, err: BaseException) -> McpUnavailable:
+    cause = str(err) or type(err).__name__
+    return McpUnavailable(f"MCP server {server!r} is unavailable ({doing}): {cause}", operation="mcp.call")
+
+
+def _transport_failure(err: BaseException) -> bool:
+    """Whether ``err`` says the server is down, gone or refusing us (as opposed to a tool error)."""
+    if isinstance(err, BaseExceptionGroup):
+        return any(_transport_failure(e) for e in err.exceptions)
+    if isinstance(err, MCPError):
+        return is_mcp_connection_closed_error(err) or is_mcp_timeout_error(err)
+    if isinstance(err, UserError):
+        return any(words in str(err) for words in _TRANSPORT_WORDS)
+    return isinstance(err, OSError | TimeoutError | EOFError) or is_http_transport_error(err)
+
+
+def _text(result: Any) -> str:
+    parts = [
+        item.text if item.type == "text" else item.model_dump_json(exclude_none=True)
+        for item in result.content
+    ]
+    structured = result_structured_content(result)
+    if not parts and structured is not None:
+        parts.append(json.dumps(structured))
+    return "\n".join(parts)
+
+
+class _Connections:
+    """The servers of one context, connected on first use (at most once each) and all closed at exit."""
+
+    def __init__(self, servers: Mapping[str, MCPServer], rules: Mapping[str, McpRules], unsafe_dev: bool):
+        self._servers, self._rules, self._unsafe_dev = servers, rules, unsafe_dev
+        self._open: dict[str, MCPServer] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def get(self, name: str) -> MCPServer:
+        async with self._locks.setdefault(name, asyncio.Lock()):
+            if name not in self._open:
+                rule = self._rules[name]
+                server = _fresh(self._servers[name], rule, self._unsafe_dev)
+                try:
+                    await asyncio.wait_for(server.connect(), rule.timeout_seconds)
+                except (Exception, BaseExceptionGroup) as err:
+                    with contextlib.suppress(Exception):
+                        await server.cleanup()
+                    raise _unavailable(name, "connecting", err) from None
+                self._open[name] = server
+            return self._open[name]
+
+    async def call(self, name: str, tool: str, arguments: dict[str, Any], seconds: float) -> tuple[str, bool]:
+        """The text of the tool's result and whether it is an error result.
+
+        Raises:
+            McpUnavailable: the server cannot be reached or did not answer within ``seconds``.
+        """
+        server = await self.get(name)
+        try:
+            result = await asyncio.wait_for(server.call_tool(tool, arguments), seconds)
+        except (Exception, BaseExceptionGroup) as err:
+            if isinstance(err, TimeoutError):
+                raise _unavailable(name, f"no answer from {tool} within {seconds:g}s", err) from None
+            if _transport_failure(err):
+                raise _unavailable(name, f"calling {tool}", err) from None
+            if isinstance(err, MCPError):
+                return mcp_error_message(err), True
+            if isinstance(err, UserError):
+                return str(err), True
+            raise
+        return _text(result), bool(result_is_error(result))
+
+    async def aclose(self) -> None:
+        for name, server in self._open.items():
+            try:
+                await server.cleanup()
+            except Exception as err:  # closing must not mask the context's own outcome
+                log.warning("MCP server did not close cleanly", server=name, error=str(err))
+        self._open.clear()
+
+
+def _model_schema(tool: McpTool) -> dict[str, Any]:
+    """The tool's input schema as the model sees it: without the key argument."""
+    schema = copy.deepcopy(tool.input_schema) or {}
+    schema.setdefault("type", "object")
+    schema.setdefault("properties", {})
+    if tool.key_argument:
+        schema["properties"].pop(tool.key_argument, None)
+        if "required" in schema:
+            schema["required"] = [name for name in schema["required"] if name != tool.key_argument]
+    return schema
+
+
+def _planner(server: str, tool: McpTool) -> Callable[[dict[str, Any]], McpCall]:
+    schema = _model_schema(tool)
+    validator = jsonschema.validators.validator_for(schema)(schema)
+
+    def plan(arguments: dict[str, Any]) -> McpCall:
+        # The key is the workflow's to give, never the model's.
+        arguments = {k: v for k, v in arguments.items() if k != tool.key_argument}
+        problems = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+        if problems:
+            text = "; ".join(
+                f"{'/'.join(map(str, e.absolute_path)) or 'arguments'}: {e.message}" for e in problems
+            )
+            raise ToolPlanError(f"invalid arguments for {tool.exposed_as}: {text}", operation="agent.plan")
+        return McpCall(
+            server=server,
+            tool=tool.name,
+            arguments=arguments,
+            key_argument=tool.key_argument,
+            lookup_tool=tool.lookup_tool,
+            timeout_seconds=tool.timeout_seconds,
+            max_attempts=tool.max_attempts,
+        )
+
+    return plan
+
+
+def _durable_tool(server: str, tool: McpTool, connections: _Connections) -> FunctionTool:
+    if tool.effect is not EffectClass.READ:
+        effect_tool = FunctionTool(
+            name=tool.exposed_as,
+            description=tool.description,
+            params_json_schema=_model_schema(tool),
+            on_invoke_tool=return_workflow_result,
+            strict_json_schema=False,
+            needs_approval=True,
+        )
+        setattr(
+            effect_tool, EFFECT_ATTR, EffectDeclaration(tool.effect, _planner(server, tool), None, McpCall)
+        )
+        return effect_tool
+
+    async def read(_ctx: ToolContext[Any], raw_arguments: str) -> str:
+        try:
+            arguments = json.loads(raw_arguments or "{}")
+        except json.JSONDecodeError as err:
+            return f"error: the arguments are not JSON: {err}"
+        if not isinstance(arguments, dict):
+            return "error: the arguments must be a JSON object"
+        text, _is_error = await connections.call(server, tool.name, arguments, tool.timeout_seconds)
+        return text
+
+    return FunctionTool(
+        name=tool.exposed_as,
+        description=tool.description,
+        params_json_schema=_model_schema(tool),
+        on_invoke_tool=read,
+        strict_json_schema=False,
+    )  # what ``read`` raises (McpUnavailable) fails the turn: Temporal retries it
+
+
+@contextlib.asynccontextmanager
+async def durable_mcp_tools(
+    agent: Agent[Any],
+    rules: Sequence[McpRules],
+    store: LocalArtifactStore,
+    catalog_ref: str | None,
+    *,
+    unsafe_dev: bool = False,
+) -> AsyncIterator[tuple[Agent[Any], str | None]]:
+    """The agent with its MCP servers replaced by durable tools, and the task's catalog reference.
+
+    Without ``catalog_ref`` the servers are listed (once) and the catalog stored; with it, the
+    catalog is loaded and no server is listed again. Read tools call their server from inside the
+    turn (connected on first use, closed when the context exits); write and sandbox tools stop the
+    run for the workflow, which runs them with ``call_mcp_tool``.
+
+    Raises:
+        AgentError: (not retryable) the rules do not fit the agent or its servers.
+        McpUnavailable: a server could not be listed (retryable), or a stdio server cannot run
+            contained (not retryable).
+    """
+    if not agent.mcp_servers:
+        yield agent, None
+        return
+    by_server = _rules_by_server(agent, rules)
+    servers = {server.name: server for server in agent.mcp_servers}
+    connections = _Connections(servers, by_server, unsafe_dev)
+    try:
+        if catalog_ref is None:
+            catalog = McpCatalog()
+            for name, server in servers.items():
+                transport = _transport(server)
+                connected = await connections.get(name)
+                try:
+                    offered = await asyncio.wait_for(connected.list_tools(), by_server[name].timeout_seconds)
+                except (Exception, BaseExceptionGroup) as err:
+                    raise _unavailable(name, "listing tools", err) from None
+                catalog.servers.append(_classify(name, transport, offered, by_server[name]))
+            _expose(catalog, [tool.name for tool in agent.tools])
+            catalog_ref = store.put_json(catalog.model_dump(mode="json"))
+        else:
+            catalog = McpCatalog.model_validate(store.get_json(catalog_ref))
+            unknown = sorted({s.server for s in catalog.servers} - set(servers))
+            if unknown:
+                raise _config_error(
+                    f"the task's MCP catalog names servers agent {agent.name!r} lacks: {unknown}"
+                )
+        tools = [_durable_tool(s.server, tool, connections) for s in catalog.servers for tool in s.tools]
+        yield agent.clone(mcp_servers=[], tools=[*agent.tools, *tools]), catalog_ref
+    finally:
+        await connections.aclose()
+
+
+def _result(
+    store: LocalArtifactStore, text: str, *, is_error: bool, replayed: bool = False
+) -> ToolCallResult:
+    digest = store.put(text.encode())
+    if len(text) <= _OUTPUT_HEAD_CHARS:
+        return ToolCallResult(output=text, output_digest=digest, is_error=is_error, replayed=replayed)
+    note = f"\n[output cut at {_OUTPUT_HEAD_CHARS} of {len(text)} characters; the whole is artifact {digest}]"
+    return ToolCallResult(
+        output=text[:_OUTPUT_HEAD_CHARS] + note,
+        output_ref=digest,
+        output_digest=digest,
+        is_error=is_error,
+        replayed=replayed,
+    )
+
+
+async def call_mcp_tool(
+    agent: Agent[Any],
+    rules: Sequence[McpRules],
+    input: ToolCallInput,
+    attempt: int,
+    store: LocalArtifactStore,
+    *,
+    unsafe_dev: bool = False,
+) -> ToolCallResult:
+    """Run one approved ``McpCall`` (the body of the ``mcp.call`` activity).
+
+    On a retry (``attempt > 1``) with a lookup tool, the lookup is asked first: an effect already
+    made under the operation key is returned (``replayed``) instead of calling again. A tool's
+    error result comes back with ``is_error``.
+
+    Raises:
+        McpUnavailable: the server cannot be reached, refuses the credentials or does not answer
+            in time (retryable); a stdio server cannot run contained (not retryable).
+        AgentError: (not retryable) the operation names a server the agent does not have.
+    """
+    operation = input.operation
+    if not isinstance(operation, McpCall):
+        raise _config_error(f"mcp.call got a {operation.kind} operation")
+    servers = {server.name: server for server in agent.mcp_servers}
+    if operation.server not in servers:
+        raise _config_error(
+            f"agent {agent.name!r} has no MCP server {operation.server!r} "
+            f"(its MCP servers: {sorted(servers)})"
+        )
+    connections = _Connections(servers, _rules_by_server(agent, rules), unsafe_dev)
+    try:
+        key = operation.key_argument
+        if attempt > 1 and operation.lookup_tool and key:
+            found, is_error = await connections.call(
+                operation.server, operation.lookup_tool, {key: input.operation_key}, operation.timeout_seconds
+            )
+            if not is_error and found.strip().lower() not in _NOTHING_FOUND:
+                return _result(store, found, is_error=False, replayed=True)
+        arguments = {**operation.arguments, **({key: input.operation_key} if key else {})}
+        text, is_error = await connections.call(
+            operation.server, operation.tool, arguments, operation.timeout_seconds
+        )
+        return _result(store, text, is_error=is_error)
+    finally:
+        await connections.aclose()

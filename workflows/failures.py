@@ -1,0 +1,20 @@
+"""What a failed activity or child says: its error type (the code our activities raise with) and its
+message. Workflow code."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
+
+
+def failure_message(err: ActivityError | ChildWorkflowError) -> str:
+    """The message of the failure's cause (the activity's own words), else the failure itself."""
+    cause: Any = err.cause
+    return cause.message if isinstance(cause, ApplicationError) else str(cause or err)
+
+
+def failure_code(err: ActivityError) -> str | None:
+    """The error type of the failure's cause (``write_unknown``, ``sandbox_missing``, ...)."""
+    cause = err.cause
+    return cause.type if isinstance(cause, ApplicationError) else None
