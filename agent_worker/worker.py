@@ -200,6 +200,21 @@ def build_writer(config: WorkerConfig) -> BusinessWriter:
     return SqliteBusinessStore(config.business_db)
 
 
+def build_systems(config: WorkerConfig) -> dict[str, BusinessWriter]:
+    """The named business systems besides the default (``business_systems``), each from its factory.
+
+    Raises:
+        ConfigError: a factory cannot be loaded or fails.
+    """
+    systems = {}
+    for name, path in config.business_systems.items():
+        try:
+            systems[name] = load_writer(path, config=config)
+        except Exception as err:
+            raise ConfigError(f"AGENT_WORKER_BUSINESS_SYSTEMS: system {name!r} ({path}): {err}") from None
+    return systems
+
+
 def build_event_sink(config: WorkerConfig) -> EventSink:
     """Where task events are delivered."""
     if config.event_sink:
@@ -266,7 +281,7 @@ def build_workers(client: Client, config: WorkerConfig) -> list[Worker]:
         reaper = ReaperActivities(SandboxReaper(list(backends.values()), client))
         role_activities[SANDBOX_QUEUE_SUFFIX] = [sandbox.create, sandbox.exec, sandbox.destroy, reaper.reap]
     if "business" in roles:
-        business = BusinessActivities(build_writer(config))
+        business = BusinessActivities(build_writer(config), build_systems(config))
         authz = AuthzActivities(build_authorizer(config))
         # Own functions declared with ``effect_tool`` (role ``business``) run here, beside the writes.
         assert registry is not None
@@ -400,6 +415,7 @@ __all__ = [
     "build_event_sink",
     "build_sandboxes",
     "build_workers",
+    "build_systems",
     "build_writer",
     "connect",
     "ensure_search_attributes",

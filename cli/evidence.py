@@ -66,11 +66,23 @@ def referenced(evidence: Evidence) -> Iterator[tuple[str, str, ArtifactRef]]:
             yield "command", f"{command.call_id}/{ref.name}", ref
 
 
-def tool_call_files(evidence: Evidence) -> Iterator[tuple[ToolCallRecord, str, str]]:
-    """Each read-only tool call's stored parts, as ``(record, "arguments" | "output", digest)``."""
+def tool_call_files(evidence: Evidence) -> Iterator[tuple[str, str, str]]:
+    """Each tool call's stored parts, as ``(call, "arguments" | "output", digest)``: read-only calls
+    and the calls of effect tools the agent brought (own functions, MCP tools)."""
+    for call, parts in tool_calls(evidence).items():
+        for part, digest in parts:
+            yield call, part, digest
+
+
+def tool_calls(evidence: Evidence) -> dict[str, list[tuple[str, str]]]:
+    """Each tool call, by a readable name, with its stored parts ``(part, digest)``."""
+    calls: dict[str, list[tuple[str, str]]] = {}
     for record in evidence.tool_calls:
-        yield record, "arguments", record.arguments_digest
-        yield record, "output", record.output_digest
+        calls[_call_name(record)] = [("arguments", record.arguments_digest), ("output", record.output_digest)]
+    for effect in evidence.tool_effects:
+        name = f"{effect.tool} {effect.call_id} ({effect.source} tool, {effect.operation_key})"
+        calls[name] = [("arguments", effect.arguments_digest), ("output", effect.output_digest)]
+    return calls
 
 
 def _call_name(record: ToolCallRecord) -> str:
@@ -153,12 +165,12 @@ def write_bundle(
             path.write_bytes(store.get(ref.digest))
         except (ArtifactNotFound, ArtifactCorrupt) as err:
             not_copied.append(f"{kind} {name}: {err}")
-    for record, part, digest in tool_call_files(evidence):
+    for call, part, digest in tool_call_files(evidence):
         path = copies / _hex(digest)
         files.append(
             {
                 "kind": "tool call",
-                "name": f"{_call_name(record)} {part}",
+                "name": f"{call} {part}",
                 "digest": digest,
                 "path": f"{COPIES}/{path.name}",
             }
@@ -168,7 +180,7 @@ def write_bundle(
         try:
             path.write_bytes(store.get(digest))
         except (ArtifactNotFound, ArtifactCorrupt) as err:
-            not_copied.append(f"tool call {_call_name(record)} {part}: {err}")
+            not_copied.append(f"tool call {call} {part}: {err}")
     manifest: dict[str, Any] = {
         "schema": SCHEMA,
         "task_id": result.task_id,
@@ -275,11 +287,13 @@ def check_artifact(kind: str, name: str, ref: ArtifactRef, store: LocalArtifactS
     return Check("FAIL" if problems else "ok", kind, name, "; ".join(problems))
 
 
-def check_tool_call(record: ToolCallRecord, store: LocalArtifactStore, copies: Path) -> Check:
-    """A read-only tool call's arguments and output must be in the store unaltered, and their bundle
-    copies must hold the same bytes: what the record says the tool saw and answered."""
+def check_tool_call(
+    call: str, parts: list[tuple[str, str]], store: LocalArtifactStore, copies: Path
+) -> Check:
+    """A tool call's arguments and output must be in the store unaltered, and their bundle copies
+    must hold the same bytes: what the record says the tool saw and answered."""
     problems = []
-    for part, digest in (("arguments", record.arguments_digest), ("output", record.output_digest)):
+    for part, digest in parts:
         try:
             store.get(digest)
         except ArtifactNotFound:
@@ -291,7 +305,7 @@ def check_tool_call(record: ToolCallRecord, store: LocalArtifactStore, copies: P
             problems.append(f"{part} missing from the bundle")
         elif digest_bytes(copy.read_bytes()) != digest:
             problems.append(f"{part} bundle copy altered: digest differs from {digest}")
-    return Check("FAIL" if problems else "ok", "tool call", _call_name(record), "; ".join(problems))
+    return Check("FAIL" if problems else "ok", "tool call", call, "; ".join(problems))
 
 
 def check_write(write: WriteEvidence, writer: BusinessWriter | str) -> Check:
@@ -325,14 +339,19 @@ def check_write(write: WriteEvidence, writer: BusinessWriter | str) -> Check:
     return Check("ok", "write", key)
 
 
-def _writer(config: WorkerConfig) -> BusinessWriter | str:
+def _writer(config: WorkerConfig, system: str | None) -> BusinessWriter | str:
+    """The writer of ``system`` (None: the default), or why it cannot be used."""
+    # The whole worker: only `verify` of a bundle with writes needs it.
+    from agent_worker.worker import build_systems, build_writer
+
+    if system is not None:
+        if system not in config.business_systems:
+            return f"no business system named {system!r} is configured (AGENT_WORKER_BUSINESS_SYSTEMS)"
+        return build_systems(config)[system]
     # Opening the embedded store creates it: a wrong data dir must fail, not verify an empty new file.
     embedded = not config.business_writer and config.business_backend == "sqlite"
     if embedded and not config.business_db.exists():
         return f"no business database at {config.business_db} (is AGENT_WORKER_DATA_DIR right?)"
-    # The whole worker: only `verify` of a bundle with writes needs it.
-    from agent_worker.worker import build_writer
-
     return build_writer(config)
 
 
@@ -362,10 +381,14 @@ def verify_bundle(bundle: Path, config: WorkerConfig) -> list[Check]:
     evidence: Evidence = load_manifest(bundle)["evidence"]
     store = LocalArtifactStore(config.artifact_dir)
     checks = [check_artifact(*item, store, bundle / COPIES) for item in referenced(evidence)]
-    checks += [check_tool_call(record, store, bundle / COPIES) for record in evidence.tool_calls]
-    if evidence.writes:
-        writer = _writer(config)
-        checks += [check_write(write, writer) for write in evidence.writes]
+    checks += [
+        check_tool_call(call, parts, store, bundle / COPIES) for call, parts in tool_calls(evidence).items()
+    ]
+    writers: dict[str | None, BusinessWriter | str] = {}
+    for write in evidence.writes:
+        if write.system not in writers:
+            writers[write.system] = _writer(config, write.system)
+        checks.append(check_write(write, writers[write.system]))
     checks += [Check("UNKNOWN", "missing", m, "listed as missing by the evidence") for m in evidence.missing]
     return checks
 

@@ -54,6 +54,10 @@ class BusinessWrite(BaseModel):
     artifacts: list[Annotated[str, Field(pattern=DIGEST_PATTERN)]] = Field(
         default_factory=list, description="Digests of the artifacts this write refers to."
     )
+    system: str | None = Field(
+        default=None,
+        description="The business system, by the name the worker registers it under (None: the default).",
+    )
 
 
 class Delegation(BaseModel):
@@ -111,7 +115,11 @@ def action_version(tool: str, arguments: dict[str, Any], operation: Operation) -
     It covers the tool name, its arguments, and the planned operation, which names the digests of
     every artifact the action refers to, so a changed report is a different version.
     """
-    return digest_json({"tool": tool, "arguments": arguments, "operation": operation.model_dump(mode="json")})
+    planned = operation.model_dump(mode="json")
+    if "system" in planned and planned["system"] is None:
+        # A write to the default system keeps the version it had before systems had names.
+        del planned["system"]
+    return digest_json({"tool": tool, "arguments": arguments, "operation": planned})
 
 
 class ProposedAction(BaseModel):

@@ -156,6 +156,12 @@ class WorkerConfig(BaseModel):
     business_writer: str | None = Field(
         default=None, description="A custom writer as 'module:factory'; the factory gets the config."
     )
+    business_systems: dict[str, str] = Field(
+        default_factory=dict,
+        description="More business systems, by name: 'billing=pkg.mod:factory,crm=pkg.crm:factory' (each "
+        "factory gets the config and returns a writer). A write tool's BusinessWrite(system='billing') "
+        "goes there; without a system, writes go to the default writer above.",
+    )
     otel_endpoint: str | None = Field(
         default=None,
         description="OTLP/HTTP collector base URL for traces (also OTEL_EXPORTER_OTLP_ENDPOINT).",
@@ -358,7 +364,7 @@ def _parse_env_value(field: str, raw: str) -> object:
     """Lists and maps are comma-separated in the environment (``a,b``; ``k=v,k2=v2``)."""
     if field in ("agents", "roles"):
         return [p.strip() for p in raw.split(",") if p.strip()]
-    if field == "tenant_caps":
+    if field in ("tenant_caps", "business_systems"):
         pairs = [p.strip().split("=", 1) for p in raw.split(",") if p.strip()]
         return {k.strip(): v.strip() for k, *rest in pairs for v in rest or [""]}
     if field == "providers":

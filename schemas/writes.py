@@ -36,6 +36,7 @@ class WriteInput(BaseModel):
     tenant: str
     record_type: str
     payload: dict[str, Any]
+    system: str | None = Field(default=None, description="The business system by name (None: the default).")
 
 
 class WriteReceipt(BaseModel):
@@ -57,6 +58,7 @@ class LookupInput(BaseModel):
     """Input of ``business.lookup``."""
 
     operation_key: str
+    system: str | None = None
 
 
 class LookupResult(BaseModel):
@@ -73,4 +75,5 @@ class WriteEvidence(BaseModel):
     call_id: str
     operation_key: str
     receipt: WriteReceipt
+    system: str | None = Field(default=None, description="The business system by name (None: the default).")
     confirmed: bool | None = Field(default=None, description="True/False once looked up; None means unknown.")

@@ -16,13 +16,14 @@ from temporalio.client import Client
 
 from schemas.tasks import TaskPhase, TaskResult
 from schemas.writes import operation_key
-from tests.helpers.own_tools import invoices
+from tests.helpers.own_tools import archive_store, invoices
 from tests.helpers.support import (
     TEST_AGENTS,
     DevServer,
     TaskEnv,
     assert_replays,
     make_config,
+    run_cli,
     running_worker,
     spawn_worker,
 )
@@ -78,10 +79,16 @@ def _activity_types(history_json: str) -> list[str]:
 
 
 async def test_an_approved_own_function_runs_once_as_its_own_activity_with_the_key_injected(
-    client: Client, dev_server: DevServer, tmp_path: Path, ledger: Path
+    client: Client,
+    dev_server: DevServer,
+    tmp_path: Path,
+    ledger: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Approved, the function runs as a `tool.call` activity on the business queue; the ledger row
-    carries the operation key the workflow derived; evidence and events name the call."""
+    carries the operation key the workflow derived; evidence and events name the call, and `verify`
+    checks its stored arguments and output."""
     env = own_env(client, dev_server, tmp_path)
     async with running_worker(client, env.config):
         handle = await env.start(invoice_spec())
@@ -102,6 +109,20 @@ async def test_an_approved_own_function_runs_once_as_its_own_activity_with_the_k
     assert events and events[-1].data["operation_key"] == key
     history = await assert_replays(client, handle.id)
     assert _activity_types(history).count("tool.call") == 1
+
+    monkeypatch.setenv("AGENT_WORKER_DATA_DIR", str(env.config.data_dir))
+    bundle = tmp_path / "bundle"
+    code, out, err = await run_cli(capsys, "--address", env.address, "evidence", handle.id, "-o", str(bundle))
+    assert code == 0, err
+    code, out, _ = await run_cli(capsys, "verify", str(bundle))
+    assert code == 0, out
+    assert f"ok  tool call create_invoice {effect.call_id} (function tool, {key})" in out
+    copy = bundle / "artifacts" / effect.output_digest.split(":", 1)[1]
+    copy.write_bytes(copy.read_bytes().replace(b"1200", b"12000"))
+    code, out, _ = await run_cli(capsys, "verify", str(bundle))
+    assert code == 1
+    [failed] = [line for line in out.splitlines() if line.startswith("FAIL")]
+    assert failed.startswith(f"FAIL tool call create_invoice {effect.call_id}") and "output" in failed
 
 
 async def test_sigkill_between_the_functions_commit_and_its_completion_leaves_one_effect(
@@ -189,3 +210,39 @@ async def test_a_function_that_keeps_failing_hands_the_task_off_naming_its_key(
     assert result.reason and "create_invoice" in result.reason and "op-" in result.reason
     assert "3 attempt" in result.reason and "billing is down" in result.reason
     assert invoices(ledger) == []
+
+
+async def test_a_write_names_its_business_system_and_lands_there_only(
+    client: Client, dev_server: DevServer, tmp_path: Path
+) -> None:
+    """Two business systems on one worker: a write tool's `BusinessWrite(system="archive")` is
+    written to, and confirmed by lookup in, the archive system; the default system stays empty."""
+    config = make_config(
+        tmp_path / "data",
+        agents=AGENTS,
+        business_systems={"archive": "tests.helpers.own_tools:archive_store"},
+    )
+    env = TaskEnv(client=client, config=config, address=dev_server.address)
+    async with running_worker(client, env.config):
+        handle = await env.start({**invoice_spec("archiver"), "prompt": "archive v1"})
+        await env.approve(handle)
+        result: TaskResult = await asyncio.wait_for(handle.result(), 60)
+    assert result.phase is TaskPhase.COMPLETED, result.reason
+    [write] = result.evidence.writes
+    assert write.system == "archive" and write.confirmed is True
+    assert archive_store(config).lookup(write.operation_key) is not None
+    assert env.business().lookup(write.operation_key) is None
+
+
+async def test_a_write_to_a_system_the_worker_lacks_hands_off_naming_it(
+    client: Client, dev_server: DevServer, tmp_path: Path
+) -> None:
+    """No worker registers the system a write names: the write is not retried and the task hands
+    off, naming the system and the ones there are."""
+    env = own_env(client, dev_server, tmp_path)
+    async with running_worker(client, env.config):
+        handle = await env.start({**invoice_spec("archiver"), "prompt": "archive v1"})
+        await env.approve(handle)
+        result: TaskResult = await asyncio.wait_for(handle.result(), 60)
+    assert result.phase is TaskPhase.HANDED_OFF
+    assert result.reason and "no business system named 'archive'" in result.reason

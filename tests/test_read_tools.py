@@ -19,12 +19,11 @@ from activities.agent import AgentRegistration, AgentRegistry, ConversationModel
 from activities.agent.turn import AgentActivities
 from activities.artifacts import LocalArtifactStore
 from activities.events import JsonlEventSink
-from cli.main import main as cli_main
 from schemas.actions import ActionResult, ActionStatus
 from schemas.digests import canonical_json, digest_bytes
 from schemas.tasks import TaskPhase
 from schemas.turns import MAX_TOOL_CALL_RECORDS, TurnInput
-from tests.helpers.support import TEST_AGENTS, TaskEnv, make_config, running_worker
+from tests.helpers.support import TEST_AGENTS, TaskEnv, make_config, run_cli, running_worker
 
 
 @function_tool
@@ -95,13 +94,6 @@ async def prices_env(config_env: TaskEnv) -> Any:
         yield env
 
 
-async def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """Run the CLI in a thread (it runs its own event loop): (exit code, stdout, stderr)."""
-    code = await asyncio.to_thread(cli_main, list(args))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
 async def test_read_tool_calls_are_events_and_evidence_that_verify_checks(
     prices_env: TaskEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -136,7 +128,7 @@ async def test_read_tool_calls_are_events_and_evidence_that_verify_checks(
 
     monkeypatch.setenv("AGENT_WORKER_DATA_DIR", str(env.config.data_dir))
     bundle = tmp_path / "bundle"
-    code, out, err = await cli(capsys, "--address", env.address, "evidence", handle.id, "-o", str(bundle))
+    code, out, err = await run_cli(capsys, "--address", env.address, "evidence", handle.id, "-o", str(bundle))
     assert code == 0, err
     assert "read-only tool calls 2" in out
     manifest = json.loads((bundle / "manifest.json").read_text())
@@ -144,13 +136,13 @@ async def test_read_tool_calls_are_events_and_evidence_that_verify_checks(
     copy = bundle / "artifacts" / price.output_digest.split(":", 1)[1]
     assert copy.read_bytes() == b'{"item": "apples", "total": 12}'
 
-    code, out, _ = await cli(capsys, "verify", str(bundle))
+    code, out, _ = await run_cli(capsys, "verify", str(bundle))
     assert code == 0, out
     assert "ok  tool call lookup_price call_price (turn 1)" in out
     assert "ok  tool call broken_lookup call_broken (turn 1)" in out
 
     copy.write_bytes(b'{"item": "apples", "total": 1}')
-    code, out, _ = await cli(capsys, "verify", str(bundle))
+    code, out, _ = await run_cli(capsys, "verify", str(bundle))
     assert code == 1
     [failed] = [line for line in out.splitlines() if line.startswith("FAIL")]
     assert failed.startswith("FAIL tool call lookup_price call_price (turn 1): output bundle copy altered")

@@ -368,6 +368,7 @@ class EffectRunner:
             tenant=spec.tenant,
             record_type=plan.record_type,
             payload=plan.payload,
+            system=plan.system,
         )
         if workflow.patched(BOUNDED_PATCH):
             bounds.check(f"write {key}'s input", write_input)
@@ -376,16 +377,16 @@ class EffectRunner:
         try:
             receipt = await self.write_rounds(action, key, write_input, settle)
         except _CancelledWrite as cancelled:
-            await self.settle_cancelled(action, key, cancelled.receipt)
+            await self.settle_cancelled(action, key, cancelled.receipt, plan.system)
             raise asyncio.CancelledError from None
         except (asyncio.CancelledError, ActivityError) as err:
             by_cancel = isinstance(err, asyncio.CancelledError) or is_cancelled_exception(err)
             if not settle or not by_cancel or workflow.cancellation_reason() is None:
                 raise
-            await self.settle_cancelled(action, key, None)  # cancelled during a lookup
+            await self.settle_cancelled(action, key, None, plan.system)  # cancelled during a lookup
             raise
         self.task.set_phase(TaskPhase.RUNNING)
-        return self.record_write(action, key, receipt)
+        return self.record_write(action, key, receipt, system=plan.system)
 
     async def write_rounds(
         self, action: ProposedAction, key: str, write_input: WriteInput, settle: bool
@@ -410,7 +411,7 @@ class EffectRunner:
             self.task.emit(EventType.WRITE_UNKNOWN, operation_key=key, error=message)
             metrics.workflow_counter("agent_worker_writes", outcome="unknown")
             self.task.set_phase(TaskPhase.RECONCILING)
-            found = await self.lookup(key)
+            found = await self.lookup(key, system=write_input.system)
             if found is None:
                 raise HandOff(f"write {key}: outcome unknown and the lookup stayed unavailable")
             if found.outcome is WriteOutcome.COMMITTED:
@@ -444,16 +445,23 @@ class EffectRunner:
                 receipt = None
             raise _CancelledWrite(receipt) from None
 
-    async def settle_cancelled(self, action: ProposedAction, key: str, receipt: WriteReceipt | None) -> None:
+    async def settle_cancelled(
+        self, action: ProposedAction, key: str, receipt: WriteReceipt | None, system: str | None
+    ) -> None:
         """The task is being cancelled during the write: whatever committed under ``key`` goes into
         the events and the evidence all the same (looked up when the write's own answer is lost)."""
         if receipt is None or receipt.outcome is WriteOutcome.UNKNOWN:
-            receipt = await asyncio.shield(self.lookup(key, options.CONFIRM_LOOKUP))
+            receipt = await asyncio.shield(self.lookup(key, options.CONFIRM_LOOKUP, system=system))
         if receipt is not None and receipt.outcome is not WriteOutcome.UNKNOWN:
-            self.record_write(action, key, receipt, during_cancel=True)
+            self.record_write(action, key, receipt, during_cancel=True, system=system)
 
     def record_write(
-        self, action: ProposedAction, key: str, receipt: WriteReceipt, during_cancel: bool = False
+        self,
+        action: ProposedAction,
+        key: str,
+        receipt: WriteReceipt,
+        during_cancel: bool = False,
+        system: str | None = None,
     ) -> str:
         """Record a settled write as evidence and an event; returns the model-visible receipt."""
         extra = {"during_cancel": True} if during_cancel else {}
@@ -464,7 +472,7 @@ class EffectRunner:
                 {"outcome": "rejected", "operation_key": key, "detail": receipt.detail}, sort_keys=True
             )
         self.task.state.writes.append(
-            WriteEvidence(call_id=action.call_id, operation_key=key, receipt=receipt)
+            WriteEvidence(call_id=action.call_id, operation_key=key, receipt=receipt, system=system)
         )
         self.task.emit(
             EventType.WRITE_CONFIRMED,
@@ -480,14 +488,14 @@ class EffectRunner:
         )
 
     async def lookup(
-        self, key: str, patience: ActivityConfig = options.BUSINESS_LOOKUP
+        self, key: str, patience: ActivityConfig = options.BUSINESS_LOOKUP, *, system: str | None = None
     ) -> WriteReceipt | None:
         """The committed receipt under ``key``; an UNKNOWN-outcome receipt when nothing is there;
         None when the lookup itself stayed unavailable."""
         try:
             result = await workflow.execute_activity_method(
                 BusinessActivities.lookup,
-                LookupInput(operation_key=key),
+                LookupInput(operation_key=key, system=system),
                 **options.config(
                     patience, summary=f"{patience.get('summary')}: {key}", task_queue=options.business_queue()
                 ),
@@ -509,7 +517,7 @@ class EffectRunner:
             return
         self.task.set_phase(TaskPhase.RECONCILING)
         for evidence in writes:
-            found = await self.lookup(evidence.operation_key, options.CONFIRM_LOOKUP)
+            found = await self.lookup(evidence.operation_key, options.CONFIRM_LOOKUP, system=evidence.system)
             if found is not None:
                 evidence.confirmed = (
                     found.outcome is WriteOutcome.COMMITTED

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 
 import structlog
 from temporalio import activity
 
 from activities.business.base import BusinessWriter
-from activities.errors import activity_boundary
+from activities.errors import WriteError, activity_boundary
 from schemas.writes import LookupInput, LookupResult, WriteInput, WriteReceipt
 
 log = structlog.get_logger(__name__)
@@ -16,21 +17,44 @@ log = structlog.get_logger(__name__)
 
 class BusinessActivities:
     """Writes and lookups. A retried write (its worker died, its attempt timed out) first looks its
-    operation key up, so a write that committed before the failure is reported, not repeated."""
+    operation key up, so a write that committed before the failure is reported, not repeated.
 
-    def __init__(self, writer: BusinessWriter) -> None:
+    ``writer`` is the default business system; ``systems`` the others, by name (a write or lookup
+    names its system; one no worker registers fails for good, naming the systems there are)."""
+
+    def __init__(self, writer: BusinessWriter, systems: Mapping[str, BusinessWriter] | None = None) -> None:
         self.writer = writer
+        self.systems = dict(systems or {})
+
+    def writer_for(self, system: str | None) -> BusinessWriter:
+        """The writer of ``system`` (None: the default).
+
+        Raises:
+            WriteError: no business system of that name here (not retried).
+        """
+        if system is None:
+            return self.writer
+        try:
+            return self.systems[system]
+        except KeyError:
+            raise WriteError(
+                f"no business system named {system!r} on this worker; it has: "
+                f"{', '.join(sorted(self.systems)) or 'only the default'} (AGENT_WORKER_BUSINESS_SYSTEMS)",
+                code="unknown_system",
+                retryable="no",
+            ) from None
 
     @activity.defn(name="business.write")
     @activity_boundary
     async def write(self, input: WriteInput) -> WriteReceipt:
         """Commit one write under its operation key (a repeat returns the first receipt)."""
+        writer = self.writer_for(input.system)
         if activity.in_activity() and activity.info().attempt > 1:
-            found = await asyncio.to_thread(self.writer.lookup, input.operation_key)
+            found = await asyncio.to_thread(writer.lookup, input.operation_key)
             if found is not None:
                 log.info("retried write was already committed", operation_key=input.operation_key)
                 return found.model_copy(update={"replayed": True})
-        receipt = await asyncio.to_thread(self.writer.write, input)
+        receipt = await asyncio.to_thread(writer.write, input)
         log.info(
             "write done",
             operation_key=input.operation_key,
@@ -44,5 +68,5 @@ class BusinessActivities:
     @activity_boundary
     async def lookup(self, input: LookupInput) -> LookupResult:
         """Whether the operation key was committed, with its receipt."""
-        receipt = await asyncio.to_thread(self.writer.lookup, input.operation_key)
+        receipt = await asyncio.to_thread(self.writer_for(input.system).lookup, input.operation_key)
         return LookupResult(operation_key=input.operation_key, found=receipt is not None, receipt=receipt)

@@ -22,6 +22,7 @@ from activities.tools import mcp as mcp_tools
 from activities.tools.functions import FunctionDeclaration, call_arguments, function_of
 from schemas.actions import FunctionCall, McpCall
 from schemas.config import WorkerConfig
+from schemas.digests import canonical_json
 from schemas.tools import ToolCallInput, ToolCallResult
 
 log = structlog.get_logger(__name__)
@@ -47,6 +48,7 @@ class ToolActivities:
         assert isinstance(operation, FunctionCall)
         declaration = self._function(input.agent, operation.tool)
         key = input.operation_key
+        await self._keep_arguments(operation)
         if declaration.lookup is not None and _attempt() > 1:
             found = await _call(declaration.lookup, [key], {})
             if found is not None:
@@ -66,6 +68,7 @@ class ToolActivities:
         """Call a write-class or sandbox-class MCP tool, exactly once under the operation key."""
         assert isinstance(input.operation, McpCall)
         registration = self.registry.get(input.agent)
+        await self._keep_arguments(input.operation)
         return await mcp_tools.call_mcp_tool(
             registration.build(),
             registration.mcp,
@@ -74,6 +77,10 @@ class ToolActivities:
             self.store,
             unsafe_dev=self.config.sandbox_unsafe_dev,
         )
+
+    async def _keep_arguments(self, operation: FunctionCall | McpCall) -> None:
+        """Store the call's arguments as evidence (the workflow records their digest)."""
+        await asyncio.to_thread(self.store.put, canonical_json(operation.arguments))
 
     def _function(self, agent: str, tool: str) -> FunctionDeclaration:
         declaration = function_of(find_tool(self.registry.get(agent).build(), tool))

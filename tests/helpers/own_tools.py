@@ -16,8 +16,10 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from agent_worker import Agent, AgentRegistration, ToolError, effect_tool
+from activities.business import SqliteBusinessStore
+from agent_worker import Agent, AgentRegistration, BusinessWrite, ToolError, effect_tool, write_tool
 from agent_worker.testing import Script
+from schemas.config import WorkerConfig
 
 
 def _ledger() -> sqlite3.Connection:
@@ -79,7 +81,27 @@ async def create_invoice(customer: str, amount_cents: int, request_key: str) -> 
     return await _book(customer, amount_cents, request_key)
 
 
+def archive_store(config: WorkerConfig) -> SqliteBusinessStore:
+    """A second business system, registered by name ("archive"): its own SQLite file."""
+    return SqliteBusinessStore(config.data_dir / "archive.db")
+
+
+@write_tool
+def archive_value(value: str) -> BusinessWrite:
+    """Archive a value in the archive system.
+
+    Args:
+        value: The value.
+    """
+    return BusinessWrite(record_type="archived", payload={"value": value}, system="archive")
+
+
 registrations = [
+    AgentRegistration(
+        name="archiver",
+        build=lambda: Agent(name="archiver", instructions="Archive values.", tools=[archive_value]),
+        scripted_model=lambda: Script(("archive_value", {"value": "v1"}), "Archived."),
+    ),
     AgentRegistration(
         name="invoicer",
         build=lambda: Agent(name="invoicer", instructions="Book invoices.", tools=[create_invoice]),

@@ -244,6 +244,16 @@ async def assert_replays(
     return history.to_json()
 
 
+async def run_cli(capsys: Any, *args: str) -> tuple[int, str, str]:
+    """Run ``agent-worker`` with ``args`` in a thread (it runs its own event loop); ``capsys`` is
+    pytest's fixture. Returns (exit code, stdout, stderr)."""
+    from cli.main import main as cli_main
+
+    code = await asyncio.to_thread(cli_main, list(args))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
 def event_types(history_json: str) -> list[str]:
     """The event types of a history in JSON form."""
     return [e["eventType"] for e in json.loads(history_json)["events"]]
