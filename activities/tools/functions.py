@@ -63,7 +63,7 @@ def effect_tool(
     timeout_seconds: float = 60.0,
     max_attempts: int = 5,
     role: Literal["agent", "business"] = "business",
-    effect: Literal[EffectClass.WRITE, EffectClass.SANDBOX] = EffectClass.WRITE,
+    effect: Literal["write", "sandbox"] = "write",
 ) -> Any:
     """Declare an own function (async or plain) with a side effect as a durable effect tool.
 
