@@ -11,13 +11,23 @@ OpenAI Agents SDK defines them). The worker never lets the SDK list or call them
   a ``sandbox`` tool stops the turn: policy and approval apply, and the workflow runs it as its own
   ``mcp.call`` activity. A write tool can take the operation key in a declared argument
   (``key_argument``) and name a ``lookup_tool`` that finds a call's effect by that key, so a retry
-  after a lost answer reconciles instead of calling twice.
+  after a lost answer reconciles instead of calling twice. A lookup tool no ``read`` rule names is
+  not shown to the agent; ``unlisted="hide"`` hides every tool no rule names. A rule naming a tool
+  the server does not offer, or a server the agent does not have, is an error at the first turn.
+- **Names.** The agent sees each tool under its own name, or ``<server>__<tool>`` where two servers
+  (or a server and a function tool) share the name. The key argument is not in the schema the
+  model sees; the arguments are checked against the rest of the server's input schema when the
+  call is planned.
 - **Errors.** A tool's own error (an MCP error result) reaches the model as the tool's output. An
   unreachable server or refused credentials raise ``McpUnavailable`` (retryable): Temporal retries
-  the activity, then the task hands off.
+  the activity, then the task hands off. An output over 16,000 characters reaches the model as
+  its head; the whole is in the artifact store (``ToolCallResult.output_ref``).
 - **stdio servers run contained**: under bubblewrap with the sandbox rules (read-only root, no
   network unless the rules allow it, a private writable directory). Where bubblewrap cannot run,
-  the server is refused unless ``sandbox_unsafe_dev`` says otherwise.
+  the server is refused unless ``sandbox_unsafe_dev`` says otherwise (``mcp_contain``).
+
+Every context (one turn, one ``mcp.call``) opens its own connection to a server on first use and
+closes it at exit; the agent's own server objects are never connected.
 """
 
 from __future__ import annotations
@@ -35,24 +45,14 @@ from typing import Any, Literal
 import jsonschema
 import structlog
 from agents import Agent, FunctionTool
-from agents.exceptions import UserError
 from agents.mcp import MCPServer, MCPServerSse, MCPServerStdio, MCPServerStreamableHttp
-from agents.mcp._compat import (  # the SDK's bridge over MCP SDK 1.x / 2.x result shapes
-    MCPError,
-    is_http_transport_error,
-    is_mcp_connection_closed_error,
-    is_mcp_timeout_error,
-    mcp_error_message,
-    result_is_error,
-    result_structured_content,
-    tool_input_schema,
-)
+from agents.mcp._compat import tool_input_schema  # the SDK's bridge over MCP SDK 1.x / 2.x
 from agents.tool_context import ToolContext
 
 from activities.agent.tools import EFFECT_ATTR, EffectDeclaration, return_workflow_result
 from activities.artifacts import LocalArtifactStore
 from activities.errors import AgentError, McpUnavailable, ToolPlanError
-from activities.tools.mcp_contain import contained_server
+from activities.tools.mcp_contain import Connections, contained_server, server_unavailable
 from schemas.actions import EffectClass, McpCall
 from schemas.tools import McpCatalog, McpServerTools, McpTool, ToolCallInput, ToolCallResult
 
@@ -102,14 +102,6 @@ class McpRules:
 _OUTPUT_HEAD_CHARS = 16_000
 # A lookup answering one of these found nothing under the key.
 _NOTHING_FOUND = {"", "null", "none", "{}", "[]"}
-# How the SDK words a transport failure (``UserError``): the server is down or refuses us.
-_TRANSPORT_WORDS = (
-    "Failed to connect",
-    "HTTP error",
-    "Connection lost",
-    "Connection timeout",
-    "Request failed",
-)
 _TRANSPORTS: tuple[tuple[type[MCPServer], Literal["streamable_http", "sse", "stdio"]], ...] = (
     (MCPServerStdio, "stdio"),
     (MCPServerStreamableHttp, "streamable_http"),
@@ -150,8 +142,11 @@ def _rules_by_server(agent: Agent[Any], rules: Sequence[McpRules]) -> dict[str, 
 
 
 def _writes(rule: McpRules) -> dict[str, McpWrite]:
-    if isinstance(rule.write, str):
-        raise _config_error(f"McpRules({rule.server!r}).write must be a list or a mapping, not a string")
+    for kind in ("read", "write", "sandbox"):
+        if isinstance(getattr(rule, kind), str):
+            raise _config_error(
+                f"McpRules({rule.server!r}).{kind} must be a list of tool names, not a string"
+            )
     if isinstance(rule.write, Mapping):
         return dict(rule.write)
     return {name: McpWrite() for name in rule.write}
@@ -246,83 +241,13 @@ def _fresh(server: MCPServer, rule: McpRules, unsafe_dev: bool) -> MCPServer:
     raise AssertionError("unreachable")
 
 
-def _unavailable(server: str, doing: str, err: BaseException) -> McpUnavailable:
-    cause = str(err) or type(err).__name__
-    return McpUnavailable(f"MCP server {server!r} is unavailable ({doing}): {cause}", operation="mcp.call")
+def _connections(
+    servers: Mapping[str, MCPServer], rules: Mapping[str, McpRules], unsafe_dev: bool
+) -> Connections:
+    def fresh(name: str) -> tuple[MCPServer, float]:
+        return _fresh(servers[name], rules[name], unsafe_dev), rules[name].timeout_seconds
 
-
-def _transport_failure(err: BaseException) -> bool:
-    """Whether ``err`` says the server is down, gone or refusing us (as opposed to a tool error)."""
-    if isinstance(err, BaseExceptionGroup):
-        return any(_transport_failure(e) for e in err.exceptions)
-    if isinstance(err, MCPError):
-        return is_mcp_connection_closed_error(err) or is_mcp_timeout_error(err)
-    if isinstance(err, UserError):
-        return any(words in str(err) for words in _TRANSPORT_WORDS)
-    return isinstance(err, OSError | TimeoutError | EOFError) or is_http_transport_error(err)
-
-
-def _text(result: Any) -> str:
-    parts = [
-        item.text if item.type == "text" else item.model_dump_json(exclude_none=True)
-        for item in result.content
-    ]
-    structured = result_structured_content(result)
-    if not parts and structured is not None:
-        parts.append(json.dumps(structured))
-    return "\n".join(parts)
-
-
-class _Connections:
-    """The servers of one context, connected on first use (at most once each) and all closed at exit."""
-
-    def __init__(self, servers: Mapping[str, MCPServer], rules: Mapping[str, McpRules], unsafe_dev: bool):
-        self._servers, self._rules, self._unsafe_dev = servers, rules, unsafe_dev
-        self._open: dict[str, MCPServer] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
-
-    async def get(self, name: str) -> MCPServer:
-        async with self._locks.setdefault(name, asyncio.Lock()):
-            if name not in self._open:
-                rule = self._rules[name]
-                server = _fresh(self._servers[name], rule, self._unsafe_dev)
-                try:
-                    await asyncio.wait_for(server.connect(), rule.timeout_seconds)
-                except (Exception, BaseExceptionGroup) as err:
-                    with contextlib.suppress(Exception):
-                        await server.cleanup()
-                    raise _unavailable(name, "connecting", err) from None
-                self._open[name] = server
-            return self._open[name]
-
-    async def call(self, name: str, tool: str, arguments: dict[str, Any], seconds: float) -> tuple[str, bool]:
-        """The text of the tool's result and whether it is an error result.
-
-        Raises:
-            McpUnavailable: the server cannot be reached or did not answer within ``seconds``.
-        """
-        server = await self.get(name)
-        try:
-            result = await asyncio.wait_for(server.call_tool(tool, arguments), seconds)
-        except (Exception, BaseExceptionGroup) as err:
-            if isinstance(err, TimeoutError):
-                raise _unavailable(name, f"no answer from {tool} within {seconds:g}s", err) from None
-            if _transport_failure(err):
-                raise _unavailable(name, f"calling {tool}", err) from None
-            if isinstance(err, MCPError):
-                return mcp_error_message(err), True
-            if isinstance(err, UserError):
-                return str(err), True
-            raise
-        return _text(result), bool(result_is_error(result))
-
-    async def aclose(self) -> None:
-        for name, server in self._open.items():
-            try:
-                await server.cleanup()
-            except Exception as err:  # closing must not mask the context's own outcome
-                log.warning("MCP server did not close cleanly", server=name, error=str(err))
-        self._open.clear()
+    return Connections(fresh)
 
 
 def _model_schema(tool: McpTool) -> dict[str, Any]:
@@ -363,7 +288,7 @@ def _planner(server: str, tool: McpTool) -> Callable[[dict[str, Any]], McpCall]:
     return plan
 
 
-def _durable_tool(server: str, tool: McpTool, connections: _Connections) -> FunctionTool:
+def _durable_tool(server: str, tool: McpTool, connections: Connections) -> FunctionTool:
     if tool.effect is not EffectClass.READ:
         effect_tool = FunctionTool(
             name=tool.exposed_as,
@@ -423,7 +348,7 @@ async def durable_mcp_tools(
         return
     by_server = _rules_by_server(agent, rules)
     servers = {server.name: server for server in agent.mcp_servers}
-    connections = _Connections(servers, by_server, unsafe_dev)
+    connections = _connections(servers, by_server, unsafe_dev)
     try:
         if catalog_ref is None:
             catalog = McpCatalog()
@@ -433,7 +358,7 @@ async def durable_mcp_tools(
                 try:
                     offered = await asyncio.wait_for(connected.list_tools(), by_server[name].timeout_seconds)
                 except (Exception, BaseExceptionGroup) as err:
-                    raise _unavailable(name, "listing tools", err) from None
+                    raise server_unavailable(name, "listing tools", err) from None
                 catalog.servers.append(_classify(name, transport, offered, by_server[name]))
             _expose(catalog, [tool.name for tool in agent.tools])
             catalog_ref = store.put_json(catalog.model_dump(mode="json"))
@@ -448,6 +373,17 @@ async def durable_mcp_tools(
         yield agent.clone(mcp_servers=[], tools=[*agent.tools, *tools]), catalog_ref
     finally:
         await connections.aclose()
+
+
+def unavailable_cause(err: BaseException) -> McpUnavailable | None:
+    """The ``McpUnavailable`` a read tool raised, from what ``Runner.run`` raised: the SDK wraps a
+    tool's exception in ``UserError("Error running tool ...")`` with the original as its cause."""
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, McpUnavailable):
+            return seen
+        seen = seen.__cause__
+    return None
 
 
 def _result(
@@ -495,7 +431,7 @@ async def call_mcp_tool(
             f"agent {agent.name!r} has no MCP server {operation.server!r} "
             f"(its MCP servers: {sorted(servers)})"
         )
-    connections = _Connections(servers, _rules_by_server(agent, rules), unsafe_dev)
+    connections = _connections(servers, _rules_by_server(agent, rules), unsafe_dev)
     try:
         key = operation.key_argument
         if attempt > 1 and operation.lookup_tool and key:

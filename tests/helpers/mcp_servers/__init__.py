@@ -1,0 +1,1 @@
+"""Real MCP servers (the official ``mcp`` SDK's ``MCPServer``, formerly FastMCP) the tests start."""
