@@ -38,7 +38,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from schemas import visibility
 from schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionKind, DecisionOutcome
 from schemas.config import DEFAULT_TASK_QUEUE
-from schemas.tasks import TaskInput, TaskPhase, TaskResult, TaskSpec, TaskStatus
+from schemas.tasks import BatchView, TaskInput, TaskPhase, TaskResult, TaskSpec, TaskStatus
 from schemas.validation import InvalidPayload, parse_decision
 from workflows import AgentTaskWorkflow
 
@@ -105,6 +105,8 @@ class AwaitingTask:
     error: str | None = None  # its worker did not answer: only what visibility knows is shown
     approvers: list[str] = field(default_factory=list)  # from visibility: who may decide its requests
     phase: TaskPhase | None = None  # from the status query (None when its worker did not answer)
+    prompt: str = ""  # the task's prompt, cut (from the status query)
+    batch: list[BatchView] = field(default_factory=list)  # the model response's calls and results
 
 
 def _message(err: BaseException) -> str:
@@ -247,6 +249,7 @@ class AgentWorkerClient:
             if isinstance(answer, TaskStatus):
                 entry.requests = [r for r in answer.pending if principal is None or principal in r.approvers]
                 entry.phase = answer.phase
+                entry.prompt, entry.batch = answer.prompt, answer.batch
                 if not entry.requests:
                     continue  # decided since visibility last heard
             else:

@@ -17,7 +17,7 @@ from urllib.parse import quote
 from inbox.service import ArtifactPreview, InboxEntry, TaskView
 from schemas.actions import BusinessWrite, Delegation, SandboxCommand
 from schemas.approvals import ApprovalRequest, DecisionOutcome
-from schemas.tasks import TaskResult
+from schemas.tasks import BatchView, TaskResult
 
 REFRESH_SECONDS = 2
 
@@ -136,9 +136,29 @@ def inbox_page(
         )
         if entry.error:
             parts.append(f'<p class="bad">Details unavailable: {_e(entry.error)}</p>')
+        parts.append(context_html(entry.prompt, entry.batch))
         parts += [request_html(entry.task_id, r, csrf, previews(r)) for r in entry.requests]
         parts.append("</div>")
     return layout("Approval inbox", "".join(parts), principal=principal, csrf=csrf)
+
+
+def context_html(prompt: str, batch: list[BatchView]) -> str:
+    """What a request is part of: the task's prompt (an excerpt) and every call of the model
+    response, with the results already known (allowed calls run before the approvals they sit
+    beside)."""
+    parts = [f'<p class="prompt">task: <q>{_e(prompt)}</q></p>'] if prompt else []
+    if batch:
+        rows = "".join(
+            f'<tr id="call-{_e(v.call_id)}"><td>{_e(v.tool)}</td><td>{_e(v.verdict.value)}</td>'
+            f'<td class="state">{_e(v.state)}</td><td><pre>{_e(v.output or "")}</pre></td></tr>'
+            for v in batch
+        )
+        parts.append(
+            "<h3>This model response's calls</h3>"
+            '<table class="batch"><tr><th>tool</th><th>policy</th><th>state</th><th>result</th></tr>'
+            f"{rows}</table>"
+        )
+    return "".join(parts)
 
 
 def request_html(
@@ -260,6 +280,7 @@ def task_page(
             f'<p class="muted">agent {_e(status.agent)} · tenant {_e(status.tenant)} · '
             f"turn {_e(status.turn)}</p>"
         )
+        parts.append(context_html(status.prompt, status.batch))
     reason = (result.reason if result else None) or (status.reason if status else None) or view.problem
     if reason:
         parts.append(f'<p id="reason">{_e(reason)}</p>')

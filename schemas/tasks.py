@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from schemas.actions import ActionResult, EffectClass, ProposedAction
+from schemas.actions import ActionResult, ActionStatus, EffectClass, ProposedAction
 from schemas.approvals import ApprovalRequest, DecisionRecord, IgnoredDecision
 from schemas.artifacts import ArtifactRef, InputFile
 from schemas.events import Event
@@ -108,6 +108,14 @@ class PolicySpec(BaseModel):
         default="reapprove",
         description="When the approver lost the permission before the action ran: ask for approval "
         "again, or hand the task off.",
+    )
+    allowed_first: bool = Field(
+        default=True,
+        description="Run a model response's allowed actions before waiting for the approvals its other "
+        "actions need, so approvers see their results; false: run them all after the decisions.",
+    )
+    parallel_actions: int = Field(
+        default=4, ge=1, le=32, description="Actions of one model response that run at the same time."
     )
 
     @model_validator(mode="after")
@@ -370,6 +378,20 @@ class EvidenceArchive(BaseModel):
     artifacts: list[ArtifactRef] = Field(default_factory=list)
 
 
+class BatchView(BaseModel):
+    """One action of the model response the task is working through, as ``status`` shows it."""
+
+    call_id: str
+    tool: str
+    effect: EffectClass
+    verdict: PolicyVerdict
+    request_id: str | None = None
+    state: Literal["waiting", "pending"] | ActionStatus = Field(
+        description="'waiting' for a decision, 'pending' to run, else what became of it."
+    )
+    output: str | None = Field(default=None, description="Its result's output, cut to 2,000 characters.")
+
+
 class TaskStatus(BaseModel):
     """The ``status`` query's answer."""
 
@@ -389,6 +411,11 @@ class TaskStatus(BaseModel):
     colocated: list[str] = Field(
         default_factory=list,
         description="Roles whose activities this task runs on its task queue itself (see TaskState).",
+    )
+    prompt: str = Field(default="", description="The task's prompt, cut to 500 characters.")
+    batch: list[BatchView] = Field(
+        default_factory=list,
+        description="The actions of the model response being worked through: calls, verdicts, results.",
     )
 
 

@@ -365,3 +365,61 @@ def test_unusable_token_settings_are_refused_naming_the_problem(tmp_path: Path) 
         build_app(None, auth="token")  # type: ignore[arg-type]
     with pytest.raises(InboxConfigError, match="unknown auth mode"):
         build_app(None, auth="cookie")  # type: ignore[arg-type]
+
+
+def batch_seen(driver: Any, url: str, task_id: str) -> dict[str, Any]:
+    """finance-lead signs in and reads the task's card: its prompt and the response's calls."""
+    from selenium.webdriver.common.by import By
+
+    sign_in(driver, url, LEAD_TOKEN)
+    card = driver.find_element(By.ID, f"task-{task_id}")
+    return {
+        "prompt": card.find_element(By.CSS_SELECTOR, "p.prompt").text,
+        "calls": {
+            row.get_attribute("id"): [cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
+            for row in card.find_elements(By.CSS_SELECTOR, "table.batch tr[id]")
+        },
+        "request": card.find_element(By.CSS_SELECTOR, "section.request").text,
+    }
+
+
+async def test_the_inbox_shows_the_prompt_and_the_batchs_calls_with_their_results(
+    env: TaskEnv, tmp_path: Path, tokens_file: Path
+) -> None:
+    """A response with two allowed commands and a gated write: in Chromium, the approver's card shows
+    the task's prompt, all three calls, and the commands' results, beside the write's request."""
+    handle = await env.start(
+        {
+            "agent": "batcher",
+            "prompt": "batch of 2 sleeping 1",
+            "policy": {"default_approvers": ["finance-lead"]},
+        }
+    )
+    await env.wait_status(
+        handle, lambda s: bool(s.pending) and sum(v.state == "executed" for v in s.batch) == 2, within=60
+    )
+    app = build_app(
+        env.client,
+        auth="token",
+        tokens=tokens_file,
+        keys_dir=tmp_path / "keys",
+        artifact_dir=env.config.artifact_dir,
+    )
+    driver = await asyncio.to_thread(chromium)
+    try:
+        async with running_inbox(app, "127.0.0.1:0") as url:
+            await listed(app, "finance-lead", handle.id)
+            seen = await asyncio.to_thread(batch_seen, driver, url, handle.id)
+    finally:
+        await asyncio.to_thread(driver.quit)
+    await env.approve(handle)
+    assert (await asyncio.wait_for(handle.result(), 30)).phase is TaskPhase.COMPLETED
+    assert "batch of 2 sleeping 1" in seen["prompt"]
+    calls = seen["calls"]
+    assert set(calls) == {"call-call_cmd_0", "call-call_cmd_1", "call-call_write"}
+    for i in range(2):
+        tool, verdict, state, output = calls[f"call-call_cmd_{i}"]
+        assert (tool, verdict, state) == ("run_shell", "allow", "executed")
+        assert '"exit_code": 0' in output
+    assert calls["call-call_write"][:3] == ["record_value", "require_approval", "waiting"]
+    assert "record_value" in seen["request"]

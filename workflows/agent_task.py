@@ -50,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
     from telemetry import metrics
     from workflows import bounds, options
     from workflows.approvals import ApprovalDesk
+    from workflows.batch import BatchRunner, batch_view
     from workflows.budgets import exhausted
     from workflows.context import TaskContext
     from workflows.decisions import expiry_problem, why_not
@@ -67,6 +68,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows.policy import evaluate
 
 EVENT_TAIL = 100
+# What ``status`` shows of the prompt.
+STATUS_PROMPT_CHARS = 500
 # Undelivered events that trigger a delivery between steps (it also happens before every wait for a
 # human, before continue-as-new, and at the end).
 DELIVERY_BATCH = 25
@@ -153,6 +156,7 @@ class AgentTaskWorkflow:
         self.placement = Placement(context)
         self.approvals = ApprovalDesk(context)
         self.effects = EffectRunner(context, approvals=self.approvals, placement=self.placement)
+        self.batch_runner = BatchRunner(context, approvals=self.approvals, effects=self.effects)
         self.evidence_keeper = EvidenceKeeper(context)
         self.delivering = False
 
@@ -374,26 +378,9 @@ class AgentTaskWorkflow:
     # ---- approvals -----------------------------------------------------------------------------
 
     async def settle_batch(self) -> None:
-        """Wait for every decision the batch needs, then run its actions (each approved one
-        re-authorized right before it runs) and queue their results."""
-        while True:
-            await self.wait_for_decisions()
-            self.set_phase(TaskPhase.RUNNING)
-            reopened = False
-            for item in self.state.batch:
-                if item.result is not None:
-                    continue
-                if not await self.approvals.reauthorize(item):
-                    reopened = True  # the approver lost the permission: the request is open again
-                    break
-                result = await self.effects.run(item)
-                if result is None:
-                    reopened = True  # the approver's edit cannot take effect: the request is open again
-                    break
-                item.result = result
-            if not reopened:
-                break
-        results = [item.result for item in self.state.batch if item.result is not None]
+        """Run the batch of the latest model response (``workflows.batch``), then queue its results
+        for the next turn."""
+        results = await self.batch_runner.settle(self.wait_for_decisions)
         self.state.pending_results.extend(results)
         self.state.batch = []
         assert self.spec is not None
@@ -531,6 +518,8 @@ class AgentTaskWorkflow:
             ignored_count=self.state.ignored_count,
             last_events=self.state.events[-20:],
             colocated=self.state.colocated,
+            prompt=bounds.cut(spec.prompt, STATUS_PROMPT_CHARS) if spec else "",
+            batch=[batch_view(item) for item in self.state.batch],
         )
 
     @workflow.query(name="pending_approvals")

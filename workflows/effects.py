@@ -90,6 +90,8 @@ class EffectRunner:
         self.approvals = approvals
         self.placement = placement
         self.tools = ToolEffects(task, placement=placement)
+        # Commands of one batch run concurrently: the first creates the sandbox, the others wait for it.
+        self.sandbox_lock = asyncio.Lock()
 
     async def run(self, item: BatchItem) -> ActionResult | None:
         """The result of a decided action: refused, or run (as approved or as edited). None when an
@@ -177,6 +179,10 @@ class EffectRunner:
     # ---- sandbox -------------------------------------------------------------------------------
 
     async def ensure_sandbox(self) -> SandboxRef:
+        async with self.sandbox_lock:
+            return await self.create_sandbox()
+
+    async def create_sandbox(self) -> SandboxRef:
         state, spec = self.task.state, self.task.valid_spec
         if state.sandbox is None:
             state.sandbox = await self.placement.execute(

@@ -43,6 +43,10 @@ SETTLE_CANCELLED_WRITE_PATCH = "settle-cancelled-write"
 REOPEN_WITHOUT_REVOKED_PATCH = "reopen-without-revoked-approver"
 # A signalled decision past its ``expires_at`` is ignored, with the reason. 0.1.0, 2026-12-01, e4a232b.
 DECISION_EXPIRY_PATCH = "decision-expiry"
+# The allowed actions of a model response run concurrently (``PolicySpec.parallel_actions`` at once),
+# before the task waits for the batch's approvals unless ``PolicySpec.allowed_first`` is off; decided
+# actions run concurrently too. 0.1.0, 2026-12-01.
+PARALLEL_BATCH_PATCH = "parallel-batch"
 
 __all__ = [
     "ARCHIVE_EVIDENCE_PATCH",
@@ -50,6 +54,7 @@ __all__ = [
     "CHECK_EDITS_PATCH",
     "DECISION_EXPIRY_PATCH",
     "DELIVER_EVENTS_PATCH",
+    "PARALLEL_BATCH_PATCH",
     "REAUTHORIZE_PATCH",
     "REBUILD_SANDBOX_PATCH",
     "REOPEN_WITHOUT_REVOKED_PATCH",

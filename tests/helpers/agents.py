@@ -229,3 +229,34 @@ class LoudScript(ConversationModel):
 registrations.append(
     AgentRegistration(name="loud", build=lambda: _shell_agent("loud"), scripted_model=LoudScript)
 )
+
+# Each of the batcher's commands prints when it started and ended (seconds since the epoch), around a
+# sleep of the seconds given in the prompt ('batch of 2 sleeping 5').
+TIMED_SLEEP = 's=$(date +%s.%N); sleep {seconds}; echo "$s $(date +%s.%N)"'
+
+
+class BatchScript(ConversationModel):
+    """One response with several allowed commands and one gated write ('batch of N sleeping S'), then
+    an answer naming the outputs it saw."""
+
+    def respond(self, instructions: str | None, items: list[dict[str, Any]]) -> list[TResponseOutputItem]:
+        outputs = [i for i in items if i.get("type") == "function_call_output"]
+        if outputs:
+            return [assistant_message(f"saw {len(outputs)} results")]
+        count, seconds = (
+            int(g) for g in re.search(r"batch of (\d+) sleeping (\d+)", _user_texts(items)[0]).groups()
+        )  # type: ignore[union-attr]
+        script = TIMED_SLEEP.format(seconds=seconds)
+        calls = [
+            function_call("run_shell", {"script": script}, call_id=f"call_cmd_{i}") for i in range(count)
+        ]
+        return [*calls, function_call("record_value", {"value": "batch"}, call_id="call_write")]
+
+
+registrations.append(
+    AgentRegistration(
+        name="batcher",
+        build=lambda: Agent(name="batcher", instructions="Run and record.", tools=[run_shell, record_value]),
+        scripted_model=BatchScript,
+    )
+)
