@@ -45,7 +45,7 @@ REOPEN_WITHOUT_REVOKED_PATCH = "reopen-without-revoked-approver"
 DECISION_EXPIRY_PATCH = "decision-expiry"
 # The allowed actions of a model response run concurrently (``PolicySpec.parallel_actions`` at once),
 # before the task waits for the batch's approvals unless ``PolicySpec.allowed_first`` is off; decided
-# actions run concurrently too. 0.1.0, 2026-12-01.
+# actions run concurrently too. 0.1.0, 2026-12-01, 7561396.
 PARALLEL_BATCH_PATCH = "parallel-batch"
 
 __all__ = [
