@@ -9,9 +9,7 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +23,10 @@ from activities.errors import AgentError, McpUnavailable
 from activities.tools.mcp import McpRules, McpWrite, call_mcp_tool, durable_mcp_tools, unavailable_cause
 from activities.tools.mcp_contain import containment_problem
 from agent_worker.testing import Script
-from cli.devserver import free_port, port_open, stop_process_group
 from schemas.actions import EffectClass, McpCall
 from schemas.tools import McpCatalog, ToolCallInput
+from tests.helpers.mcp_servers import SERVERS, TicketServer, start_tickets
 
-SERVERS = Path(__file__).parent / "helpers" / "mcp_servers"
 TICKET_RULES = McpRules(
     server="tickets",
     read=["search"],
@@ -38,44 +35,9 @@ TICKET_RULES = McpRules(
 )
 
 
-@dataclass
-class TicketServer:
-    url: str
-    state: Path
-    proc: subprocess.Popen[bytes]
-
-    def counts(self) -> dict[str, Any]:
-        return (
-            json.loads(self.state.read_text()) if self.state.exists() else {"effects": 0, "create_calls": 0}
-        )
-
-    def stop(self) -> None:
-        stop_process_group(self.proc, grace=5)
-
-
-def _start_tickets(tmp_path: Path, token: str | None = None) -> TicketServer:
-    port = free_port()
-    state = tmp_path / "tickets.json"
-    argv = [
-        sys.executable,
-        str(SERVERS / "tickets_http.py"),
-        str(port),
-        str(state),
-        *([token] if token else []),
-    ]
-    proc = subprocess.Popen(argv, start_new_session=True)
-    deadline = time.monotonic() + 30
-    while not port_open("127.0.0.1", port):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            stop_process_group(proc, grace=1)
-            raise RuntimeError("the ticket MCP server did not start")
-        time.sleep(0.1)
-    return TicketServer(f"http://127.0.0.1:{port}/mcp", state, proc)
-
-
 @pytest.fixture
 def tickets(tmp_path: Path) -> Iterator[TicketServer]:
-    server = _start_tickets(tmp_path)
+    server = start_tickets(tmp_path)
     yield server
     server.stop()
 
@@ -249,7 +211,7 @@ async def test_a_stopped_server_raises_mcp_unavailable_naming_it(
 async def test_a_server_refusing_the_credentials_raises_mcp_unavailable(
     tmp_path: Path, store: LocalArtifactStore
 ) -> None:
-    server = _start_tickets(tmp_path, token="s3cret")
+    server = start_tickets(tmp_path, token="s3cret")
     try:
         wrong = Agent(
             name="helper", mcp_servers=[_http(server.url, headers={"Authorization": "Bearer nope"})]

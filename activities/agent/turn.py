@@ -143,7 +143,8 @@ class AgentActivities:
                     operation="agent.turn",
                 ) from None
             except Exception as err:
-                failure = provider_failure(err)
+                # An MCP server a read tool needs is down: Temporal retries the turn (then hands off).
+                failure = mcp_tools.unavailable_cause(err) or provider_failure(err)
                 if failure is None:
                     raise
                 raise failure from err

@@ -3,14 +3,18 @@
     python tickets_http.py PORT STATE_FILE [TOKEN]
 
 Tickets are kept in STATE_FILE (JSON) by ``request_id``: creating twice under one id makes one
-ticket. The file also counts effects (tickets made) and ``create_ticket`` calls. With TOKEN, every
+ticket. With TICKETS_SLOW_AFTER_COMMIT=S in the environment, ``create_ticket`` answers S seconds
+after it committed (crash tests kill the caller in between). The file also counts effects (tickets
+made) and ``create_ticket`` calls. With TOKEN, every
 HTTP request must carry ``Authorization: Bearer TOKEN`` (else 401).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +58,8 @@ def create_ticket(title: str, request_id: str) -> str:
         state["tickets"][request_id] = ticket
         state["effects"] += 1
     _save(state)
+    # Crash tests: the ticket is committed; the answer comes this much later.
+    time.sleep(float(os.environ.get("TICKETS_SLOW_AFTER_COMMIT", "0")))
     return json.dumps(ticket)
 
 
