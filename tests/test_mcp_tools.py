@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -333,6 +334,27 @@ async def test_a_stdio_server_runs_contained_without_network_or_host_writes(
     assert "MCP servers made durable" in await _read(
         agent, [NOTE_RULES], "read_file_tool", {"path": __file__}, store
     )
+
+
+@needs_bwrap
+async def test_a_stdio_server_in_a_directory_closed_to_other_users_still_runs_contained(
+    tmp_path: Path, store: LocalArtifactStore
+) -> None:
+    """The server's script and working directory lie under pytest's private temporary directory (as
+    a checkout under /root would): only they are bound back in, and the server runs as nobody; the
+    rest of the closed directory stays out of its sight."""
+    assert not tmp_path.parent.stat().st_mode & 0o001  # others cannot enter it
+    (tmp_path / "secret.txt").write_text("not for the server")
+    srv = tmp_path / "srv"
+    srv.mkdir(mode=0o755)
+    shutil.copy(SERVERS / "notes_stdio.py", srv / "notes_stdio.py")
+    os.chmod(srv, 0o755)
+    os.chmod(srv / "notes_stdio.py", 0o644)
+    params = {"command": sys.executable, "args": [str(srv / "notes_stdio.py")], "cwd": str(srv)}
+    agent = Agent(name="helper", mcp_servers=[MCPServerStdio(params, name="notes")])
+    assert "uid=65534" in await _read(agent, [NOTE_RULES], "whoami", {}, store)
+    hidden = await _read(agent, [NOTE_RULES], "read_file_tool", {"path": str(tmp_path / "secret.txt")}, store)
+    assert "not for the server" not in hidden
 
 
 @needs_bwrap

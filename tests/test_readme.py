@@ -1,5 +1,5 @@
-"""The README's code blocks marked runnable (```python runnable) run as written, each in its own
-Python process with only the repository on the import path."""
+"""The code blocks marked runnable (```python runnable) in the README and in "Writing an agent" run
+as written, each in its own Python process with only the repository on the import path."""
 
 from __future__ import annotations
 
@@ -15,26 +15,38 @@ REPO = Path(__file__).resolve().parent.parent
 RUNNABLE = re.compile(r"^```python runnable\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 
 
-def runnable_blocks() -> list[str]:
-    return RUNNABLE.findall((REPO / "README.md").read_text())
+# What the README's blocks may import; "Writing an agent" may use the SDK's MCP classes too and the
+# example MCP server shipped in examples/.
+README_IMPORTS = {"agent_worker", "asyncio"}
+GUIDE_IMPORTS = README_IMPORTS | {"agents", "sys", "examples"}
+GUIDE = REPO / "docs" / "writing-an-agent.md"
+
+
+def runnable_blocks(path: Path = REPO / "README.md") -> list[str]:
+    return RUNNABLE.findall(path.read_text())
+
+
+def all_blocks() -> list[tuple[str, str]]:
+    return [("README", b) for b in runnable_blocks()] + [("guide", b) for b in runnable_blocks(GUIDE)]
 
 
 def test_the_readme_has_a_runnable_minimal_agent_that_imports_only_the_public_face() -> None:
     """The README shows at least one runnable block, and its imports name only `agent_worker` (and
     the standard library's asyncio)."""
-    blocks = runnable_blocks()
-    assert blocks, "README.md has no ```python runnable block"
-    for block in blocks:
+    assert runnable_blocks(), "README.md has no ```python runnable block"
+    assert len(runnable_blocks(GUIDE)) >= 2, "writing-an-agent.md lost its runnable examples"
+    for where, block in all_blocks():
         imported = re.findall(r"^(?:from|import) ([\w.]+)", block, re.MULTILINE)
-        assert {name.split(".")[0] for name in imported} <= {"agent_worker", "asyncio"}, imported
+        allowed = README_IMPORTS if where == "README" else GUIDE_IMPORTS
+        assert {name.split(".")[0] for name in imported} <= allowed, imported
 
 
-@pytest.mark.parametrize("index", range(len(runnable_blocks())))
+@pytest.mark.parametrize("index", range(len(all_blocks())))
 def test_each_runnable_readme_block_runs_an_agent_to_completion(index: int, tmp_path: Path) -> None:
     """The block exits 0 and reports a completed task: a real embedded Temporal server and worker,
     the scripted model, no network."""
     script = tmp_path / f"readme_block_{index}.py"
-    script.write_text(runnable_blocks()[index])
+    script.write_text(all_blocks()[index][1])
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     for name in ("TEMPORAL_ADDRESS", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
         env.pop(name, None)

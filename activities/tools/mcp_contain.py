@@ -20,8 +20,10 @@ A stdio server is a program the worker starts itself, so it gets the sandbox rul
 - an environment of what the server's params give, plus ``PATH`` (and ``HOME=/tmp``).
 
 The server's ``cwd`` (the worker's when the params give none) is its working directory inside,
-read-only (bound in even when it lies under the host's ``/tmp``); it and the command must be
-readable by ``nobody``, and the command must not lie elsewhere under the host's ``/tmp``. Where
+read-only. It, the command's install and the files its arguments name stay reachable where they lie
+under the host's ``/tmp`` or under a directory closed to other users (a checkout under ``/root``):
+such a directory is replaced by an empty one with only those paths bound back in, read-only. They
+must themselves be readable by ``nobody``. Where
 bubblewrap cannot run, the server is refused unless the worker runs with ``sandbox_unsafe_dev``
 (then it runs as a plain subprocess, with a warning).
 """
@@ -34,8 +36,10 @@ import functools
 import json
 import os
 import shutil
+import stat
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -76,8 +80,7 @@ def contained_argv(
     argv += ["--size", str(_TMP_BYTES), "--perms", "1777", "--tmpfs", "/tmp"]
     for socket in sorted({os.path.realpath(s) for s in DOCKER_SOCKETS if os.path.exists(s)}):
         argv += ["--ro-bind", "/dev/null", socket]
-    # The working directory stays visible (read-only) even where it lies under the host's /tmp.
-    argv += ["--ro-bind", cwd, cwd]
+    argv += _reachable(_needed_paths(command, args, cwd))
     argv += ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
     if not network:
         argv.append("--unshare-net")
@@ -94,6 +97,57 @@ def contained_argv(
         return [*argv, "--", *drop, command, *args]
     argv += ["--unshare-user", "--uid", _NOBODY, "--gid", _NOBODY, "--cap-drop", "ALL"]
     return [*argv, "--", command, *args]
+
+
+def _needed_paths(command: str, args: Sequence[str], cwd: str) -> list[str]:
+    """What the server must reach besides what the read-only root shows: its working directory, its
+    command's install (``<prefix>/bin/cmd``: the prefix, for a virtualenv's interpreter both the
+    virtualenv and the interpreter it links to) and the directories of the files its arguments name."""
+    paths = {os.path.abspath(cwd)}
+    found = shutil.which(command) or command
+    if os.path.isabs(found):
+        for exe in {os.path.abspath(found), os.path.realpath(found)}:
+            paths.add(os.path.dirname(os.path.dirname(exe)))
+    for arg in args:
+        if os.path.isabs(arg) and os.path.exists(arg):
+            paths.add(arg if os.path.isdir(arg) else os.path.dirname(arg))
+    return sorted(paths)
+
+
+def _closed_ancestor(path: str) -> str | None:
+    """The highest directory above ``path`` that other users cannot enter (``/root``, a private
+    temporary directory), or None."""
+    for parent in reversed(Path(path).parents):
+        if parent != Path("/") and not parent.stat().st_mode & stat.S_IXOTH:
+            return str(parent)
+    return None
+
+
+def _under(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+def _reachable(paths: Sequence[str]) -> list[str]:
+    """bubblewrap arguments that let ``nobody`` reach ``paths`` read-only: those under the private
+    ``/tmp`` are bound back in; where a directory above one is closed to other users (a checkout or
+    an interpreter under ``/root``), that directory becomes an empty tmpfs (hiding the rest of it)
+    with the paths bound back in. Paths the read-only root already shows are left alone."""
+    closed = sorted({top for p in paths if (top := _closed_ancestor(p)) and not _under(top, "/tmp")})
+    argv = []
+    for top in closed:
+        argv += ["--perms", "0755", "--tmpfs", top]
+    made: set[str] = set()
+    for path in paths:
+        top = next((t for t in ["/tmp", *closed] if _under(path, t)), None)
+        if top is None:
+            continue
+        # The directories between are made open (bubblewrap would copy the host's closed modes).
+        for parent in reversed(Path(path).parents):
+            if _under(str(parent), top) and str(parent) != top and str(parent) not in made:
+                made.add(str(parent))
+                argv += ["--perms", "0755", "--dir", str(parent)]
+        argv += ["--ro-bind", path, path]
+    return argv
 
 
 @functools.cache
