@@ -4,8 +4,16 @@ Content is stored once under its sha256 digest, so writing the same bytes twice 
 what lets a retried activity store its output again). Reads verify the digest, so a corrupted or
 swapped file is reported, never served.
 
-The local store is a directory; every worker of a fleet that runs turns, sandboxes or writes must see
-the same one (a shared volume) until a remote store backend lands.
+Every store satisfies ``ArtifactStore``; ``activities.stores.artifacts.build_artifact_store(config)``
+is the one place a store is built from a config (``artifact_backend``):
+
+- ``local``: ``LocalArtifactStore``, a directory under the data dir (the embedded default; a fleet
+  must share it as a volume);
+- ``s3``: ``activities.stores.s3.S3ArtifactStore``, S3-compatible object storage (extra ``s3``);
+- ``postgres``: ``activities.stores.postgres_artifacts.PostgresArtifactStore``, a table of blobs
+  (extra ``postgres``), the simple alternative for a fleet that already runs PostgreSQL.
+
+The store API is synchronous; activities call it in worker threads (``asyncio.to_thread``).
 """
 
 from __future__ import annotations
@@ -15,26 +23,133 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from temporalio import activity
 
-from activities.errors import ArtifactCorrupt, ArtifactError, ArtifactNotFound, activity_boundary
+from activities.errors import (
+    ArtifactCorrupt,
+    ArtifactError,
+    ArtifactNotFound,
+    ArtifactUnavailable,
+    activity_boundary,
+)
 from schemas.artifacts import ArtifactRef, IngestInput, IngestResult
 from schemas.digests import canonical_json, digest_bytes, is_digest
 from schemas.tasks import EvidenceArchive
 
 
-class LocalArtifactStore:
+@runtime_checkable
+class ArtifactStore(Protocol):
+    """Content-addressed, immutable blobs: what every artifact store backend provides.
+
+    ``put`` is idempotent (the same bytes give the same digest and are stored once); ``get``
+    verifies the digest. Methods are synchronous and safe to call from several threads at once.
+    """
+
+    def put(self, data: bytes) -> str:
+        """Store ``data`` and return its digest (``sha256:<hex>``)."""
+        ...
+
+    def get(self, digest: str) -> bytes:
+        """The verified bytes under ``digest`` (``ArtifactNotFound``, ``ArtifactCorrupt``)."""
+        ...
+
+    def exists(self, digest: str) -> bool:
+        """Whether content is stored under ``digest`` (not verified)."""
+        ...
+
+    def put_json(self, value: Any) -> str:
+        """Store ``value`` as canonical JSON and return its digest."""
+        ...
+
+    def get_json(self, digest: str) -> Any:
+        """Load the JSON value stored under ``digest``."""
+        ...
+
+    def ref(self, name: str, data: bytes, media_type: str = "application/octet-stream") -> ArtifactRef:
+        """Store ``data`` and return a named reference to it."""
+        ...
+
+    def check(self) -> None:
+        """Raise ``ArtifactUnavailable`` naming the store when it cannot be used (at worker start)."""
+        ...
+
+
+class BlobStoreMixin:
+    """``put_json``, ``get_json`` and ``ref`` on top of a backend's ``put`` and ``get``."""
+
+    def put(self, data: bytes) -> str:  # pragma: no cover - every backend overrides it
+        raise NotImplementedError
+
+    def get(self, digest: str) -> bytes:  # pragma: no cover - every backend overrides it
+        raise NotImplementedError
+
+    def put_json(self, value: Any) -> str:
+        """Store ``value`` as canonical JSON and return its digest."""
+        return self.put(canonical_json(value))
+
+    def get_json(self, digest: str) -> Any:
+        """Load the JSON value stored under ``digest``."""
+        return json.loads(self.get(digest))
+
+    def ref(self, name: str, data: bytes, media_type: str = "application/octet-stream") -> ArtifactRef:
+        """Store ``data`` and return a named reference to it."""
+        return ArtifactRef(name=name, digest=self.put(data), size=len(data), media_type=media_type)
+
+
+def require_digest(digest: str, operation: str = "artifacts.get") -> str:
+    """The hex part of ``digest``.
+
+    Raises:
+        ArtifactError: ``digest`` is not a ``sha256:<hex>`` digest (non-retryable).
+    """
+    if not is_digest(digest):
+        raise ArtifactError(f"not a digest: {digest!r}", operation=operation, retryable="no")
+    return digest.split(":", 1)[1]
+
+
+def verified(digest: str, data: bytes, where: str) -> bytes:
+    """``data`` if it hashes to ``digest``.
+
+    Raises:
+        ArtifactCorrupt: naming the digest and ``where`` it was read.
+    """
+    if digest_bytes(data) != digest:
+        raise ArtifactCorrupt(
+            f"artifact {digest} in {where} does not match its digest", operation="artifacts.get"
+        )
+    return data
+
+
+class LocalArtifactStore(BlobStoreMixin):
     """A directory of immutable blobs named by their digest (``sha256/ab/cdef...``)."""
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
 
+    def __repr__(self) -> str:
+        return f"LocalArtifactStore({str(self.root)!r})"
+
+    def check(self) -> None:
+        """Create the directory if needed.
+
+        Raises:
+            ArtifactUnavailable: it cannot be created or written.
+        """
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise ArtifactUnavailable(
+                f"artifact store {self.root}: {err.strerror or err}", operation="artifacts.check"
+            ) from None
+        if not os.access(self.root, os.W_OK):
+            raise ArtifactUnavailable(
+                f"artifact store {self.root}: not writable", operation="artifacts.check"
+            )
+
     def _path(self, digest: str) -> Path:
-        if not is_digest(digest):
-            raise ArtifactError(f"not a digest: {digest!r}", operation="artifacts.get", retryable="no")
-        hexdigest = digest.split(":", 1)[1]
+        hexdigest = require_digest(digest)
         return self.root / "sha256" / hexdigest[:2] / hexdigest[2:]
 
     def put(self, data: bytes) -> str:
@@ -68,31 +183,17 @@ class LocalArtifactStore:
             data = path.read_bytes()
         except FileNotFoundError:
             raise ArtifactNotFound(f"no artifact {digest}", operation="artifacts.get") from None
-        if digest_bytes(data) != digest:
-            raise ArtifactCorrupt(f"artifact {digest} does not match its digest", operation="artifacts.get")
-        return data
+        return verified(digest, data, str(self.root))
 
     def exists(self, digest: str) -> bool:
         """Whether content is stored under ``digest`` (not verified)."""
         return self._path(digest).exists()
 
-    def put_json(self, value: Any) -> str:
-        """Store ``value`` as canonical JSON and return its digest."""
-        return self.put(canonical_json(value))
-
-    def get_json(self, digest: str) -> Any:
-        """Load the JSON value stored under ``digest``."""
-        return json.loads(self.get(digest))
-
-    def ref(self, name: str, data: bytes, media_type: str = "application/octet-stream") -> ArtifactRef:
-        """Store ``data`` and return a named reference to it."""
-        return ArtifactRef(name=name, digest=self.put(data), size=len(data), media_type=media_type)
-
 
 class ArtifactActivities:
     """``artifacts.*`` activities, bound to one store."""
 
-    def __init__(self, store: LocalArtifactStore) -> None:
+    def __init__(self, store: ArtifactStore) -> None:
         self.store = store
 
     @activity.defn(name="artifacts.ingest")

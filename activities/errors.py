@@ -5,7 +5,8 @@
     AgentWorkerError                 root: every error this package raises on purpose
     ├── ArtifactError                the artifact store cannot give back what was asked
     │   ├── ArtifactNotFound         no content under that digest
-    │   └── ArtifactCorrupt          stored bytes no longer match their digest
+    │   ├── ArtifactCorrupt          stored bytes no longer match their digest
+    │   └── ArtifactUnavailable      the store (object storage, database) cannot be reached: retry
     ├── AgentError                   agents, tools and turns
     │   ├── UnknownAgent             the task names an agent no registration provides
     │   ├── ToolPlanError            a tool's arguments cannot be planned into an operation
@@ -72,6 +73,14 @@ class ArtifactCorrupt(ArtifactError):
 
     code = "artifact_corrupt"
     retryable: Retryable = "no"
+
+
+class ArtifactUnavailable(ArtifactError):
+    """The store itself cannot be reached or refuses the request (network, credentials, missing
+    bucket or table); nothing was read or written, so the activity is retried."""
+
+    code = "artifact_unavailable"
+    retryable: Retryable = "yes"
 
 
 class AgentError(AgentWorkerError):

@@ -119,7 +119,7 @@ async def local_worker(
             (``model_provider="scripted"``) and the bubblewrap process sandbox tier. Unless
             structlog is configured already, the worker's logs go to stderr, as in production.
     """
-    from agent_worker.worker import build_workers, ensure_search_attributes
+    from agent_worker.worker import build_workers, check_artifact_store, ensure_search_attributes
     from cli.devserver import free_port, start_dev_server, stop_process_group
     from schemas.config import WorkerConfig
     from telemetry import configure_logging
@@ -152,7 +152,8 @@ async def local_worker(
         if not structlog.is_configured():  # the worker's logs on stderr; stdout stays the caller's
             configure_logging(worker_config)
         async with contextlib.AsyncExitStack() as running:
-            for worker in build_workers(client, worker_config):
+            store = await check_artifact_store(worker_config)
+            for worker in build_workers(client, worker_config, store):
                 await running.enter_async_context(worker)
             yield AgentWorkerClient(client, worker_config.task_queue)
     finally:

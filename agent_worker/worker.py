@@ -29,15 +29,16 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker, WorkerDeploymentConfig
 
 from activities.agent import AgentActivities, AgentRegistry
-from activities.artifacts import ArtifactActivities, LocalArtifactStore
+from activities.artifacts import ArtifactActivities, ArtifactStore
 from activities.authz import Authorizer, AuthzActivities, SqliteAuthorizer
 from activities.business import BusinessActivities, BusinessWriter, SqliteBusinessStore, load_writer
-from activities.errors import SandboxError
+from activities.errors import ArtifactUnavailable, SandboxError
 from activities.events import EventActivities, EventSink, JsonlEventSink
 from activities.loading import load_object
 from activities.sandbox import ProcessSandbox, Sandbox, SandboxActivities
 from activities.sandbox.docker import DockerSandbox, docker_available
 from activities.sandbox.reaper import ReaperActivities, SandboxReaper
+from activities.stores.artifacts import build_artifact_store
 from activities.tenants import TenantActivities, TenantAdmission
 from activities.tools.activities import ToolActivities
 from schemas import visibility
@@ -229,7 +230,9 @@ def build_authorizer(config: WorkerConfig) -> Authorizer:
     return SqliteAuthorizer(config.authz_db)
 
 
-def build_workers(client: Client, config: WorkerConfig) -> list[Worker]:
+def build_workers(
+    client: Client, config: WorkerConfig, artifact_store: ArtifactStore | None = None
+) -> list[Worker]:
     """The Temporal workers of this process, one per role in ``config.roles``, each on its own queue:
 
     - ``workflows``: task workflows, the reaper workflow, and light activities (input ingest, event
@@ -250,7 +253,7 @@ def build_workers(client: Client, config: WorkerConfig) -> list[Worker]:
         set_tracing_disabled(True)
     # From here on, logs, activity errors and events mask the configured secrets (security.redact).
     register_config_secrets(config, os.environ)
-    store = LocalArtifactStore(config.artifact_dir)
+    store = artifact_store if artifact_store is not None else build_artifact_store(config)
     common: dict[str, Any] = {
         "max_concurrent_activities": config.max_concurrent_activities,
         "graceful_shutdown_timeout": GRACEFUL_SHUTDOWN,
@@ -337,6 +340,24 @@ def build_workers(client: Client, config: WorkerConfig) -> list[Worker]:
     return workers
 
 
+async def check_artifact_store(config: WorkerConfig) -> ArtifactStore:
+    """The configured artifact store, once it is proven reachable (bucket, table, directory).
+
+    Raises:
+        SystemExit: naming the store and why it cannot be used: the worker refuses to start rather
+            than fail every task's first activity.
+    """
+    store = build_artifact_store(config)
+    try:
+        await asyncio.to_thread(store.check)
+    except ArtifactUnavailable as err:
+        raise SystemExit(
+            "agent-worker worker: the artifact store "
+            f"(AGENT_WORKER_ARTIFACT_BACKEND={config.artifact_backend}) cannot be used: {err}"
+        ) from None
+    return store
+
+
 async def run_worker(
     config: WorkerConfig, *, stop: asyncio.Event | None = None, client_overrides: dict[str, Any] | None = None
 ) -> None:
@@ -364,7 +385,8 @@ async def run_worker(
     health_server = await serve_health(config.health_bind, health) if config.health_bind else None
     if "workflows" in config.role_set:
         await ensure_search_attributes(client)
-    workers = build_workers(client, config)
+    artifact_store = await check_artifact_store(config)
+    workers = build_workers(client, config, artifact_store)
     health.task_queues = [w.task_queue for w in workers]
     log.info(
         "worker started",
@@ -415,6 +437,7 @@ __all__ = [
     "build_event_sink",
     "build_sandboxes",
     "build_workers",
+    "check_artifact_store",
     "build_systems",
     "build_writer",
     "connect",

@@ -23,8 +23,8 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 
-from activities.artifacts import LocalArtifactStore
 from activities.errors import ArtifactError
+from activities.stores.artifacts import build_artifact_store
 from cli import devserver
 from cli.context import CliContext
 from cli.errors import CliError
@@ -96,14 +96,14 @@ def _start_worker(config: WorkerConfig, address: str, log_file: Path) -> subproc
 
 
 def _preview(config: WorkerConfig, request: ApprovalRequest) -> str | None:
-    store = LocalArtifactStore(config.artifact_dir)
+    store = build_artifact_store(config)
     artifacts = getattr(request.action.operation, "artifacts", [])
     texts = []
     for digest in artifacts:
         try:
             texts.append(store.get(digest).decode("utf-8", "replace"))
         except ArtifactError:
-            texts.append(f"(artifact {digest} is not in the local store)")
+            texts.append(f"(artifact {digest} is not in the artifact store)")
     return "\n".join(texts) or None
 
 

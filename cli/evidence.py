@@ -28,8 +28,9 @@ import pydantic
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.artifacts import LocalArtifactStore
+from activities.artifacts import ArtifactStore
 from activities.errors import ArtifactCorrupt, ArtifactNotFound
+from activities.stores.artifacts import build_artifact_store
 from cli.context import CliContext
 from cli.errors import CliError
 from cli.tasks import INBOX_QUERY_TIMEOUT
@@ -120,7 +121,7 @@ async def fetch_result(tasks: AgentWorkerClient, task_id: str) -> TaskResult:
     return await handle.result()
 
 
-def expand(evidence: Evidence, store: LocalArtifactStore) -> tuple[Evidence, list[str]]:
+def expand(evidence: Evidence, store: ArtifactStore) -> tuple[Evidence, list[str]]:
     """The evidence with its archived parts (older command records and artifact references, moved
     to the store at continue-as-new) put back in line before the inline ones.
 
@@ -142,9 +143,7 @@ def expand(evidence: Evidence, store: LocalArtifactStore) -> tuple[Evidence, lis
     return whole, problems
 
 
-def write_bundle(
-    result: TaskResult, directory: Path, store: LocalArtifactStore
-) -> tuple[Evidence, list[str]]:
+def write_bundle(result: TaskResult, directory: Path, store: ArtifactStore) -> tuple[Evidence, list[str]]:
     """Write the manifest (with the archived evidence back in line) and a verified copy of each
     referenced artifact into ``directory``.
 
@@ -248,7 +247,7 @@ async def cmd_evidence(args: Any, ctx: CliContext, out: TextIO | None = None) ->
     directory: Path = args.output or Path("evidence-" + args.task_id.replace("/", "_"))
     await asyncio.to_thread(_refuse_nonempty, directory)
     result = await fetch_result(await ctx.tasks(), args.task_id)
-    store = LocalArtifactStore(config.artifact_dir)
+    store = build_artifact_store(config)
     evidence, not_copied = await asyncio.to_thread(write_bundle, result, directory, store)
     print("\n".join(_summary(result, evidence, directory, not_copied)), file=out)
     return 1 if not_copied else 0
@@ -268,7 +267,7 @@ class Check:
         return f"{head}: {self.why}" if self.why else head
 
 
-def check_artifact(kind: str, name: str, ref: ArtifactRef, store: LocalArtifactStore, copies: Path) -> Check:
+def check_artifact(kind: str, name: str, ref: ArtifactRef, store: ArtifactStore, copies: Path) -> Check:
     """The artifact must be in the store unaltered, and its bundle copy must hold the same bytes."""
     problems = []
     try:
@@ -287,9 +286,7 @@ def check_artifact(kind: str, name: str, ref: ArtifactRef, store: LocalArtifactS
     return Check("FAIL" if problems else "ok", kind, name, "; ".join(problems))
 
 
-def check_tool_call(
-    call: str, parts: list[tuple[str, str]], store: LocalArtifactStore, copies: Path
-) -> Check:
+def check_tool_call(call: str, parts: list[tuple[str, str]], store: ArtifactStore, copies: Path) -> Check:
     """A tool call's arguments and output must be in the store unaltered, and their bundle copies
     must hold the same bytes: what the record says the tool saw and answered."""
     problems = []
@@ -379,7 +376,7 @@ def load_manifest(bundle: Path) -> dict[str, Any]:
 def verify_bundle(bundle: Path, config: WorkerConfig) -> list[Check]:
     """Every check of ``verify``, in manifest order."""
     evidence: Evidence = load_manifest(bundle)["evidence"]
-    store = LocalArtifactStore(config.artifact_dir)
+    store = build_artifact_store(config)
     checks = [check_artifact(*item, store, bundle / COPIES) for item in referenced(evidence)]
     checks += [
         check_tool_call(call, parts, store, bundle / COPIES) for call, parts in tool_calls(evidence).items()

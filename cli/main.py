@@ -72,6 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if not getattr(args, "reads_config", True):  # `dev` replaces this process with the server
         return args.handler(args, None)
+    from activities.errors import ArtifactUnavailable
     from security.codec import EncryptionError
     from telemetry import configure_logging
 
@@ -84,6 +85,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return getattr(err, "code", 2)
     except KeyboardInterrupt:
         return 130
+    except ArtifactUnavailable as err:  # e.g. evidence/verify with the object store down
+        print(f"agent-worker: {err}", file=sys.stderr)
+        return 2
     except EncryptionError as err:
         print(f"agent-worker: cannot decrypt: {err}", file=sys.stderr)
         return 2

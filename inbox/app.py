@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import structlog
@@ -50,7 +50,10 @@ from inbox.auth import (
     well_formed_cookie,
 )
 from inbox.service import InboxError, InboxService
-from schemas.config import WorkerConfig
+from schemas.config import ConfigError, WorkerConfig
+
+if TYPE_CHECKING:
+    from activities.artifacts import ArtifactStore
 
 log = structlog.get_logger("agent_worker.inbox")
 
@@ -335,6 +338,7 @@ def build_app(
     principal_header: str = "X-Forwarded-User",
     keys_dir: Path | None = None,
     artifact_dir: Path | None = None,
+    artifact_store: ArtifactStore | None = None,
 ) -> InboxApp:
     """An inbox for ``client``'s namespace.
 
@@ -353,7 +357,9 @@ def build_app(
         tokens=load_tokens(tokens) if auth == "token" and tokens else None,
         principal_header=principal_header,
     )
-    service = InboxService(client, keys_dir=keys_dir or DEFAULT_KEY_DIR, artifact_dir=artifact_dir)
+    service = InboxService(
+        client, keys_dir=keys_dir or DEFAULT_KEY_DIR, artifact_dir=artifact_dir, artifact_store=artifact_store
+    )
     return InboxApp(service, authenticator)
 
 
@@ -368,16 +374,18 @@ async def cmd_inbox_web(
     try:
         if config is None:
             config = WorkerConfig.from_env(os.environ, data_dir=getattr(args, "data_dir", None))
+        from activities.stores.artifacts import build_artifact_store
+
         app = build_app(
             client,
             auth=args.auth,
             tokens=args.tokens,
             principal_header=args.principal_header,
             keys_dir=args.keys_dir,
-            artifact_dir=config.artifact_dir,
+            artifact_store=build_artifact_store(config),
         )
         host, _ = parse_bind(args.bind)
-    except InboxConfigError as err:
+    except (InboxConfigError, ConfigError) as err:
         raise CliError(str(err), 2) from None
     if args.auth == "header" and not _is_loopback(host):
         print(

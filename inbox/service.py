@@ -21,7 +21,7 @@ import json
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
@@ -38,6 +38,9 @@ from schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionKind, D
 from schemas.tasks import PolicySpec, TaskResult, TaskStatus
 from schemas.validation import InvalidPayload, parse_decision, parse_task_input
 from workflows import AgentTaskWorkflow
+
+if TYPE_CHECKING:
+    from activities.artifacts import ArtifactStore
 
 QUERY_TIMEOUT = timedelta(seconds=5)
 # How long a decision waits for a worker's answer; it expires then (``ApprovalDecision.expires_at``).
@@ -94,14 +97,27 @@ class InboxService:
     Args:
         client: a connected client (its data converter decodes the task payloads).
         keys_dir: where principals' Ed25519 private keys live (``<principal>.key``).
-        artifact_dir: the artifact store to read previews from, or None when not reachable here.
+        artifact_dir: a local artifact store's directory to read previews from (the embedded
+            default), or None when not reachable here.
+        artifact_store: the artifact store to read previews from (``build_artifact_store(config)``);
+            it takes precedence over ``artifact_dir``.
     """
 
-    def __init__(self, client: Client, keys_dir: Path, artifact_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        client: Client,
+        keys_dir: Path,
+        artifact_dir: Path | None = None,
+        artifact_store: ArtifactStore | None = None,
+    ) -> None:
         self.client = client
         self.tasks = AgentWorkerClient(client)
         self.keys_dir = keys_dir
-        self.artifact_dir = artifact_dir
+        if artifact_store is None and artifact_dir is not None:
+            from activities.artifacts import LocalArtifactStore
+
+            artifact_store = LocalArtifactStore(artifact_dir)
+        self.artifact_store = artifact_store
 
     # ---- reading ---------------------------------------------------------------------------------
 
@@ -173,11 +189,12 @@ class InboxService:
         from activities.artifacts import LocalArtifactStore
         from activities.errors import ArtifactError
 
-        if self.artifact_dir is None or not self.artifact_dir.is_dir():
-            where = self.artifact_dir or "(none configured)"
+        store = self.artifact_store
+        if store is None or (isinstance(store, LocalArtifactStore) and not store.root.is_dir()):
+            where = store.root if isinstance(store, LocalArtifactStore) else "(none configured)"
             return ArtifactPreview(digest, problem=f"the artifact store is not reachable here: {where}")
         try:
-            data = LocalArtifactStore(self.artifact_dir).get(digest)
+            data = store.get(digest)
         except ArtifactError as err:
             return ArtifactPreview(digest, problem=str(err))
         try:

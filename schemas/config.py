@@ -194,6 +194,29 @@ class WorkerConfig(BaseModel):
         description="A custom authorizer as 'module:factory' (gets the config); default: the SQLite "
         "revocation list in the data dir (agent-worker revoke / grant).",
     )
+    artifact_backend: Literal["local", "s3", "postgres"] = Field(
+        default="local",
+        description="Where artifacts (inputs, outputs, stored runs, evidence parts) live: 'local' (a "
+        "directory in the data dir; a fleet must share it), 's3' (S3-compatible object storage: "
+        "artifact_bucket; credentials from the standard AWS environment, AWS_ACCESS_KEY_ID, "
+        "AWS_SECRET_ACCESS_KEY, AWS_PROFILE...) or 'postgres' (a table in artifact_dsn).",
+    )
+    artifact_bucket: str | None = Field(default=None, description="The bucket of artifact_backend=s3.")
+    artifact_prefix: str = Field(
+        default="", description="A key prefix inside the bucket (e.g. 'agent-worker/'), for a shared bucket."
+    )
+    artifact_endpoint_url: str | None = Field(
+        default=None,
+        description="The endpoint of an S3-compatible server (MinIO, Ceph, R2...); unset: AWS S3.",
+    )
+    artifact_region: str | None = Field(
+        default=None,
+        description="The bucket's region (unset: AWS_REGION / AWS_DEFAULT_REGION, else us-east-1).",
+    )
+    artifact_dsn: SecretStr | None = Field(
+        default=None,
+        description="PostgreSQL DSN for artifact_backend=postgres (unset: state_dsn, when it is set).",
+    )
     log_format: Literal["console", "json"] = "console"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     max_concurrent_activities: int = Field(default=64, ge=1)
@@ -237,6 +260,22 @@ class WorkerConfig(BaseModel):
         if (self.deployment_name is None) != (self.build_id is None):
             raise ValueError("deployment_name and build_id go together: set both or neither")
         return self
+
+    @model_validator(mode="after")
+    def _artifact_backend_settings(self) -> WorkerConfig:
+        if self.artifact_backend == "s3" and not self.artifact_bucket:
+            raise ValueError("AGENT_WORKER_ARTIFACT_BACKEND=s3 needs AGENT_WORKER_ARTIFACT_BUCKET")
+        if self.artifact_backend == "postgres" and self.artifact_postgres_dsn is None:
+            raise ValueError(
+                "AGENT_WORKER_ARTIFACT_BACKEND=postgres needs AGENT_WORKER_ARTIFACT_DSN "
+                "(or AGENT_WORKER_STATE_DSN)"
+            )
+        return self
+
+    @property
+    def artifact_postgres_dsn(self) -> SecretStr | None:
+        """The DSN of artifact_backend=postgres: ``artifact_dsn``, else the state DSN."""
+        return self.artifact_dsn or getattr(self, "state_dsn", None)
 
     @property
     def role_set(self) -> frozenset[str]:

@@ -21,8 +21,9 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from activities.artifacts import LocalArtifactStore
+from activities.artifacts import ArtifactStore
 from activities.business import SqliteBusinessStore
+from activities.stores.artifacts import build_artifact_store
 from cli.devserver import free_port, start_dev_server, stop_process_group
 from examples import EXAMPLES
 from schemas.config import EXAMPLE_AGENT, WorkerConfig
@@ -97,8 +98,8 @@ class TaskEnv:
     def business(self) -> SqliteBusinessStore:
         return SqliteBusinessStore(self.config.business_db)
 
-    def store(self) -> LocalArtifactStore:
-        return LocalArtifactStore(self.config.artifact_dir)
+    def store(self) -> ArtifactStore:
+        return build_artifact_store(self.config)
 
     def worker_env(self) -> dict[str, str]:
         """Environment for a worker subprocess serving this env (the same configuration)."""
@@ -120,6 +121,12 @@ class TaskEnv:
             env["AGENT_WORKER_BUSINESS_URL"] = config.business_url
         if config.business_writer:
             env["AGENT_WORKER_BUSINESS_WRITER"] = config.business_writer
+        env["AGENT_WORKER_ARTIFACT_BACKEND"] = config.artifact_backend
+        for field in ("artifact_bucket", "artifact_prefix", "artifact_endpoint_url", "artifact_region"):
+            if getattr(config, field):
+                env[f"AGENT_WORKER_{field.upper()}"] = getattr(config, field)
+        if config.artifact_dsn is not None:
+            env["AGENT_WORKER_ARTIFACT_DSN"] = config.artifact_dsn.get_secret_value()
         return env
 
     async def start(
