@@ -230,15 +230,13 @@ def activity_boundary(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]
         except FailureError:
             raise  # cancellation and the SDK's own failures pass untouched
         except Exception as err:
-            if _needs_redaction(err):
-                failure = redacted_failure(err)
-                raise failure from failure.__cause__
-            raise
+            failure = redacted_failure(err)
+            raise failure from failure.__cause__
 
     return wrapper
 
 
-_MAX_CAUSES = 20
+_MAX_CAUSES = 8
 
 
 def redacted_failure(err: BaseException, depth: int = 0) -> ApplicationError:
@@ -255,7 +253,10 @@ def redacted_failure(err: BaseException, depth: int = 0) -> ApplicationError:
         )
     else:
         failure = ApplicationError(redact(str(err)), type=type(err).__name__)
-    failure.__traceback__ = err.__traceback__  # the stack (code lines only) stays readable
+    # The stack (code lines only) of the failure itself stays readable; its causes keep their types
+    # and messages only. Temporal keeps a pending activity's last failure only while it is small
+    # (about 4 KB, else "Failure exceeds size limit."), and the worker log has every stack in full.
+    failure.__traceback__ = err.__traceback__ if depth == 0 else None
     cause = err.__cause__ or (None if err.__suppress_context__ else err.__context__)
     if cause is not None and depth < _MAX_CAUSES:
         failure.__cause__ = redacted_failure(cause, depth + 1)
@@ -263,15 +264,3 @@ def redacted_failure(err: BaseException, depth: int = 0) -> ApplicationError:
     # caller raises it ``from`` its own, redacted, cause, which suppresses the context too.)
     failure.__suppress_context__ = True
     return failure
-
-
-def _needs_redaction(err: BaseException) -> bool:
-    """Whether any message in ``err``'s chain of causes holds something ``redact`` masks."""
-    seen: set[int] = set()
-    link: BaseException | None = err
-    while link is not None and id(link) not in seen and len(seen) < _MAX_CAUSES:
-        seen.add(id(link))
-        if redact(text := str(link)) != text:
-            return True
-        link = link.__cause__ or (None if link.__suppress_context__ else link.__context__)
-    return False

@@ -57,6 +57,11 @@ DEFAULT_TIMEOUT = 30.0
 _QUERYABLE = re.compile(r"^[A-Za-z0-9._@:+-]+$")  # safe inside a visibility query literal
 
 
+def queryable(value: str) -> bool:
+    """Whether ``value`` can stand as a literal in a visibility query (no quoting needed)."""
+    return bool(_QUERYABLE.match(value))
+
+
 class AgentWorkerError(Exception):
     """The root of this client's errors."""
 

@@ -1,7 +1,7 @@
 """``agent-worker``: run the embedded server, workers, and tasks from a terminal.
 
 Commands: dev, worker, start, status, inbox (--web), approve, edit, reject, cancel, events, evidence,
-verify, revoke, grant, keys, sandbox-image, reap, replay, demo. Each command module registers its
+verify, revoke, grant, keys, sandbox-image, reap, replay, doctor, demo. Each command module registers its
 own arguments and handler (``register(subparsers)`` sets ``handler=``); this module builds the top
 parser, reads the configuration once (``WorkerConfig``, plus the command's ``config_overrides``),
 and calls ``args.handler(args, CliContext)``.
@@ -19,7 +19,19 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from cli import demo, devserver, events, evidence, keys, permissions, replay, sandboxes, tasks, worker_command
+from cli import (
+    demo,
+    devserver,
+    doctor,
+    events,
+    evidence,
+    keys,
+    permissions,
+    replay,
+    sandboxes,
+    tasks,
+    worker_command,
+)
 from cli.context import CliContext
 from cli.errors import CliError
 from schemas.config import ConfigError, WorkerConfig
@@ -35,6 +47,7 @@ COMMAND_MODULES = (
     keys,
     sandboxes,
     replay,
+    doctor,
     demo,
 )
 

@@ -46,8 +46,9 @@ def prometheus_runtime(bind: str | None) -> Runtime | None:
 
 
 def _count(meter: MetricMeter, name: str, value: int, labels: Mapping[str, str | int | bool]) -> None:
-    if value:
-        meter.create_counter(name).add(value, dict(labels))
+    # A zero is added too: the series then exists from its first occasion (a cost of 0 for a free
+    # model, say), and dashboards and alert rules find it.
+    meter.create_counter(name).add(max(value, 0), dict(labels))
 
 
 def workflow_counter(name: str, value: int = 1, **labels: str | int | bool) -> None:

@@ -12,6 +12,7 @@ from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.support import TaskEnv, example_spec, free_port, spawn_worker
 from workflows import AgentTaskWorkflow
 
+MONITORING = Path(__file__).resolve().parent.parent / "monitoring"
 OURS = [
     "agent_worker_tasks_started",
     "agent_worker_tasks_finished",
@@ -43,11 +44,21 @@ def value(text: str, name: str, **labels: str) -> float:
 
 
 async def test_metrics_endpoint_serves_task_and_sdk_metrics(config_env: TaskEnv, tmp_path: Path) -> None:
-    """After one approved example task the endpoint reports it started and completed, one approval
-    requested and decided, model calls and tokens, a sandbox command, a committed write, and the
-    SDK's own workflow metrics."""
+    """After one approved example task (its write failing once, the business system down) the
+    endpoint reports it started and completed, one approval requested and decided, model calls and
+    tokens, a sandbox command, a committed write, and the SDK's own workflow and activity metrics;
+    the shipped alert rules and dashboard name only metrics found there."""
     env, port = config_env, free_port()
-    worker = spawn_worker(env, tmp_path / "worker.log", AGENT_WORKER_METRICS_BIND=f"127.0.0.1:{port}")
+    # The business system is down for the write's first attempt: an activity fails once (and the
+    # SDK's failure counter appears), the retry writes.
+    worker = spawn_worker(
+        env,
+        tmp_path / "worker.log",
+        AGENT_WORKER_METRICS_BIND=f"127.0.0.1:{port}",
+        AGENT_WORKER_BUSINESS_WRITER="tests.helpers.faults:faulty_writer",
+        AW_FAULTS="down",
+        AW_FAULT_DIR=str(tmp_path / "fault-marks"),
+    )
     try:
         handle = await env.start(example_spec())
         [request] = (await env.awaiting_approval(handle)).pending
@@ -73,6 +84,16 @@ async def test_metrics_endpoint_serves_task_and_sdk_metrics(config_env: TaskEnv,
         await asyncio.to_thread(worker.wait, 30)
     missing = [name for name in OURS if name not in text]
     assert missing == [], missing
+    # The shipped alert rules and dashboard name only metrics a worker really exports.
+    exported = {
+        re.sub(r"(_total|_bucket|_sum|_count)$", "", line.split("{")[0].split(" ")[0])
+        for line in text.splitlines()
+        if line and not line.startswith("#")
+    }
+    for path in (MONITORING / "alerts.yml", MONITORING / "dashboard.json"):
+        named = set(re.findall(r"\b((?:agent_worker|temporal)_[a-z_]+)", path.read_text()))
+        unknown = sorted(n for n in named if re.sub(r"(_total|_bucket|_sum|_count)$", "", n) not in exported)
+        assert unknown == [], f"{path.name} names metrics no worker exports: {unknown}"
     assert value(text, "agent_worker_tasks_started", agent="monthly-report", tenant="acme") == 1
     assert value(text, "agent_worker_tasks_finished", phase="completed") == 1
     assert value(text, "agent_worker_approvals_requested", tool="submit_report") == 1
