@@ -1,7 +1,7 @@
 """``agent-worker``: run the embedded server, workers, and tasks from a terminal.
 
 Commands: dev, worker, start, status, inbox (--web), approve, edit, reject, cancel, events, evidence,
-verify, revoke, grant, keys, sandbox-image, reap, replay, doctor, demo. Each command module registers its
+verify, revoke, grant, keys, sandbox-image, reap, replay, doctor, api, demo. Each command module registers its
 own arguments and handler (``register(subparsers)`` sets ``handler=``); this module builds the top
 parser, reads the configuration once (``WorkerConfig``, plus the command's ``config_overrides``),
 and calls ``args.handler(args, CliContext)``.
@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from cli import (
+    api_command,
     demo,
     devserver,
     doctor,
@@ -48,6 +49,7 @@ COMMAND_MODULES = (
     sandboxes,
     replay,
     doctor,
+    api_command,
     demo,
 )
 

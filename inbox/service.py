@@ -35,7 +35,7 @@ from agent_worker.client import (
 )
 from schemas.actions import ProposedAction
 from schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionKind, DecisionOutcome
-from schemas.tasks import PolicySpec, TaskResult, TaskStatus
+from schemas.tasks import PolicySpec, TaskResult, TaskSpec, TaskStatus
 from schemas.validation import InvalidPayload, parse_decision, parse_task_input
 from workflows import AgentTaskWorkflow
 
@@ -169,13 +169,18 @@ class InboxService:
         Read each time rather than cached by task id: a closed task's id may be reused by a new
         task with another policy.
         """
+        spec = await self.spec(handle)
+        return spec.policy if spec is not None else None
+
+    async def spec(self, handle: WorkflowHandle[Any, Any]) -> TaskSpec | None:
+        """The task's spec, from the start event of its latest run (None when it cannot be read)."""
         async for event in handle.fetch_history_events(page_size=1, rpc_timeout=QUERY_TIMEOUT):
             payloads = event.workflow_execution_started_event_attributes.input.payloads
             if not payloads:
                 return None
             [raw] = await self.client.data_converter.decode(list(payloads)[:1])
             try:
-                return parse_task_input(raw).spec.policy
+                return parse_task_input(raw).spec
             except InvalidPayload:
                 return None  # the task itself failed on this input; nobody can approve anything
         return None

@@ -27,15 +27,15 @@ from pathlib import Path
 #   1. security, telemetry: signing, redaction, logs and metrics; they only read schemas.
 #   2. activities: every side effect; they never import the workflows that schedule them.
 #   3. workflows: the lifecycle; they schedule activities and never import an edge (CLI, inbox).
-#   4. agent_worker, worker, cli, inbox, examples: the public face (with the worker builder,
-#      agent_worker.worker; the root worker.py re-exports it), the command line, the approvals inbox
-#      and the demo agents, the edges through which people and programs use everything below.
+#   4. agent_worker, worker, cli, inbox, api, examples: the public face (with the worker builder,
+#      agent_worker.worker; the root worker.py re-exports it), the command line, the approvals inbox,
+#      the HTTP API and the demo agents, the edges through which people and programs use everything below.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("schemas",),
     ("security", "telemetry"),
     ("activities",),
     ("workflows",),
-    ("agent_worker", "worker", "cli", "inbox", "examples"),
+    ("agent_worker", "worker", "cli", "inbox", "api", "examples"),
 )
 # Imports the layer order allows but the design forbids all the same.
 FORBIDDEN: tuple[tuple[str, str, str], ...] = ()

@@ -1,0 +1,66 @@
+"""``agent-worker api``: serve the HTTP API (``api``) with uvicorn, until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from cli.context import CliContext
+from cli.errors import CliError
+from schemas.config import DEFAULT_TASK_QUEUE
+
+__all__ = ["register"]
+
+DEFAULT_BIND = "127.0.0.1:8091"
+
+
+def register(sub: Any) -> None:
+    """Add ``api``."""
+    api = sub.add_parser("api", help="serve the HTTP API: start, read, decide and follow tasks over HTTP")
+    api.add_argument("--bind", default=DEFAULT_BIND, help=f"host:port (default {DEFAULT_BIND})")
+    api.add_argument("--auth", choices=["token", "header"], default="token")
+    api.add_argument("--tokens", type=Path, help='JSON file {"<token>": "<principal>"} (--auth token)')
+    api.add_argument(
+        "--principal-header", default="X-Forwarded-User", help="--auth header: the proxy's header"
+    )
+    api.add_argument(
+        "--tenants", type=Path, help='JSON file {"<principal>": ["<tenant>", ...]}: who acts where'
+    )
+    api.add_argument("--task-queue", default=DEFAULT_TASK_QUEUE)
+    api.add_argument("--keys-dir", type=Path, default=Path.home() / ".agent-worker" / "keys")
+    api.set_defaults(handler=cmd_api)
+
+
+async def cmd_api(args: argparse.Namespace, ctx: CliContext) -> int:
+    try:
+        import uvicorn
+
+        from api import ApiConfig, build_api
+    except ImportError as err:
+        raise CliError(f"the HTTP API needs its extra: pip install 'agent-worker[api]' ({err})") from None
+    from inbox import InboxConfigError
+    from inbox.auth import Authenticator, load_tokens
+
+    try:
+        tokens = load_tokens(args.tokens) if args.auth == "token" and args.tokens else None
+        auth = Authenticator(args.auth, tokens, principal_header=args.principal_header)
+    except InboxConfigError as err:
+        raise CliError(str(err), 2) from None
+    tenants = None
+    if args.tenants is not None:
+        try:
+            tenants = json.loads(args.tenants.read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            raise CliError(f"--tenants {args.tenants}: {err}", 2) from None
+    host, _, port = args.bind.rpartition(":")
+    config = ApiConfig(auth=auth, task_queue=args.task_queue, keys_dir=args.keys_dir, tenants=tenants)
+    if not ctx.config.event_sink:  # the default sink, when this machine holds it: the whole stream
+        from activities.events import JsonlEventSink
+
+        config.stored_events = JsonlEventSink(ctx.config.events_dir).read_chain
+    app = build_api(await ctx.temporal(), config)
+    server = uvicorn.Server(uvicorn.Config(app, host=host or "127.0.0.1", port=int(port), log_level="info"))
+    await server.serve()
+    return 0
