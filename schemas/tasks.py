@@ -212,6 +212,10 @@ class Usage(BaseModel):
     cost_usd: float = 0.0
     sandbox_seconds: float = 0.0
     model: str | None = Field(default=None, description="The model that ran the latest turn.")
+    active_seconds: float = Field(
+        default=0.0, description="Time working (turns, actions, their retries), by the workflow's clock."
+    )
+    waiting_seconds: float = Field(default=0.0, description="Time waiting for a human's decision.")
     provider: str | None = Field(default=None, description="The provider of that model.")
     api: str | None = Field(default=None, description="The API that model was called through.")
     runs: int = Field(default=1, description="Workflow runs so far (continue-as-new starts a new one).")
@@ -309,6 +313,9 @@ class TaskState(BaseModel):
     delivered_seq: int = Field(default=0, description="The last event delivered to the event sink.")
     events: list[Event] = Field(default_factory=list)
     started_at: datetime | None = None
+    phase_since: datetime | None = Field(
+        default=None, description="When the current phase began (splits usage into active and waiting)."
+    )
     run_chain: str | None = Field(
         default=None,
         description="The run chain (`first_execution_run_id`) that keys what derives from the task id "

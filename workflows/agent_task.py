@@ -569,6 +569,16 @@ class AgentTaskWorkflow:
         metrics.workflow_counter(
             "agent_worker_tasks_finished", agent=self.spec.agent, tenant=self.spec.tenant, phase=phase.value
         )
+        usage = self.state.usage
+        for kind, seconds in (("active", usage.active_seconds), ("waiting", usage.waiting_seconds)):
+            metrics.workflow_histogram(
+                "agent_worker_task_seconds",
+                seconds,
+                agent=self.spec.agent,
+                tenant=self.spec.tenant,
+                phase=phase.value,
+                kind=kind,
+            )
         await self.deliver_events()
 
     async def release_sandbox(self) -> None:
@@ -614,9 +624,23 @@ class AgentTaskWorkflow:
             return
         previous = self.state.phase
         self.state.phase = phase
+        self.account_time(previous)
         self.emit(EventType.PHASE_CHANGED, previous=previous.value, phase=phase.value)
         metrics.workflow_counter("agent_worker_phase_entered", phase=phase.value)
         self.publish()
+
+    def account_time(self, ended: TaskPhase) -> None:
+        """Add the time spent in the phase that just ``ended`` to the task's usage: waiting for a human,
+        or working (a terminal phase adds nothing)."""
+        now, since = workflow.now(), self.state.phase_since
+        self.state.phase_since = now
+        if since is None or ended.terminal:
+            return
+        spent = max((now - since).total_seconds(), 0.0)
+        if ended is TaskPhase.AWAITING_APPROVAL:
+            self.state.usage.waiting_seconds += spent
+        else:
+            self.state.usage.active_seconds += spent
 
     def publish(self) -> None:
         """Keep search attributes and the UI's current details in step with the state."""
