@@ -31,7 +31,7 @@ WORKDIR /src
 # Dependencies first (from pyproject.toml alone): this layer survives code changes.
 COPY pyproject.toml README.md ./
 RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
-extras = [r for name in ('docker', 'e2b', 'postgres', 'otel') for r in p['optional-dependencies'][name]]; \
+extras = [r for name in ('docker', 'e2b', 'postgres', 's3', 'otel') for r in p['optional-dependencies'][name]]; \
 print(chr(10).join(p['dependencies'] + extras))" > /tmp/requirements.txt
 RUN pip install -r /tmp/requirements.txt
 

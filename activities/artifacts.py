@@ -75,6 +75,10 @@ class ArtifactStore(Protocol):
         """Raise ``ArtifactUnavailable`` naming the store when it cannot be used (at worker start)."""
         ...
 
+    def close(self) -> None:
+        """Release connections (pools, clients); the store is not used afterwards."""
+        ...
+
 
 class BlobStoreMixin:
     """``put_json``, ``get_json`` and ``ref`` on top of a backend's ``put`` and ``get``."""
@@ -96,6 +100,9 @@ class BlobStoreMixin:
     def ref(self, name: str, data: bytes, media_type: str = "application/octet-stream") -> ArtifactRef:
         """Store ``data`` and return a named reference to it."""
         return ArtifactRef(name=name, digest=self.put(data), size=len(data), media_type=media_type)
+
+    def close(self) -> None:
+        """Nothing to release by default."""
 
 
 def require_digest(digest: str, operation: str = "artifacts.get") -> str:

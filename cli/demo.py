@@ -99,11 +99,14 @@ def _preview(config: WorkerConfig, request: ApprovalRequest) -> str | None:
     store = build_artifact_store(config)
     artifacts = getattr(request.action.operation, "artifacts", [])
     texts = []
-    for digest in artifacts:
-        try:
-            texts.append(store.get(digest).decode("utf-8", "replace"))
-        except ArtifactError:
-            texts.append(f"(artifact {digest} is not in the artifact store)")
+    try:
+        for digest in artifacts:
+            try:
+                texts.append(store.get(digest).decode("utf-8", "replace"))
+            except ArtifactError:
+                texts.append(f"(artifact {digest} is not in the artifact store)")
+    finally:
+        store.close()
     return "\n".join(texts) or None
 
 

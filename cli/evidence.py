@@ -248,7 +248,10 @@ async def cmd_evidence(args: Any, ctx: CliContext, out: TextIO | None = None) ->
     await asyncio.to_thread(_refuse_nonempty, directory)
     result = await fetch_result(await ctx.tasks(), args.task_id)
     store = build_artifact_store(config)
-    evidence, not_copied = await asyncio.to_thread(write_bundle, result, directory, store)
+    try:
+        evidence, not_copied = await asyncio.to_thread(write_bundle, result, directory, store)
+    finally:
+        store.close()
     print("\n".join(_summary(result, evidence, directory, not_copied)), file=out)
     return 1 if not_copied else 0
 
@@ -377,10 +380,14 @@ def verify_bundle(bundle: Path, config: WorkerConfig) -> list[Check]:
     """Every check of ``verify``, in manifest order."""
     evidence: Evidence = load_manifest(bundle)["evidence"]
     store = build_artifact_store(config)
-    checks = [check_artifact(*item, store, bundle / COPIES) for item in referenced(evidence)]
-    checks += [
-        check_tool_call(call, parts, store, bundle / COPIES) for call, parts in tool_calls(evidence).items()
-    ]
+    try:
+        checks = [check_artifact(*item, store, bundle / COPIES) for item in referenced(evidence)]
+        checks += [
+            check_tool_call(call, parts, store, bundle / COPIES)
+            for call, parts in tool_calls(evidence).items()
+        ]
+    finally:
+        store.close()
     writers: dict[str | None, BusinessWriter | str] = {}
     for write in evidence.writes:
         if write.system not in writers:

@@ -250,6 +250,14 @@ class WorkerConfig(BaseModel):
         "it, start the next turn from the conversation plus the workflow's results (the same text for "
         "the model, but linear cost: the SDK's RunState validation grows with every item).",
     )
+    compact_after_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Compact an agent's conversation before a turn once it passes this many tokens "
+        "(estimated at 4 characters a token): one model call summarizes the older items into one "
+        "message, the most recent items stay as they are. An agent's own compact_after_tokens wins; "
+        "None (both): never compact.",
+    )
     price_input_per_mtok: float = Field(
         default=0.0, ge=0, description="USD per million input tokens, for cost estimates and budgets."
     )
@@ -407,6 +415,8 @@ def _parse_env_value(field: str, raw: str) -> object:
         pairs = [p.strip().split("=", 1) for p in raw.split(",") if p.strip()]
         return {k.strip(): v.strip() for k, *rest in pairs for v in rest or [""]}
     if field == "providers":
+        if not raw.strip():  # passed through empty (compose's ${AGENT_WORKER_PROVIDERS:-})
+            return {}
         try:
             parsed = json.loads(raw)
         except json.JSONDecodeError as err:

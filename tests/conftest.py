@@ -14,6 +14,7 @@ from cli.sandbox_image import build_image
 from schemas.config import WorkerConfig
 from telemetry import configure_logging
 from tests.helpers.postgres_server import PostgresServer, start_postgres
+from tests.helpers.s3_server import s3_server
 from tests.helpers.support import DevServer, TaskEnv, connect, launch_dev_server, make_config, running_worker
 
 
@@ -42,6 +43,13 @@ def postgres() -> Iterator[PostgresServer]:
     server = start_postgres()
     yield server
     server.close()
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """An S3-compatible server (moto's) on loopback: its endpoint URL."""
+    with s3_server() as endpoint:
+        yield endpoint
 
 
 @pytest.fixture(scope="session")

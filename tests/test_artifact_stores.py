@@ -31,42 +31,10 @@ from schemas.config import ConfigError, WorkerConfig
 from schemas.digests import digest_bytes
 from schemas.tasks import TaskPhase
 from tests.helpers.postgres_server import PostgresServer
+from tests.helpers.s3_server import new_bucket
 from tests.helpers.support import REPO, DevServer, TaskEnv, example_spec, make_config, run_cli, running_worker
 
 BACKENDS = ["local", "s3", "postgres"]
-
-
-@pytest.fixture(scope="session")
-def s3_endpoint() -> Iterator[str]:
-    """moto's S3-compatible server on a loopback port, with test credentials unless real ones are
-    set (moto accepts any)."""
-    from moto.server import ThreadedMotoServer
-
-    defaults = {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }
-    added = [k for k in defaults if k not in os.environ]
-    for key in added:
-        os.environ[key] = defaults[key]
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.stop()
-        for key in added:
-            os.environ.pop(key, None)
-
-
-def new_bucket(endpoint: str) -> str:
-    import boto3
-
-    name = f"artifacts-{uuid.uuid4().hex[:12]}"
-    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=name)
-    return name
 
 
 class Backend:
@@ -79,7 +47,21 @@ class Backend:
 
 
 @pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    """The backend, its store objects closed afterwards."""
+    made = _backend(request, tmp_path)
+    opened: list[ArtifactStore] = []
+
+    def open_store() -> ArtifactStore:
+        opened.append(made.open())
+        return opened[-1]
+
+    yield Backend(open_store, made.corrupt)
+    for store in opened:
+        store.close()
+
+
+def _backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     if request.param == "local":
         root = tmp_path / "artifacts"
 
@@ -186,6 +168,7 @@ def test_the_factory_builds_the_configured_backend(tmp_path: Path, s3_endpoint: 
         WorkerConfig(**base, artifact_backend="postgres", artifact_dsn="host=127.0.0.1")
     )
     assert isinstance(pg, PostgresArtifactStore)
+    pg.close()
     with pytest.raises(ConfigError, match="AGENT_WORKER_ARTIFACT_BUCKET"):
         WorkerConfig.from_env({"AGENT_WORKER_ARTIFACT_BACKEND": "s3"})
     with pytest.raises(ConfigError, match="AGENT_WORKER_ARTIFACT_DSN"):

@@ -33,12 +33,49 @@ from schemas import visibility
 from schemas.config import WorkerConfig
 from security.codec import new_key
 from telemetry.health import Health, serve_health
+from tests.helpers.postgres_server import PostgresServer
 from tests.helpers.support import REPO, DevServer, free_port
 
 COMPOSE_FILE = REPO / "docker-compose.temporal.yml"
 INSTALL_HINT = "apt-get install -y docker-compose (CI: .ci/run installs it)"
-SERVICES = {"postgresql", "temporal", "search-attributes", "temporal-ui", "codec-server", "worker"}
-ONE_SHOT = {"search-attributes"}
+SERVICES = {
+    "postgresql",
+    "object-store",
+    "stores-setup",
+    "temporal",
+    "search-attributes",
+    "temporal-ui",
+    "codec-server",
+    "worker",
+}
+ONE_SHOT = {"search-attributes", "stores-setup"}
+WORKER_SERVICES = {"worker"}
+# What a team sets to run its own agents in the stack: each reaches the workers unchanged.
+PASSED_THROUGH = {
+    "AGENT_WORKER_AGENTS": "team.agents:registration,team.more:registration",
+    "OPENAI_API_KEY": "sk-team",
+    "OPENAI_BASE_URL": "http://vllm.internal:8000/v1",
+    "AGENT_WORKER_OPENAI_MODEL": "local/qwen2.5-72b",
+    "AGENT_WORKER_OPENAI_API": "chat_completions",
+    "AGENT_WORKER_PROVIDERS": '{"local": {"base_url": "http://vllm:8000/v1", "api": "chat_completions"}}',
+    "AGENT_WORKER_MODEL_PROVIDER": "openai",
+    "AGENT_WORKER_BUSINESS_BACKEND": "http",
+    "AGENT_WORKER_BUSINESS_DSN": "host=erp.internal dbname=erp",
+    "AGENT_WORKER_BUSINESS_URL": "https://erp.internal/api",
+    "AGENT_WORKER_BUSINESS_WRITER": "team.erp:writer",
+    "AGENT_WORKER_BUSINESS_SYSTEMS": "billing=team.billing:writer",
+    "AGENT_WORKER_TENANT_CAPS": "acme=5,*=100",
+    "AGENT_WORKER_STATE_DSN": "host=pg.internal dbname=agents",
+    "AGENT_WORKER_ARTIFACT_BUCKET": "team-artifacts",
+    "AGENT_WORKER_ARTIFACT_PREFIX": "prod/",
+    "AGENT_WORKER_ARTIFACT_ENDPOINT_URL": "https://s3.eu-central-1.amazonaws.com",
+    "AGENT_WORKER_ARTIFACT_REGION": "eu-central-1",
+    "AWS_ACCESS_KEY_ID": "AKIATEAM",
+    "AWS_SECRET_ACCESS_KEY": "team-secret",
+    "E2B_API_KEY": "e2b_team",
+    "E2B_DOMAIN": "e2b.internal",
+    "AGENT_WORKER_SANDBOX_BACKEND": "e2b",
+}
 INDEXED_TYPES = {
     "Keyword": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
     "Bool": IndexedValueType.INDEXED_VALUE_TYPE_BOOL,
@@ -140,6 +177,7 @@ def test_compose_file_declares_the_whole_stack(config: dict[str, Any]) -> None:
         assert Path(build["context"]).resolve() == REPO
         assert build.get("dockerfile", "Dockerfile") == "Dockerfile"
     assert svc["worker"]["image"] == svc["codec-server"]["image"], "both run the one agent-worker image"
+    assert svc["stores-setup"]["image"] == svc["worker"]["image"]
     assert "postgres-data" in config["volumes"]
     assert "postgres-data:/var/lib/postgresql/data:rw" in svc["postgresql"]["volumes"]
 
@@ -151,25 +189,128 @@ def test_ports_publish_the_frontend_ui_and_codec_on_loopback_only(config: dict[s
     assert published(svc["temporal"]) == {("127.0.0.1", 7233, 7233)}
     assert published(svc["temporal-ui"]) == {("127.0.0.1", 8080, 8080)}
     assert published(svc["codec-server"]) == {("127.0.0.1", 8081, 8081)}
-    for name in ("postgresql", "search-attributes", "worker"):
+    for name in ("postgresql", "object-store", "stores-setup", "search-attributes", "worker"):
         assert published(svc[name]) == set(), name
 
 
 def test_the_worker_service_scales(config: dict[str, Any]) -> None:
-    """`--scale worker=N` works: no fixed container name or host port, and every replica shares
-    the data volume (artifacts and stored agent runs must be readable by whichever worker
-    picks a task up next)."""
+    """`--scale worker=N` works: no fixed container name or host port, and the replicas keep their
+    state in PostgreSQL and their artifacts in the object store (readable by whichever worker, on
+    whichever host, picks a task up next)."""
     worker = services(config)["worker"]
     assert "container_name" not in worker
     assert "ports" not in worker
-    assert "agent-data:/data:rw" in worker["volumes"]
-    assert worker["environment"]["AGENT_WORKER_DATA_DIR"] == "/data"
-    assert "agent-data" in config["volumes"]
+    env = worker["environment"]
+    assert env["AGENT_WORKER_STATE_BACKEND"] == "postgres"
+    assert "host=postgresql" in env["AGENT_WORKER_STATE_DSN"]
+    assert env["AGENT_WORKER_ARTIFACT_BACKEND"] == "s3"
+    assert env["AGENT_WORKER_ARTIFACT_ENDPOINT_URL"] == "http://object-store:9000"
+    assert env["AGENT_WORKER_BUSINESS_BACKEND"] == "postgres"
+    assert env["AGENT_WORKER_DATA_DIR"] == "/data"
     assert worker["command"] == ["worker", "--role", "all"]
     # SIGTERM drains: compose waits longer than the worker's own 30 s grace before killing.
     assert worker["stop_signal"] == "SIGTERM"
     assert _seconds(worker["stop_grace_period"]) > 30
     assert worker["init"] is True
+
+
+def test_worker_services_mount_no_shared_local_volume(config: dict[str, Any]) -> None:
+    """No worker service mounts a volume or a host directory: nothing one replica writes is needed
+    from its disk by another (the old shared agent-data volume is gone)."""
+    svc = services(config)
+    for name in WORKER_SERVICES:
+        assert not svc[name].get("volumes"), f"{name} mounts {svc[name].get('volumes')}"
+    assert "agent-data" not in config.get("volumes", {})
+    # The object store and PostgreSQL keep their data on their own named volumes.
+    assert "object-store-data:/data:rw" in svc["object-store"]["volumes"]
+
+
+def test_the_variables_a_team_needs_pass_through_to_the_workers(tmp_path: Path) -> None:
+    """Agents, models and providers, the business system, tenant caps, the stores and their
+    credentials, and the sandbox tier: each variable set on the host reaches every worker service
+    unchanged, and the result is still a valid worker config."""
+    svc = services(resolve(PASSED_THROUGH, tmp_path))
+    for name in WORKER_SERVICES:
+        env = svc[name]["environment"]
+        for variable, value in PASSED_THROUGH.items():
+            assert unescape(str(env.get(variable))) == value, f"{name}: {variable} does not pass through"
+    worker_config = WorkerConfig.from_env(
+        {k: unescape(str(v)) for k, v in svc["worker"]["environment"].items()}
+    )
+    assert worker_config.agents == ["team.agents:registration", "team.more:registration"]
+    assert worker_config.providers["local"].api == "chat_completions"
+    assert worker_config.artifact_bucket == "team-artifacts"
+    # The object store runs with the credentials the workers use.
+    store_env = svc["object-store"]["environment"]
+    assert (store_env["MINIO_ROOT_USER"], store_env["MINIO_ROOT_PASSWORD"]) == ("AKIATEAM", "team-secret")
+
+
+def test_the_stores_setup_job_creates_the_database_and_bucket_on_real_services(
+    config: dict[str, Any], postgres: PostgresServer, s3_endpoint: str, tmp_path: Path
+) -> None:
+    """The one-shot job's own command, with its environment pointed at a real PostgreSQL and an
+    S3-compatible server, creates the agent_worker database and the artifact bucket; a second run
+    (every `up`) finds them and succeeds; a worker's store check then passes on that bucket."""
+    import psycopg
+
+    job = services(config)["stores-setup"]
+    assert job["entrypoint"][:3] == ["python", "-m", "activities.stores.provision"]
+    database = f"agent_worker_{uuid.uuid4().hex[:6]}"
+    env = {
+        **{k: unescape(str(v)) for k, v in job["environment"].items()},
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(tmp_path),
+        "PYTHONPATH": str(REPO),
+        "PGHOST": "127.0.0.1",
+        "PGPORT": str(postgres.port),
+        "PGUSER": "postgres",
+        "PROVISION_DATABASE": database,
+        "AGENT_WORKER_ARTIFACT_ENDPOINT_URL": s3_endpoint,
+        "PROVISION_WAIT_SECONDS": "20",
+    }
+    assert job["environment"]["PROVISION_DATABASE"] == "agent_worker"
+    bucket = env["AGENT_WORKER_ARTIFACT_BUCKET"]
+    outputs = []
+    for _ in range(2):
+        ran = subprocess.run(
+            [sys.executable, *job["entrypoint"][1:]], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        outputs.append(ran.stdout)
+    assert f"database {database}: created" in outputs[0] and f"bucket {bucket}: created" in outputs[0]
+    assert f"database {database}: exists" in outputs[1] and f"bucket {bucket}: exists" in outputs[1]
+    psycopg.connect(postgres.dsn_for(database)).close()
+    from activities.stores.s3 import S3ArtifactStore
+
+    S3ArtifactStore(bucket, endpoint_url=s3_endpoint).check()
+
+
+def test_the_docker_sandbox_override_gives_the_socket_to_the_sandbox_worker_only(tmp_path: Path) -> None:
+    """docker-compose.sandbox.yml validates on top of the stack: a sandbox-role worker on the Docker
+    tier holds the host's Docker socket (its only mount), and the other workers lose the sandbox
+    role and mount nothing."""
+    empty_env_file = tmp_path / "empty.env"
+    empty_env_file.write_text("")
+    files = ["-f", str(COMPOSE_FILE), "-f", str(REPO / "docker-compose.sandbox.yml")]
+    result = subprocess.run(
+        [docker_compose(), *files, "--env-file", str(empty_env_file), "config"],
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    svc = services(yaml_to_data(result.stdout))
+    sandbox = svc["sandbox-worker"]
+    assert sandbox["command"] == ["worker", "--role", "sandbox"]
+    assert sandbox["volumes"] == ["/var/run/docker.sock:/var/run/docker.sock:rw"]
+    assert sandbox["environment"]["AGENT_WORKER_SANDBOX_BACKEND"] == "docker"
+    assert sandbox["environment"]["AGENT_WORKER_ARTIFACT_BACKEND"] == "s3"
+    assert "sandbox" not in svc["worker"]["command"] and "all" not in svc["worker"]["command"]
+    assert not svc["worker"].get("volumes")
+    for name, service in svc.items():
+        if name != "sandbox-worker":
+            assert not any("docker.sock" in str(v) for v in service.get("volumes", [])), name
 
 
 def test_every_service_is_started_after_what_it_needs(config: dict[str, Any]) -> None:
@@ -187,7 +328,9 @@ def test_every_service_is_started_after_what_it_needs(config: dict[str, Any]) ->
     assert conditions["worker"] == {
         "temporal": "service_healthy",
         "search-attributes": "service_completed_successfully",
+        "stores-setup": "service_completed_successfully",
     }
+    assert conditions["stores-setup"] == {"postgresql": "service_healthy", "object-store": "service_healthy"}
     # Every condition names a service that has what it waits for.
     for name, deps in conditions.items():
         for dep, condition in deps.items():

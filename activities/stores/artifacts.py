@@ -34,8 +34,8 @@ def build_artifact_store(config: WorkerConfig) -> ArtifactStore:
         return S3ArtifactStore(
             config.artifact_bucket,
             prefix=config.artifact_prefix,
-            endpoint_url=config.artifact_endpoint_url,
-            region_name=config.artifact_region,
+            endpoint_url=config.artifact_endpoint_url or None,
+            region_name=config.artifact_region or None,
         )
     dsn = config.artifact_postgres_dsn
     if dsn is None:

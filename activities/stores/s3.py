@@ -161,5 +161,9 @@ class S3ArtifactStore(BlobStoreMixin):
             raise self._unavailable("artifacts.get", err) from None
         return verified(digest, data, self._where())
 
+    def close(self) -> None:
+        """Close the client's connection pool."""
+        self.client.close()
+
 
 __all__ = ["S3ArtifactStore"]
