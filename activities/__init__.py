@@ -6,7 +6,13 @@
 - ``artifacts.py``: the content-addressed artifact store (``artifacts.ingest``)
 """
 
-from activities.artifacts import ArtifactActivities, LocalArtifactStore
+from activities.artifacts import ArtifactActivities, ArtifactStore, LocalArtifactStore
 from activities.business import BusinessActivities, SqliteBusinessStore
 
-__all__ = ["ArtifactActivities", "BusinessActivities", "LocalArtifactStore", "SqliteBusinessStore"]
+__all__ = [
+    "ArtifactActivities",
+    "ArtifactStore",
+    "BusinessActivities",
+    "LocalArtifactStore",
+    "SqliteBusinessStore",
+]

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 import structlog
 from temporalio import activity
 
-from activities.artifacts import LocalArtifactStore
+from activities.artifacts import ArtifactStore
 from activities.errors import SandboxError, activity_boundary
 from activities.sandbox.base import Sandbox
 from schemas.digests import canonical_json
@@ -39,7 +39,7 @@ class SandboxActivities:
     def __init__(
         self,
         backends: Mapping[SandboxBackend, Sandbox],
-        store: LocalArtifactStore,
+        store: ArtifactStore,
         default: SandboxBackend | None = None,
         *,
         unavailable: str | None = None,
@@ -109,7 +109,8 @@ class SandboxActivities:
             if data is None:
                 missing.append(name)
             else:
-                outputs.append(self.store.ref(name, data))
+                # In a thread: a networked store (S3, PostgreSQL) must not block the event loop.
+                outputs.append(await asyncio.to_thread(self.store.ref, name, data))
         model_limit = input.spec.model_output_limit_bytes
         tool_output = {
             "exit_code": exit_code,
@@ -122,6 +123,15 @@ class SandboxActivities:
         }
         stdout = _fit_json(_capped_text(out, limit), RECORD_OUTPUT_BYTES)
         stderr = _fit_json(_capped_text(err, limit), RECORD_OUTPUT_BYTES - len(json.dumps(stdout)))
+        stdout_ref, stderr_ref, output_ref = await asyncio.to_thread(
+            lambda: (
+                self.store.ref(f"{input.call_id}.stdout", out, "text/plain"),
+                self.store.ref(f"{input.call_id}.stderr", err, "text/plain"),
+                self.store.ref(
+                    f"{input.call_id}.result.json", canonical_json(tool_output), "application/json"
+                ),
+            )
+        )
         return CommandRecord(
             call_id=input.call_id,
             sandbox_id=input.sandbox.sandbox_id,
@@ -132,14 +142,12 @@ class SandboxActivities:
             duration_ms=duration_ms,
             stdout=stdout,
             stderr=stderr,
-            stdout_artifact=self.store.ref(f"{input.call_id}.stdout", out, "text/plain"),
-            stderr_artifact=self.store.ref(f"{input.call_id}.stderr", err, "text/plain"),
+            stdout_artifact=stdout_ref,
+            stderr_artifact=stderr_ref,
             truncated=len(stdout) < len(out) or len(stderr) < len(err),
             outputs=outputs,
             missing_outputs=missing,
-            tool_output=self.store.ref(
-                f"{input.call_id}.result.json", canonical_json(tool_output), "application/json"
-            ),
+            tool_output=output_ref,
         )
 
     @activity.defn(name="sandbox.destroy")
