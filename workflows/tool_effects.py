@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
+from temporalio.exceptions import ActivityError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
     from activities.tools.activities import ToolActivities
@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
     from schemas.writes import operation_key
     from workflows import bounds, options
     from workflows.context import TaskContext
+    from workflows.failures import failure_message
     from workflows.handoff import HandOff
     from workflows.placement import Placement
 
@@ -55,6 +56,7 @@ class ToolEffects:
         source, target = (
             ("mcp", call.server) if isinstance(call, McpCall) else ("function", call.system or "")
         )
+        named = {"call_id": action.call_id, "tool": action.tool, "source": source, "target": target}
         summary = f"{action.tool} ({action.call_id}) under {key}"
         timeout = timedelta(seconds=call.timeout_seconds)
         base = options.config(options.TOOL_CALL, attempts=call.max_attempts)
@@ -79,16 +81,8 @@ class ToolEffects:
         except ActivityError as err:
             if is_cancelled_exception(err):
                 raise
-            message = _message(err)
-            self.task.emit(
-                EventType.TOOL_EFFECT,
-                call_id=action.call_id,
-                tool=action.tool,
-                source=source,
-                target=target,
-                operation_key=key,
-                error=message,
-            )
+            message = failure_message(err)
+            self.task.emit(EventType.TOOL_EFFECT, **named, operation_key=key, error=message)
             raise HandOff(
                 f"{action.tool} ({source} {target or 'tool'}) under {key} did not settle after "
                 f"{call.max_attempts} attempt(s); its outcome is unknown: {message}"
@@ -109,18 +103,10 @@ class ToolEffects:
         )
         self.task.emit(
             EventType.TOOL_EFFECT,
-            call_id=action.call_id,
-            tool=action.tool,
-            source=source,
-            target=target,
+            **named,
             operation_key=key,
             is_error=result.is_error,
             replayed=result.replayed,
             output_digest=result.output_digest,
         )
         return result
-
-
-def _message(err: ActivityError) -> str:
-    cause = err.cause
-    return cause.message if isinstance(cause, ApplicationError) else str(cause or err)
