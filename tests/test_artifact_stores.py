@@ -297,3 +297,78 @@ def test_live_object_storage_round_trips_and_detects_missing_content() -> None:
             store.get(digest_bytes(unique("never")))
     finally:
         store.client.delete_object(Bucket=store.bucket, Key=store.key(digest))
+
+
+async def test_an_object_store_outage_mid_task_is_retried_and_loses_nothing(
+    client: Any,
+    dev_server: DevServer,
+    postgres: PostgresServer,
+    s3_endpoint: str,  # for its test credentials; this test runs a server of its own
+    tmp_path: Path,
+) -> None:
+    """The object store goes down while a task waits for approval: the activity that next needs it
+    fails as artifact_unavailable and Temporal retries it; once the store is back the task
+    completes with one write, and every artifact of its evidence is in the bucket."""
+    from moto.server import ThreadedMotoServer
+
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    bucket = new_bucket(endpoint)
+    config = make_config(
+        tmp_path / "data",
+        artifact_backend="s3",
+        artifact_bucket=bucket,
+        artifact_endpoint_url=endpoint,
+        business_backend="postgres",
+        business_dsn=postgres.dsn,
+    )
+    env = TaskEnv(client=client, config=config, address=dev_server.address)
+    try:
+        async with running_worker(client, config):
+            handle = await env.start(example_spec())
+            [request] = (await env.awaiting_approval(handle)).pending
+            server.stop()  # the outage: nothing answers on the endpoint
+            await handle.signal(
+                "submit_decision",
+                {
+                    "request_id": request.request_id,
+                    "version": request.version,
+                    "decision": "approve",
+                    "principal": "finance-lead",
+                },
+            )
+            failure = await _first_activity_failure(handle)
+            assert "artifact_unavailable" in failure or "artifact store" in failure, failure
+            assert bucket in failure
+            server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+            server.start()  # the store is back, with everything it held
+            result = await asyncio.wait_for(handle.result(), 120)
+    finally:
+        server.stop()
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        server.start()
+    try:
+        assert result.phase is TaskPhase.COMPLETED, result.reason
+        [write] = result.evidence.writes
+        assert write.confirmed is True
+        store = S3ArtifactStore(bucket, endpoint_url=endpoint)
+        for ref in [*result.evidence.inputs, *result.evidence.artifacts]:
+            assert store.exists(ref.digest), ref.name
+    finally:
+        server.stop()
+
+
+async def _first_activity_failure(handle: Any, within: float = 60.0) -> str:
+    """The last failure message of the first pending activity that has failed once."""
+    deadline = asyncio.get_running_loop().time() + within
+    while asyncio.get_running_loop().time() < deadline:
+        description = await handle.describe()
+        for pending in description.raw_description.pending_activities:
+            if pending.HasField("last_failure"):
+                failure = pending.last_failure
+                kind = failure.application_failure_info.type
+                return f"{pending.activity_type.name}: {failure.message} ({kind})"
+        await asyncio.sleep(0.1)
+    raise AssertionError("no activity failed while the object store was down")
