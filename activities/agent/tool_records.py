@@ -22,7 +22,7 @@ from agents import Agent, FunctionTool, RunContextWrapper, RunHooks, Tool
 from agents.tool import default_tool_error_function
 
 from activities.agent.tools import effect_of
-from activities.artifacts import LocalArtifactStore
+from activities.artifacts import ArtifactStore
 from schemas.digests import canonical_json
 from schemas.turns import MAX_TOOL_CALL_RECORDS, ToolCallRecord
 
@@ -65,7 +65,7 @@ class ReadToolRecorder(RunHooks[Any]):
             stored).
     """
 
-    def __init__(self, store: LocalArtifactStore, turn: int) -> None:
+    def __init__(self, store: ArtifactStore, turn: int) -> None:
         self.store = store
         self.turn = turn
         self.dropped = 0

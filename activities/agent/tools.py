@@ -32,7 +32,7 @@ from agents import FunctionTool
 from agents.function_schema import FuncSchema, function_schema
 from agents.tool_context import ToolContext
 
-from activities.artifacts import LocalArtifactStore
+from activities.artifacts import ArtifactStore
 from activities.errors import ToolPlanError, TurnError
 from schemas.actions import BusinessWrite, Delegation, EffectClass, Operation, SandboxCommand
 from schemas.artifacts import ArtifactRef
@@ -59,7 +59,7 @@ class EffectDeclaration:
 class TurnServices:
     """What tools can use during one turn: inputs, artifacts, and the workflow's results."""
 
-    store: LocalArtifactStore
+    store: ArtifactStore
     inputs: dict[str, ArtifactRef]
     outputs: dict[str, str] = field(default_factory=dict)  # the workflow's result text, by call id
     saved: list[ArtifactRef] = field(default_factory=list)

@@ -16,10 +16,11 @@ import structlog
 from temporalio import activity
 
 from activities.agent.registry import AgentRegistry, find_tool
-from activities.artifacts import LocalArtifactStore
+from activities.artifacts import ArtifactStore
 from activities.errors import ToolError, ToolPlanError, activity_boundary
 from activities.tools import mcp as mcp_tools
 from activities.tools.functions import FunctionDeclaration, call_arguments, function_of
+from activities.tools.results import tool_result
 from schemas.actions import FunctionCall, McpCall
 from schemas.config import WorkerConfig
 from schemas.digests import canonical_json
@@ -27,15 +28,11 @@ from schemas.tools import ToolCallInput, ToolCallResult
 
 log = structlog.get_logger(__name__)
 
-# Characters of a tool's output that travel back to the workflow; the whole output stays in the
-# artifact store under its digest, which the next turn loads.
-OUTPUT_PREVIEW_CHARS = 16_000
-
 
 class ToolActivities:
     """Effect tools of the registered agents: own functions and MCP servers' tools."""
 
-    def __init__(self, registry: AgentRegistry, store: LocalArtifactStore, config: WorkerConfig) -> None:
+    def __init__(self, registry: AgentRegistry, store: ArtifactStore, config: WorkerConfig) -> None:
         self.registry = registry
         self.store = store
         self.config = config
@@ -46,7 +43,7 @@ class ToolActivities:
         """Run an own function declared with ``effect_tool``, exactly once under the operation key."""
         operation = input.operation
         assert isinstance(operation, FunctionCall)
-        declaration = self._function(input.agent, operation.tool)
+        declaration = self._function(input.agent, operation.tool, input.owner)
         key = input.operation_key
         await self._keep_arguments(operation)
         if declaration.lookup is not None and _attempt() > 1:
@@ -82,8 +79,9 @@ class ToolActivities:
         """Store the call's arguments as evidence (the workflow records their digest)."""
         await asyncio.to_thread(self.store.put, canonical_json(operation.arguments))
 
-    def _function(self, agent: str, tool: str) -> FunctionDeclaration:
-        declaration = function_of(find_tool(self.registry.get(agent).build(), tool))
+    def _function(self, agent: str, tool: str, owner: str = "") -> FunctionDeclaration:
+        # Any agent of the registration's graph: a specialist reached by handoff brings its own tools.
+        declaration = function_of(find_tool(self.registry.get(agent).build(), tool, owner=owner or None))
         if declaration is None:
             raise ToolPlanError(
                 f"tool {tool!r} of agent {agent!r} is not an effect_tool", operation="tool.call"
@@ -91,18 +89,7 @@ class ToolActivities:
         return declaration
 
     async def _result(self, text: str, *, is_error: bool = False, replayed: bool = False) -> ToolCallResult:
-        digest = await asyncio.to_thread(self.store.put, text.encode("utf-8"))
-        preview = text
-        ref = None
-        if len(text) > OUTPUT_PREVIEW_CHARS:
-            preview = (
-                f"{text[:OUTPUT_PREVIEW_CHARS]}\n[the output is {len(text):,} characters; the whole "
-                f"output is the artifact {digest}]"
-            )
-            ref = digest
-        return ToolCallResult(
-            output=preview, output_ref=ref, output_digest=digest, is_error=is_error, replayed=replayed
-        )
+        return await asyncio.to_thread(tool_result, self.store, text, is_error=is_error, replayed=replayed)
 
 
 def _attempt() -> int:

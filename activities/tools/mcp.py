@@ -50,9 +50,10 @@ from agents.mcp._compat import tool_input_schema  # the SDK's bridge over MCP SD
 from agents.tool_context import ToolContext
 
 from activities.agent.tools import EFFECT_ATTR, EffectDeclaration, return_workflow_result
-from activities.artifacts import LocalArtifactStore
+from activities.artifacts import ArtifactStore
 from activities.errors import AgentError, McpUnavailable, ToolPlanError
 from activities.tools.mcp_contain import Connections, contained_server, server_unavailable
+from activities.tools.results import tool_result
 from schemas.actions import EffectClass, McpCall
 from schemas.tools import McpCatalog, McpServerTools, McpTool, ToolCallInput, ToolCallResult
 
@@ -99,7 +100,6 @@ class McpRules:
     network: bool = False
 
 
-_OUTPUT_HEAD_CHARS = 16_000
 # A lookup answering one of these found nothing under the key.
 _NOTHING_FOUND = {"", "null", "none", "{}", "[]"}
 _TRANSPORTS: tuple[tuple[type[MCPServer], Literal["streamable_http", "sse", "stdio"]], ...] = (
@@ -326,7 +326,7 @@ def _durable_tool(server: str, tool: McpTool, connections: Connections) -> Funct
 async def durable_mcp_tools(
     agent: Agent[Any],
     rules: Sequence[McpRules],
-    store: LocalArtifactStore,
+    store: ArtifactStore,
     catalog_ref: str | None,
     *,
     unsafe_dev: bool = False,
@@ -361,9 +361,9 @@ async def durable_mcp_tools(
                     raise server_unavailable(name, "listing tools", err) from None
                 catalog.servers.append(_classify(name, transport, offered, by_server[name]))
             _expose(catalog, [tool.name for tool in agent.tools])
-            catalog_ref = store.put_json(catalog.model_dump(mode="json"))
+            catalog_ref = await asyncio.to_thread(store.put_json, catalog.model_dump(mode="json"))
         else:
-            catalog = McpCatalog.model_validate(store.get_json(catalog_ref))
+            catalog = McpCatalog.model_validate(await asyncio.to_thread(store.get_json, catalog_ref))
             unknown = sorted({s.server for s in catalog.servers} - set(servers))
             if unknown:
                 raise _config_error(
@@ -386,28 +386,12 @@ def unavailable_cause(err: BaseException) -> McpUnavailable | None:
     return None
 
 
-def _result(
-    store: LocalArtifactStore, text: str, *, is_error: bool, replayed: bool = False
-) -> ToolCallResult:
-    digest = store.put(text.encode())
-    if len(text) <= _OUTPUT_HEAD_CHARS:
-        return ToolCallResult(output=text, output_digest=digest, is_error=is_error, replayed=replayed)
-    note = f"\n[output cut at {_OUTPUT_HEAD_CHARS} of {len(text)} characters; the whole is artifact {digest}]"
-    return ToolCallResult(
-        output=text[:_OUTPUT_HEAD_CHARS] + note,
-        output_ref=digest,
-        output_digest=digest,
-        is_error=is_error,
-        replayed=replayed,
-    )
-
-
 async def call_mcp_tool(
     agent: Agent[Any],
     rules: Sequence[McpRules],
     input: ToolCallInput,
     attempt: int,
-    store: LocalArtifactStore,
+    store: ArtifactStore,
     *,
     unsafe_dev: bool = False,
 ) -> ToolCallResult:
@@ -439,11 +423,11 @@ async def call_mcp_tool(
                 operation.server, operation.lookup_tool, {key: input.operation_key}, operation.timeout_seconds
             )
             if not is_error and found.strip().lower() not in _NOTHING_FOUND:
-                return _result(store, found, is_error=False, replayed=True)
+                return await asyncio.to_thread(tool_result, store, found, replayed=True)
         arguments = {**operation.arguments, **({key: input.operation_key} if key else {})}
         text, is_error = await connections.call(
             operation.server, operation.tool, arguments, operation.timeout_seconds
         )
-        return _result(store, text, is_error=is_error)
+        return await asyncio.to_thread(tool_result, store, text, is_error=is_error)
     finally:
         await connections.aclose()
