@@ -217,6 +217,16 @@ class WorkerConfig(BaseModel):
         default=None,
         description="PostgreSQL DSN for artifact_backend=postgres (unset: state_dsn, when it is set).",
     )
+    state_backend: Literal["local", "postgres"] = Field(
+        default="local",
+        description="Where the shared state other than artifacts lives (model-call journal, tenant "
+        "admission, authorizer revocations, event sink): 'local' (files and SQLite in the data dir; one "
+        "host) or 'postgres' (tables in state_dsn, for a fleet; the worker applies missing migrations at "
+        "start, `agent-worker migrate` applies them beforehand).",
+    )
+    state_dsn: SecretStr | None = Field(
+        default=None, description="PostgreSQL DSN (libpq string or URL) of state_backend=postgres."
+    )
     log_format: Literal["console", "json"] = "console"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     max_concurrent_activities: int = Field(default=64, ge=1)
@@ -278,6 +288,12 @@ class WorkerConfig(BaseModel):
                 "AGENT_WORKER_ARTIFACT_BACKEND=postgres needs AGENT_WORKER_ARTIFACT_DSN "
                 "(or AGENT_WORKER_STATE_DSN)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _state_backend_settings(self) -> WorkerConfig:
+        if self.state_backend == "postgres" and self.state_dsn is None:
+            raise ValueError("AGENT_WORKER_STATE_BACKEND=postgres needs AGENT_WORKER_STATE_DSN")
         return self
 
     @property

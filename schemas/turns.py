@@ -38,6 +38,11 @@ class TurnInput(BaseModel):
         pattern=DIGEST_PATTERN,
         description="The agent's MCP tools as the task first listed them (None: list them now).",
     )
+    current_agent: str = Field(
+        default="",
+        description="The SDK agent the task's run is on (after a handoff, the specialist): a turn "
+        "that starts from the conversation rather than the RunState starts on it (empty: the start agent).",
+    )
 
 
 class SkippedModel(BaseModel):
@@ -99,6 +104,27 @@ class ToolCallRecord(BaseModel):
     turn: int = 0
 
 
+class CompactionRecord(BaseModel):
+    """A turn's compaction of the conversation: older items replaced by one summary message.
+
+    Token figures are estimates (4 characters of the items' JSON a token). The replaced items are
+    kept whole in the artifact store (``replaced``, also among the turn's artifacts), so the
+    evidence still holds everything the model saw.
+    """
+
+    budget_tokens: int = Field(description="The agent's compact_after_tokens.")
+    items_before: int
+    items_after: int
+    tokens_before: int
+    tokens_after: int
+    replaced_items: int = Field(description="How many items the summary replaced.")
+    replaced: ArtifactRef = Field(description="The replaced items, as JSON, in the artifact store.")
+    conversation_ref: str = Field(
+        pattern=DIGEST_PATTERN, description="The compacted conversation the turn started from."
+    )
+    summary_chars: int = 0
+
+
 class TurnResult(BaseModel):
     """Output of ``agent.turn``: a final answer, or effectful calls for the workflow to decide."""
 
@@ -125,6 +151,12 @@ class TurnResult(BaseModel):
     mcp_catalog_ref: str | None = Field(
         default=None, pattern=DIGEST_PATTERN, description="The MCP tools the turn saw, for the next turns."
     )
+    compacted: CompactionRecord | None = Field(
+        default=None, description="The conversation was compacted before this turn ran (None: it was not)."
+    )
+    agent: str = Field(
+        default="", description="The SDK agent the run ended on (after a handoff: the specialist)."
+    )
 
 
 class PlanInput(BaseModel):
@@ -134,6 +166,7 @@ class PlanInput(BaseModel):
     tool: str
     arguments: dict[str, Any]
     mcp_catalog_ref: str | None = Field(default=None, pattern=DIGEST_PATTERN)
+    owner: str = Field(default="", description="The SDK agent that proposed the call: its tool is preferred.")
 
 
 class PlanResult(BaseModel):

@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.events import EventActivities
     from activities.sandbox.activities import SandboxActivities
     from activities.tenants import TenantActivities
+    from activities.threads import ThreadActivities
     from schemas import visibility
     from schemas.actions import ActionResult, ActionStatus
     from schemas.approvals import (
@@ -45,7 +46,8 @@ with workflow.unsafe.imports_passed_through():
         TaskStatus,
     )
     from schemas.tenants import AdmitInput, ReleaseInput
-    from schemas.turns import TurnInput
+    from schemas.threads import ResumeThreadInput
+    from schemas.turns import TurnInput, TurnResult
     from schemas.validation import InvalidPayload, parse_decision, parse_follow_up, parse_task_input
     from telemetry import metrics
     from workflows import bounds, options
@@ -61,11 +63,14 @@ with workflow.unsafe.imports_passed_through():
         BOUNDED_PATCH,
         CHECK_EDITS_PATCH,
         DELIVER_EVENTS_PATCH,
+        INTERRUPT_PATCH,
         RUN_CHAIN_PATCH,
         TENANT_ADMISSION_PATCH,
+        THREADS_PATCH,
     )
     from workflows.placement import Placement
     from workflows.policy import evaluate
+    from workflows.threads import first_message
 
 EVENT_TAIL = 100
 # What ``status`` shows of the prompt.
@@ -159,6 +164,8 @@ class AgentTaskWorkflow:
         self.batch_runner = BatchRunner(context, approvals=self.approvals, effects=self.effects)
         self.evidence_keeper = EvidenceKeeper(context)
         self.delivering = False
+        # On a thread, with the code that knows threads (decided in ``run``).
+        self.threaded = False
 
     # ---- entry ---------------------------------------------------------------------------------
 
@@ -182,6 +189,7 @@ class AgentTaskWorkflow:
             return self.result()
         # Tasks that started before event delivery existed keep running as they began.
         self.delivering = workflow.patched(DELIVER_EVENTS_PATCH)
+        self.threaded = spec.thread is not None and workflow.patched(THREADS_PATCH)
         if self.state.phase is TaskPhase.RECEIVED:
             self.state.started_at = workflow.now()
             self.emit(EventType.TASK_STARTED, agent=spec.agent, tenant=spec.tenant)
@@ -249,7 +257,38 @@ class AgentTaskWorkflow:
             **options.config(options.INGEST, summary=f"store the task's {len(self.spec.inputs)} inputs"),
         )
         self.state.inputs = ingest.inputs
+        if self.threaded and self.state.turn == 0 and not await self.resume_thread():
+            return
         self.set_phase(TaskPhase.RUNNING)
+
+    async def resume_thread(self) -> bool:
+        """Start from the conversation of the thread's latest finished task (``threads.resume``), the
+        prompt as its next user message; a new thread starts fresh. While another task of the thread
+        runs, the task ends ``rejected``, explained (returns False)."""
+        assert self.spec is not None and self.spec.thread is not None
+        thread = self.spec.thread
+        found = await workflow.execute_activity_method(
+            ThreadActivities.resume,
+            ResumeThreadInput(task_id=self.task_id, run_id=workflow.info().run_id, thread=thread),
+            **options.config(options.THREADS, summary=f"find thread {thread}'s latest finished task"),
+        )
+        if found.refused is not None:
+            await self.end(TaskPhase.REJECTED, f"refused at start: {found.refused}")
+            return False
+        if found.conversation_ref is None:
+            self.emit(EventType.THREAD_STARTED, thread=thread)
+            return True
+        self.state.conversation_ref = found.conversation_ref
+        # Ahead of any input that came while the thread was looked up.
+        self.state.follow_ups.insert(0, FollowUp(text=first_message(self.spec.prompt, self.state.inputs)))
+        self.emit(
+            EventType.THREAD_CONTINUED,
+            thread=thread,
+            from_task=found.from_task,
+            from_run=found.from_run,
+            closed_calls=found.closed_calls,
+        )
+        return True
 
     def continue_as_new_due(self) -> bool:
         """Whether Temporal suggests continuing as new, or the task's own event limit is reached."""
@@ -306,18 +345,30 @@ class AgentTaskWorkflow:
             follow_ups=[f.text for f in state.follow_ups[:follow_ups]],
             run_chain=state.run_chain,
             mcp_catalog_ref=state.mcp_catalog_ref,
+            current_agent=state.current_agent,
         )
         # Placement checks the input's size (and names this summary if it is too large).
         summary = f"agent turn {turn} ({len(state.pending_results)} results, {follow_ups} follow-ups)"
-        result = await self.placement.execute(
-            "agent", AgentActivities.turn, turn_input, options.TURN, summary=summary
-        )
+        if spec.policy.on_input == "interrupt" and workflow.patched(INTERRUPT_PATCH):
+            interrupted = await self.interruptible_turn(turn_input, summary, follow_ups)
+            if interrupted is None:
+                # Nothing of the cancelled turn is kept: the next one starts where it did, with the input.
+                added = len(state.follow_ups) - follow_ups
+                self.emit(EventType.TURN_INTERRUPTED, turn=turn, follow_ups=added)
+                return
+            result = interrupted
+        else:
+            result = await self.placement.execute(
+                "agent", AgentActivities.turn, turn_input, options.TURN, summary=summary
+            )
         # Input that arrived while the turn ran stays for the next one.
         del state.follow_ups[:follow_ups]
         state.turn = turn
         state.run_state_ref = result.run_state_ref
         state.conversation_ref = result.conversation_ref
         state.pending_results = list(result.invalid)
+        # Data only: the agent a handoff moved the run to (kept when a turn from an older worker says none).
+        state.current_agent = result.agent or state.current_agent
         # The agent's MCP tools as first listed: every later turn of the task sees the same ones.
         state.mcp_catalog_ref = state.mcp_catalog_ref or result.mcp_catalog_ref
         state.artifacts.extend(a for a in result.artifacts if a not in state.artifacts)
@@ -331,11 +382,15 @@ class AgentTaskWorkflow:
         usage.model = result.model or usage.model
         usage.provider, usage.api = result.usage.provider or usage.provider, result.usage.api or usage.api
         self.evidence_keeper.record_tool_calls(result)
+        if result.compacted is not None:
+            # Data only (the turn did it): the replaced items are among the turn's artifacts.
+            self.emit(EventType.CONTEXT_COMPACTED, turn=turn, **result.compacted.model_dump(mode="json"))
         self.emit(
             EventType.TURN_FINISHED,
             turn=turn,
             status=result.status,
             model=result.model,
+            agent=result.agent,
             proposed=[a.tool for a in result.proposed],
             invalid=[r.call_id for r in result.invalid],
             model_calls=result.usage.model_calls,
@@ -360,7 +415,11 @@ class AgentTaskWorkflow:
         self.check_budgets()
         for action in result.proposed:
             self.emit(
-                EventType.ACTION_PROPOSED, call_id=action.call_id, tool=action.tool, version=action.version
+                EventType.ACTION_PROPOSED,
+                call_id=action.call_id,
+                tool=action.tool,
+                version=action.version,
+                agent=action.agent,
             )
             decision = evaluate(spec.policy, action)
             state.batch.append(
@@ -374,6 +433,27 @@ class AgentTaskWorkflow:
             )
             if decision.verdict is PolicyVerdict.REQUIRE_APPROVAL:
                 self.approvals.request(state.batch[-1], list(decision.approvers))
+
+    async def interruptible_turn(
+        self, turn_input: TurnInput, summary: str, follow_ups: int
+    ) -> TurnResult | None:
+        """Run the turn; when follow-up input arrives first, cancel it and wait until it has stopped
+        (None). A turn that finished before the cancellation reached it answers as usual."""
+        running = asyncio.create_task(
+            self.placement.execute(
+                "agent", AgentActivities.turn, turn_input, options.TURN_INTERRUPTIBLE, summary=summary
+            )
+        )
+        await workflow.wait_condition(lambda: running.done() or len(self.state.follow_ups) > follow_ups)
+        if running.done():
+            return running.result()
+        running.cancel()
+        try:
+            return await running
+        except (asyncio.CancelledError, ActivityError) as err:
+            if not is_cancelled_exception(err) or workflow.cancellation_reason() is not None:
+                raise  # a failure, or the task itself was cancelled meanwhile
+            return None
 
     # ---- approvals -----------------------------------------------------------------------------
 
@@ -520,6 +600,7 @@ class AgentTaskWorkflow:
             colocated=self.state.colocated,
             prompt=bounds.cut(spec.prompt, STATUS_PROMPT_CHARS) if spec else "",
             batch=[batch_view(item) for item in self.state.batch],
+            current_agent=self.state.current_agent,
         )
 
     @workflow.query(name="pending_approvals")
@@ -610,6 +691,7 @@ class AgentTaskWorkflow:
             evidence=evidence,
             usage=self.state.usage,
             evidence_complete=evidence.complete,
+            conversation_ref=self.state.conversation_ref if self.threaded else None,
         )
         if workflow.patched(BOUNDED_PATCH):
             size = bounds.size_of(result)
@@ -654,6 +736,7 @@ class AgentTaskWorkflow:
                 visibility.AGENT.value_set(spec.agent if spec else ""),
                 visibility.AWAITING_APPROVAL.value_set(self.state.phase is TaskPhase.AWAITING_APPROVAL),
                 visibility.APPROVERS.value_set(approvers),
+                *([visibility.THREAD.value_set(spec.thread)] if self.threaded and spec else []),
             ]
         )
         if self.state.phase is TaskPhase.AWAITING_APPROVAL and pending:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from agents import Agent, FunctionTool
+from agents import Agent, FunctionTool, Handoff
 from agents.models.interface import Model
 
 from activities.errors import ToolPlanError, UnknownAgent
@@ -32,6 +33,12 @@ class AgentRegistration:
             no connection, timeout) or is out of quota (429 ``insufficient_quota``).
         mcp: How the tools of the agent's MCP servers are treated, one ``McpRules`` per server (a
             server without rules: every tool needs the policy's approval, as a write).
+        scripted_models: Scripted models of the agents its handoffs reach, by agent name (a
+            specialist answers with its own script); an agent not named here answers with
+            ``scripted_model``.
+        compact_after_tokens: Compact the conversation before a turn once it passes this many
+            tokens (estimated, 4 characters a token): see ``activities.agent.compaction``. Unset:
+            the worker's ``compact_after_tokens`` (unset too: never).
     """
 
     name: str
@@ -42,6 +49,8 @@ class AgentRegistration:
     model: str | Model | None = None
     fallback: Sequence[str | Model] = ()
     mcp: Sequence[McpRules] = ()
+    compact_after_tokens: int | None = None
+    scripted_models: Mapping[str, Callable[[], Model]] = field(default_factory=dict)
 
 
 class AgentRegistry:
@@ -89,13 +98,50 @@ class AgentRegistry:
             ) from None
 
 
-def find_tool(agent: Agent, name: str) -> FunctionTool:
-    """The function tool called ``name`` on ``agent``.
+def agent_graph(agent: Agent) -> list[Agent]:
+    """``agent`` and every agent its handoffs reach (recursively), breadth first, each once.
+
+    A handoff may be a plain ``Agent`` or a ``Handoff`` (from ``handoff()``: its target is held by a
+    weak reference); a handoff whose target cannot be resolved is skipped, and a cycle (a specialist
+    that hands back to triage) ends where an agent was already seen.
+    """
+    found: list[Agent] = []
+    seen: set[int] = set()
+    queue: deque[Any] = deque([agent])
+    while queue:
+        current = queue.popleft()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        found.append(current)
+        for item in current.handoffs:
+            target: Any = item
+            if isinstance(item, Handoff):
+                ref = getattr(item, "_agent_ref", None)
+                target = ref() if callable(ref) else getattr(item, "agent", None)
+            if isinstance(target, Agent):
+                queue.append(target)
+    return found
+
+
+def find_agent(agent: Agent, name: str) -> Agent | None:
+    """The agent called ``name`` in ``agent``'s graph (``agent_graph``), or None."""
+    return next((a for a in agent_graph(agent) if a.name == name), None)
+
+
+def find_tool(agent: Agent, name: str, owner: str | None = None) -> FunctionTool:
+    """The function tool called ``name`` on any agent of ``agent``'s graph: the start agent and the
+    agents its handoffs reach, so a specialist's tool is found too. ``owner`` (the agent that
+    proposed the call) is looked at first; then the graph in breadth-first order.
 
     Raises:
-        ToolPlanError: the agent has no such function tool.
+        ToolPlanError: no agent of the graph has such a function tool.
     """
-    for tool in agent.tools:
-        if isinstance(tool, FunctionTool) and tool.name == name:
-            return tool
-    raise ToolPlanError(f"agent {agent.name!r} has no tool {name!r}", operation="agent.plan")
+    graph = agent_graph(agent)
+    ordered = sorted(graph, key=lambda a: a.name != owner) if owner else graph
+    for candidate in ordered:
+        for tool in candidate.tools:
+            if isinstance(tool, FunctionTool) and tool.name == name:
+                return tool
+    names = ", ".join(repr(a.name) for a in graph)
+    raise ToolPlanError(f"no agent of {names} has a tool {name!r}", operation="agent.plan")

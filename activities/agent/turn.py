@@ -23,10 +23,17 @@ from agents.items import ToolApprovalItem
 from agents.run_state import RunState
 from temporalio import activity
 
+from activities.agent import compaction
 from activities.agent.journal import JournaledModel, ModelCallJournal
 from activities.agent.provider_errors import no_sdk_retries, provider_failure
-from activities.agent.providers import SCRIPTED, ModelChain, check_models, resolve_chain
-from activities.agent.registry import AgentRegistration, AgentRegistry, find_tool
+from activities.agent.providers import (
+    SCRIPTED,
+    AgentRoutedModel,
+    ModelChain,
+    check_models,
+    resolve_chain,
+)
+from activities.agent.registry import AgentRegistration, AgentRegistry, find_agent, find_tool
 from activities.agent.tool_records import ReadToolRecorder
 from activities.agent.tools import (
     TurnServices,
@@ -43,6 +50,7 @@ from schemas.actions import ActionResult, ActionStatus, ProposedAction, action_v
 from schemas.config import ConfigError, WorkerConfig
 from schemas.turns import (
     MAX_CALL_RECORDS,
+    CompactionRecord,
     ModelCall,
     PlanInput,
     PlanResult,
@@ -123,13 +131,24 @@ class AgentActivities:
             store=self.store, inputs={ref.name: ref for ref in input.inputs}, outputs=outputs
         )
         context = {"task_id": input.task_id}
-        recorder = ReadToolRecorder(self.store, input.turn)
+        recorder = _TurnHooks(
+            self.store, input.turn, [c.model for c in chain if isinstance(c.model, AgentRoutedModel)]
+        )
         token = bind_turn(services)
+        compacted: CompactionRecord | None = None
         try:
             start = await self._start(agent, input, context, registration.max_model_calls, outputs)
             try:
+                budget = registration.compact_after_tokens or self.config.compact_after_tokens
+                if budget is not None and isinstance(start, list):
+                    # Through the turn's journaled chain: a retried turn answers it from the journal.
+                    found = await compaction.compact(start, budget, model, self.store, input.turn)
+                    if found is not None:
+                        start, compacted = found
+                        services.saved.append(compacted.replaced)
                 result = await Runner.run(
-                    agent,
+                    # A RunState knows its agent; a conversation starts on the one the task is on.
+                    agent if isinstance(start, RunState) else find_agent(agent, input.current_agent) or agent,
                     start,
                     context=context,
                     run_config=run_config,
@@ -193,6 +212,8 @@ class AgentActivities:
                 model=model_name,
                 tool_calls=recorder.records,
                 tool_calls_dropped=recorder.dropped,
+                compacted=compacted,
+                agent=result.last_agent.name,
             )
         state_ref = None
         if self.config.run_state == "always" or needs_run_state(agent, result.last_agent):
@@ -212,6 +233,8 @@ class AgentActivities:
             model=model_name,
             tool_calls=recorder.records,
             tool_calls_dropped=recorder.dropped,
+            compacted=compacted,
+            agent=result.last_agent.name,
         )
 
     async def _start(
@@ -291,9 +314,23 @@ class AgentActivities:
         """Plan an effectful call with (edited) arguments; invalid arguments are an answer, not an error."""
         async with self._with_mcp(self.registry.get(input.agent), input.mcp_catalog_ref) as (agent, _):
             try:
-                return PlanResult(operation=plan_call(find_tool(agent, input.tool), input.arguments))
+                tool = find_tool(agent, input.tool, owner=input.owner or None)
+                return PlanResult(operation=plan_call(tool, input.arguments))
             except ToolPlanError as err:
                 return PlanResult(error=str(err))
+
+
+class _TurnHooks(ReadToolRecorder):
+    """The turn's run hooks: read tool records, and which agent calls the model next (for the
+    scripted models of a handoff's specialist, ``AgentRoutedModel``)."""
+
+    def __init__(self, store: LocalArtifactStore, turn: int, routed: list[AgentRoutedModel]) -> None:
+        super().__init__(store, turn)
+        self._routed = routed
+
+    async def on_llm_start(self, context: Any, agent: Agent[Any], *args: Any) -> None:
+        for model in self._routed:
+            model.current = agent.name
 
 
 def needs_run_state(agent: Agent[Any], last_agent: Agent[Any]) -> bool:
@@ -367,7 +404,7 @@ def _propose(items: list[ToolApprovalItem], turn: int) -> tuple[list[ProposedAct
         raw = item.raw_item
         raw_args = raw.get("arguments") if isinstance(raw, dict) else getattr(raw, "arguments", "")
         try:
-            tool = find_tool(item.agent, tool_name)
+            tool = find_tool(item.agent, tool_name, owner=item.agent.name)
             declaration = effect_of(tool)
             if declaration is None:
                 raise ToolPlanError(
@@ -400,6 +437,7 @@ def _propose(items: list[ToolApprovalItem], turn: int) -> tuple[list[ProposedAct
                 operation=operation,
                 version=action_version(tool_name, arguments, operation),
                 turn=turn,
+                agent=item.agent.name,
             )
         )
     return proposed, invalid
