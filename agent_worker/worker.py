@@ -30,16 +30,17 @@ from temporalio.worker import Worker, WorkerDeploymentConfig
 
 from activities.agent import AgentActivities, AgentRegistry
 from activities.artifacts import ArtifactActivities, ArtifactStore
-from activities.authz import Authorizer, AuthzActivities, SqliteAuthorizer
+from activities.authz import Authorizer, AuthzActivities
 from activities.business import BusinessActivities, BusinessWriter, SqliteBusinessStore, load_writer
 from activities.errors import ArtifactUnavailable, SandboxError
-from activities.events import EventActivities, EventSink, JsonlEventSink
-from activities.loading import load_object
+from activities.events import EventActivities, EventSink
 from activities.sandbox import ProcessSandbox, Sandbox, SandboxActivities
 from activities.sandbox.docker import DockerSandbox, docker_available
 from activities.sandbox.reaper import ReaperActivities, SandboxReaper
+from activities.stores import state as state_stores
 from activities.stores.artifacts import build_artifact_store
-from activities.tenants import TenantActivities, TenantAdmission
+from activities.tenants import TenantActivities
+from activities.threads import ThreadActivities
 from activities.tools.activities import ToolActivities
 from schemas import visibility
 from schemas.config import EXAMPLE_AGENT, ConfigError, WorkerConfig
@@ -217,17 +218,14 @@ def build_systems(config: WorkerConfig) -> dict[str, BusinessWriter]:
 
 
 def build_event_sink(config: WorkerConfig) -> EventSink:
-    """Where task events are delivered."""
-    if config.event_sink:
-        return load_object(config.event_sink, "event sink")(config=config)
-    return JsonlEventSink(config.events_dir)
+    """Where task events are delivered (``activities.stores.state.build_event_sink``)."""
+    return state_stores.build_event_sink(config)
 
 
 def build_authorizer(config: WorkerConfig) -> Authorizer:
-    """The authorizer asked right before approved actions run."""
-    if config.authorizer:
-        return load_object(config.authorizer, "authorizer")(config=config)
-    return SqliteAuthorizer(config.authz_db)
+    """The authorizer asked right before approved actions run
+    (``activities.stores.state.build_authorizer``)."""
+    return state_stores.build_authorizer(config)
 
 
 def build_workers(
@@ -236,7 +234,7 @@ def build_workers(
     """The Temporal workers of this process, one per role in ``config.roles``, each on its own queue:
 
     - ``workflows``: task workflows, the reaper workflow, and light activities (input ingest, event
-      delivery, tenant admission) on ``config.task_queue``;
+      delivery, tenant admission, thread lookup) on ``config.task_queue``;
     - ``agent``: agent turns, and calls of MCP tools, on ``<queue>.agent`` (holds the model
       provider's key);
     - ``sandbox``: sandbox commands and the reaper on ``<queue>.sandbox`` (needs Docker or E2B);
@@ -276,6 +274,7 @@ def build_workers(
     if "agent" in roles:
         assert registry is not None
         agent = AgentActivities(registry, store, config)
+        agent.journal = state_stores.build_journal(config)  # the configured backend (state_backend)
         tools = ToolActivities(registry, store, config)
         role_activities[AGENT_QUEUE_SUFFIX] = [agent.turn, agent.plan, tools.call_function, tools.call_mcp]
     if "sandbox" in roles:
@@ -306,8 +305,9 @@ def build_workers(
         # serves those roles there (``workflows.placement``): it then starts without a queue wait.
         colocated = [r for r in COLOCATABLE if r in roles] if config.colocate else []
         tenants = TenantActivities(
-            TenantAdmission(config.admission_db, config.tenant_caps, client), colocated
+            state_stores.build_admission(config, client), colocated
         )
+        threads = ThreadActivities(client, store)
         # Agent and sandbox work comes to the task queue itself too: from tasks admitted where those
         # roles are served there (above), and from runs begun before the queues were split. This
         # process serves it there when it has those roles.
@@ -328,6 +328,7 @@ def build_workers(
                     events.publish,
                     tenants.admit,
                     tenants.release,
+                    threads.resume,
                     *served_here,
                 ],
                 max_concurrent_workflow_tasks=config.max_concurrent_workflow_tasks,
@@ -386,6 +387,8 @@ async def run_worker(
     if "workflows" in config.role_set:
         await ensure_search_attributes(client)
     artifact_store = await check_artifact_store(config)
+    # The journal, admission, authorizer and event sink: reachable and migrated, or no start.
+    await asyncio.to_thread(state_stores.check_state_stores, config)
     workers = build_workers(client, config, artifact_store)
     health.task_queues = [w.task_queue for w in workers]
     log.info(

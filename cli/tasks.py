@@ -1,4 +1,4 @@
-"""Task commands: start, status, inbox, approve / edit / reject, cancel.
+"""Task commands: start, status, inbox, approve / edit / reject, say, cancel.
 
 They speak to tasks only through ``agent_worker.client.AgentWorkerClient`` (the one owner of the
 workflow's protocol) and print through ``cli.render``. Exit codes: 0 done, 1 the operation was
@@ -22,7 +22,7 @@ from cli.errors import CliError
 from schemas.approvals import ApprovalDecision, DecisionKind
 from schemas.config import DEFAULT_TASK_QUEUE
 from schemas.tasks import TaskInput, TaskPhase, TaskResult, TaskStatus
-from schemas.validation import InvalidPayload, parse_decision, parse_task_input
+from schemas.validation import InvalidPayload, parse_decision, parse_follow_up, parse_task_input
 
 if TYPE_CHECKING:
     from agent_worker.client import AgentWorkerClient
@@ -43,7 +43,7 @@ DECIDE_TIMEOUT_SECONDS = 30.0
 
 
 def register(sub: Any) -> None:
-    """Add ``start``, ``status``, ``inbox``, ``approve``, ``edit``, ``reject`` and ``cancel``."""
+    """Add ``start``, ``status``, ``inbox``, ``approve``, ``edit``, ``reject``, ``say`` and ``cancel``."""
     start = sub.add_parser("start", help="start a task from a TaskSpec JSON file or an example")
     start.add_argument("file", nargs="?", help="TaskSpec (or TaskInput) JSON file")
     start.add_argument("--example", help="start a bundled example instead, e.g. monthly-report")
@@ -119,6 +119,12 @@ def register(sub: Any) -> None:
         p.add_argument("--keys-dir", type=Path, help="where private keys live (default ~/.agent-worker/keys)")
         if kind == "edit":
             p.add_argument("--args", required=True, help="JSON object of the arguments to change")
+
+    say = sub.add_parser("say", help="send a running task follow-up input (its agent's next turn sees it)")
+    say.add_argument("task_id")
+    say.add_argument("text", help="the message, as the user's next words to the agent")
+    say.add_argument("--principal", help="who says it (recorded with the input)")
+    say.set_defaults(handler=cmd_say)
 
     cancel = sub.add_parser("cancel", help="cancel a task (its sandbox is destroyed)")
     cancel.add_argument("task_id")
@@ -388,6 +394,26 @@ async def send_decision(
         raise CliError(f"decision refused: {err.reason}") from None
     except TaskNotFound as err:
         raise CliError(f"cannot reach task {task_id}: {err}") from None
+
+
+async def cmd_say(args: argparse.Namespace, ctx: CliContext, out: TextIO | None = None) -> int:
+    from agent_worker.client import AgentWorkerError
+
+    out = out or sys.stdout
+    try:
+        follow_up = parse_follow_up({"text": args.text, "principal": args.principal})
+    except InvalidPayload as err:
+        raise CliError(str(err), code=2) from None
+    try:
+        await (await ctx.tasks()).say(args.task_id, follow_up.text, principal=follow_up.principal)
+    except AgentWorkerError as err:
+        raise CliError(f"cannot reach task {args.task_id}: {err}") from None
+    print(
+        f"input sent to {args.task_id}; its agent's next turn sees it (`agent-worker status "
+        f"{args.task_id}` shows input.added, or input.ignored with the reason)",
+        file=out,
+    )
+    return 0
 
 
 async def cmd_cancel(args: argparse.Namespace, ctx: CliContext, out: TextIO | None = None) -> int:

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from schemas.actions import ActionResult, ActionStatus, EffectClass, ProposedAction
 from schemas.approvals import ApprovalRequest, DecisionRecord, IgnoredDecision
 from schemas.artifacts import ArtifactRef, InputFile
+from schemas.digests import DIGEST_PATTERN
 from schemas.events import Event
 from schemas.sandbox import CommandRecord, SandboxRef, SandboxSpec
 from schemas.tools import ToolEffectRecord
@@ -117,6 +118,11 @@ class PolicySpec(BaseModel):
     parallel_actions: int = Field(
         default=4, ge=1, le=32, description="Actions of one model response that run at the same time."
     )
+    on_input: Literal["next_turn", "interrupt"] = Field(
+        default="next_turn",
+        description="Follow-up input that arrives while an agent turn runs: wait for the next turn, or "
+        "interrupt (cancel) the running turn and start it again with the input.",
+    )
 
     @model_validator(mode="after")
     def _signers_for_approvers(self) -> PolicySpec:
@@ -127,6 +133,9 @@ class PolicySpec(BaseModel):
                 raise ValueError(f"require_signatures needs a key in signers for: {', '.join(unkeyed)}")
         return self
 
+
+# A thread id: short, and safe inside a visibility query (no quotes, no spaces).
+THREAD_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 
 # Durations become timers and deadlines: keep them where datetime arithmetic cannot overflow.
 MAX_DURATION_SECONDS = 10 * 365 * 24 * 3600
@@ -170,6 +179,12 @@ class TaskSpec(BaseModel):
         default=None,
         ge=50,
         description="Continue as new past this many history events (Temporal's suggestion applies too).",
+    )
+    thread: str | None = Field(
+        default=None,
+        pattern=THREAD_PATTERN,
+        description="A conversation thread: a task naming a thread whose earlier task has finished "
+        "continues that task's conversation, its prompt the next user message (see workflows/threads.py).",
     )
     inline_evidence: int = Field(
         default=100,
@@ -293,6 +308,10 @@ class TaskState(BaseModel):
         default=None, description="The agent's MCP tools as first listed: every turn sees these."
     )
     lost_sandboxes: list[str] = Field(default_factory=list, description="Sandboxes that vanished mid-task.")
+    current_agent: str = Field(
+        default="",
+        description="The SDK agent the run is on: the last turn's (after a handoff, the specialist).",
+    )
     archived_evidence: list[ArtifactRef] = Field(
         default_factory=list, description="Older evidence moved to the artifact store (`EvidenceArchive`)."
     )
@@ -424,6 +443,9 @@ class TaskStatus(BaseModel):
         default_factory=list,
         description="The actions of the model response being worked through: calls, verdicts, results.",
     )
+    current_agent: str = Field(
+        default="", description="The SDK agent the run is on (after a handoff, the specialist)."
+    )
 
 
 class TaskResult(BaseModel):
@@ -437,3 +459,9 @@ class TaskResult(BaseModel):
     evidence: Evidence
     usage: Usage
     evidence_complete: bool = True
+    conversation_ref: str | None = Field(
+        default=None,
+        pattern=DIGEST_PATTERN,
+        description="The task's conversation in the artifact store (tasks on a thread): where the "
+        "thread's next task continues from.",
+    )

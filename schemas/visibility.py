@@ -13,8 +13,10 @@ TENANT = SearchAttributeKey.for_keyword("AgentTenant")
 AWAITING_APPROVAL = SearchAttributeKey.for_bool("AgentAwaitingApproval")
 APPROVERS = SearchAttributeKey.for_keyword_list("AgentApprovers")
 AGENT = SearchAttributeKey.for_keyword("AgentName")
+# Set only on tasks that name a thread (``TaskSpec.thread``): how a thread's next task finds its last.
+THREAD = SearchAttributeKey.for_keyword("AgentThread")
 
-ALL = (PHASE, TENANT, AWAITING_APPROVAL, APPROVERS, AGENT)
+ALL = (PHASE, TENANT, AWAITING_APPROVAL, APPROVERS, AGENT, THREAD)
 
 # The CLI's names for the types (``temporal server start-dev --search-attribute NAME=TYPE``).
 CLI_TYPES = {
@@ -23,6 +25,7 @@ CLI_TYPES = {
     AWAITING_APPROVAL.name: "Bool",
     APPROVERS.name: "KeywordList",
     AGENT.name: "Keyword",
+    THREAD.name: "Keyword",
 }
 
 AWAITING_QUERY = f"{AWAITING_APPROVAL.name} = true AND ExecutionStatus = 'Running'"

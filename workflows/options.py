@@ -87,11 +87,23 @@ TURN = ActivityConfig(
     heartbeat_timeout=HEARTBEAT,
     summary="agent turn",
 )
+# A turn that follow-up input may interrupt (``PolicySpec.on_input``): the next one starts only once
+# this one has stopped, so two attempts never run (and journal model calls) for one turn at once.
+TURN_INTERRUPTIBLE = ActivityConfig(
+    **TURN, cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+)
 PLAN = ActivityConfig(
     start_to_close_timeout=timedelta(seconds=30),
     retry_policy=_retry(3),
     heartbeat_timeout=HEARTBEAT,
     summary="check a tool's arguments",
+)
+# A thread's lookup: a visibility query, a few describes and result reads.
+THREADS = ActivityConfig(
+    start_to_close_timeout=timedelta(minutes=1),
+    retry_policy=_retry(10),
+    heartbeat_timeout=HEARTBEAT,
+    summary="find the thread's latest finished task",
 )
 INGEST = ActivityConfig(
     start_to_close_timeout=timedelta(minutes=2),

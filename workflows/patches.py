@@ -47,6 +47,13 @@ DECISION_EXPIRY_PATCH = "decision-expiry"
 # before the task waits for the batch's approvals unless ``PolicySpec.allowed_first`` is off; decided
 # actions run concurrently too. 0.1.0, 2026-12-01, 7561396.
 PARALLEL_BATCH_PATCH = "parallel-batch"
+# Tasks naming a thread (``TaskSpec.thread``): search attribute ``AgentThread``, ``threads.resume`` at
+# start (the thread's latest finished conversation, by digest), ``TaskResult.conversation_ref``.
+# 0.1.0, 2026-12-01, (commit: this change).
+THREADS_PATCH = "threads"
+# Follow-up input interrupts a running agent turn when ``PolicySpec.on_input`` is ``interrupt``: the
+# turn is cancelled and starts again with the input. 0.1.0, 2026-12-01, (commit: this change).
+INTERRUPT_PATCH = "interrupt-on-input"
 
 __all__ = [
     "ARCHIVE_EVIDENCE_PATCH",
@@ -54,6 +61,7 @@ __all__ = [
     "CHECK_EDITS_PATCH",
     "DECISION_EXPIRY_PATCH",
     "DELIVER_EVENTS_PATCH",
+    "INTERRUPT_PATCH",
     "PARALLEL_BATCH_PATCH",
     "REAUTHORIZE_PATCH",
     "REBUILD_SANDBOX_PATCH",
@@ -62,4 +70,5 @@ __all__ = [
     "RUN_CHAIN_PATCH",
     "SETTLE_CANCELLED_WRITE_PATCH",
     "TENANT_ADMISSION_PATCH",
+    "THREADS_PATCH",
 ]
