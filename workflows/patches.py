@@ -49,10 +49,10 @@ DECISION_EXPIRY_PATCH = "decision-expiry"
 PARALLEL_BATCH_PATCH = "parallel-batch"
 # Tasks naming a thread (``TaskSpec.thread``): search attribute ``AgentThread``, ``threads.resume`` at
 # start (the thread's latest finished conversation, by digest), ``TaskResult.conversation_ref``.
-# 0.1.0, 2026-12-01, (commit: this change).
+# 0.1.0, 2026-12-01, 9f5322e.
 THREADS_PATCH = "threads"
 # Follow-up input interrupts a running agent turn when ``PolicySpec.on_input`` is ``interrupt``: the
-# turn is cancelled and starts again with the input. 0.1.0, 2026-12-01, (commit: this change).
+# turn is cancelled and starts again with the input. 0.1.0, 2026-12-01, 9f5322e.
 INTERRUPT_PATCH = "interrupt-on-input"
 
 __all__ = [
