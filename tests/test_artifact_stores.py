@@ -33,6 +33,7 @@ from schemas.tasks import TaskPhase
 from tests.helpers.postgres_server import PostgresServer
 from tests.helpers.s3_server import new_bucket
 from tests.helpers.support import REPO, DevServer, TaskEnv, example_spec, make_config, run_cli, running_worker
+from workflows import AgentTaskWorkflow
 
 BACKENDS = ["local", "s3", "postgres"]
 
@@ -331,7 +332,7 @@ async def test_an_object_store_outage_mid_task_is_retried_and_loses_nothing(
             [request] = (await env.awaiting_approval(handle)).pending
             server.stop()  # the outage: nothing answers on the endpoint
             await handle.signal(
-                "submit_decision",
+                AgentTaskWorkflow.submit_decision,
                 {
                     "request_id": request.request_id,
                     "version": request.version,
