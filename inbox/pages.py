@@ -175,7 +175,8 @@ def request_html(
         f'<section class="request" id="request-{rid}" data-version="{_e(request.version)}">'
         f'<h3>{_e(action.tool)} <span class="badge">{_e(action.effect.value)}</span> · {rid}</h3>'
         "<dl>"
-        f"<dt>why</dt><dd>{_e(request.reason or '-')}</dd>"
+        + (f'<dt>proposed by</dt><dd class="agent">{_e(action.agent)}</dd>' if action.agent else "")
+        + f"<dt>why</dt><dd>{_e(request.reason or '-')}</dd>"
         f"<dt>approvers</dt><dd>{_e(', '.join(request.approvers))}</dd>"
         f'<dt>version</dt><dd><code class="version">{_e(request.version)}</code></dd>'
         f"<dt>requested</dt><dd>{_e(request.requested_at.isoformat(timespec='seconds'))}</dd>"

@@ -132,6 +132,11 @@ class ProposedAction(BaseModel):
     operation: Operation
     version: str = Field(pattern=DIGEST_PATTERN)
     turn: int = 0
+    agent: str = Field(
+        default="",
+        description="The SDK agent that made the call (after a handoff, the specialist; empty in "
+        "tasks that started before this was recorded).",
+    )
 
 
 class ActionStatus(StrEnum):

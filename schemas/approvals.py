@@ -112,6 +112,10 @@ class DecisionRecord(BaseModel):
         description="Set when the decision could not take effect (an edit the tool refused); the "
         "action was put up for a decision again.",
     )
+    agent: str = Field(
+        default="",
+        description="The SDK agent that proposed the action (its request's `action.agent`).",
+    )
 
 
 class IgnoredDecision(BaseModel):

@@ -26,6 +26,7 @@ class ToolCallInput(BaseModel):
     operation_key: str = Field(min_length=8)
     operation: FunctionCall | McpCall = Field(discriminator="kind")
     mcp_catalog_ref: str | None = Field(default=None, pattern=DIGEST_PATTERN)
+    owner: str = Field(default="", description="The SDK agent that proposed the call: its tool is preferred.")
 
 
 class ToolCallResult(BaseModel):

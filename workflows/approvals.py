@@ -61,6 +61,7 @@ class ApprovalDesk:
             EventType.APPROVAL_REQUESTED,
             request_id=request.request_id,
             tool=item.action.tool,
+            agent=item.action.agent,
             version=request.version,
             approvers=approvers,
             deadline=request.deadline.isoformat(),
@@ -196,6 +197,7 @@ class ApprovalDesk:
             reason=decision.reason,
             via=via,
             decided_at=workflow.now(),
+            agent=request.action.agent,
         )
         self.task.state.decisions.append(record)
         metrics.workflow_counter(
@@ -210,6 +212,7 @@ class ApprovalDesk:
             principal=decision.principal,
             version=decision.version,
             via=via,
+            agent=request.action.agent,
         )
         return None
 

@@ -107,7 +107,7 @@ class EffectRunner:
         if record is not None and record.decision is DecisionKind.EDIT:
             assert record.edited_args is not None
             arguments = {**action.arguments, **record.edited_args}
-            plan = await self.plan(action.tool, arguments)
+            plan = await self.plan(action.tool, arguments, owner=action.agent)
             if plan.operation is None:
                 problem = f"the approver's edited arguments are invalid: {plan.error}"
                 if workflow.patched(CHECK_EDITS_PATCH):
@@ -146,8 +146,9 @@ class EffectRunner:
             edited_arguments=arguments if status is ActionStatus.EDITED else None,
         )
 
-    async def plan(self, tool: str, arguments: dict[str, Any]) -> PlanResult:
-        """The tool's own check of ``arguments`` (``agent.plan``): its operation, or why not."""
+    async def plan(self, tool: str, arguments: dict[str, Any], owner: str = "") -> PlanResult:
+        """The tool's own check of ``arguments`` (``agent.plan``): its operation, or why not. ``owner``
+        is the SDK agent that proposed the call (its tool first: a specialist reached by handoff)."""
         return await self.placement.execute(
             "agent",
             AgentActivities.plan,
@@ -156,6 +157,7 @@ class EffectRunner:
                 tool=tool,
                 arguments=arguments,
                 mcp_catalog_ref=self.task.state.mcp_catalog_ref,
+                owner=owner,
             ),
             options.PLAN,
             summary=f"check {tool}'s arguments",
@@ -169,7 +171,11 @@ class EffectRunner:
         if request is None or decision.edited_args is None:
             return None
         try:
-            plan = await self.plan(request.action.tool, {**request.action.arguments, **decision.edited_args})
+            plan = await self.plan(
+                request.action.tool,
+                {**request.action.arguments, **decision.edited_args},
+                owner=request.action.agent,
+            )
         except (ActivityError, HandOff):
             return None  # not in an update handler: before the action runs, where a hand-off ends the task
         if plan.operation is not None:

@@ -52,6 +52,7 @@ class ToolEffects:
             operation_key=key,
             operation=call,
             mcp_catalog_ref=state.mcp_catalog_ref,
+            owner=action.agent,
         )
         source, target = (
             ("mcp", call.server) if isinstance(call, McpCall) else ("function", call.system or "")

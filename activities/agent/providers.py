@@ -129,7 +129,34 @@ def _scripted(registration: AgentRegistration) -> ModelChoice:
         )
     model = registration.scripted_model()
     name = type(model).__name__
+    if registration.scripted_models:
+        model = AgentRoutedModel(
+            model, {agent: make() for agent, make in registration.scripted_models.items()}
+        )
     return ModelChoice(model, SCRIPTED, SCRIPTED, name, f"{SCRIPTED}:{name}")
+
+
+@dataclass
+class AgentRoutedModel(Model):
+    """Scripted models by SDK agent: after a handoff the specialist answers with its own script.
+
+    The turn names the agent about to call the model (``current``, from the run's ``on_llm_start``
+    hook, which the SDK calls right before each model call); an agent without its own model, or a
+    call outside the run (a compaction), gets ``default``.
+    """
+
+    default: Model
+    by_agent: dict[str, Model]
+    current: str = ""
+
+    def _model(self) -> Model:
+        return self.by_agent.get(self.current, self.default)
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        return await self._model().get_response(*args, **kwargs)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[TResponseStreamEvent]:
+        return self._model().stream_response(*args, **kwargs)
 
 
 def _choice(agent: str, model: str | Model, providers: dict[str, ProviderConfig]) -> ModelChoice:
@@ -256,4 +283,12 @@ class ModelChain(Model):
         return self.choices[0].model.stream_response(*args, **kwargs)
 
 
-__all__ = ["ModelChain", "ModelChoice", "check_models", "fallback_reason", "resolve_chain", "split_model"]
+__all__ = [
+    "AgentRoutedModel",
+    "ModelChain",
+    "ModelChoice",
+    "check_models",
+    "fallback_reason",
+    "resolve_chain",
+    "split_model",
+]
