@@ -15,13 +15,18 @@ from typing import Any
 import pytest
 from agents import Agent, FunctionTool, handoff
 from temporalio.client import Client
+from temporalio.testing import ActivityEnvironment
 
-from activities.agent.registry import agent_graph, find_tool
+from activities.agent.registry import AgentRegistry, agent_graph, find_tool
+from activities.agent.turn import AgentActivities
+from activities.artifacts import LocalArtifactStore
 from activities.errors import ToolPlanError
 from inbox import build_app, running_inbox
 from inbox.pages import task_url
+from schemas.actions import ActionResult, ActionStatus
 from schemas.events import EventType
 from schemas.tasks import TaskPhase, TaskResult
+from schemas.turns import TurnInput
 from tests.helpers.browser import fetch
 from tests.helpers.handoff_agents import SPECIALIST, STAMPS, TRIAGE
 from tests.helpers.support import (
@@ -68,6 +73,47 @@ def test_find_tool_searches_every_agent_handoffs_reach_preferring_the_proposer()
     assert find_tool(triage, "lookup", owner="refunds") is refunds.tools[1]
     with pytest.raises(ToolPlanError, match="'triage', 'billing', 'refunds' has a tool 'wipe'"):
         find_tool(triage, "wipe")
+
+
+@pytest.mark.parametrize("current_agent", [SPECIALIST, ""])
+async def test_a_turn_that_starts_from_the_conversation_starts_on_the_task_s_current_agent(
+    tmp_path: Path, current_agent: str
+) -> None:
+    """A turn past the rebase bound starts from the conversation, not the RunState: it runs on the
+    agent the task is on (the specialist), where the start agent would take the run back."""
+    config = make_config(tmp_path / "data", agents=[HANDOFF_AGENTS])
+    activities = AgentActivities(
+        AgentRegistry.from_import_paths(config.agents), LocalArtifactStore(config.artifact_dir), config
+    )
+    env = ActivityEnvironment()
+    first = await env.run(
+        activities.turn, TurnInput(task_id="t-rebase", agent=TRIAGE, turn=1, prompt="book: 7")
+    )
+    [action] = first.proposed
+    assert (first.agent, action.agent) == (SPECIALIST, SPECIALIST)
+    assert first.run_state_ref is not None, "after a handoff the RunState is kept"
+    receipt = ActionResult(
+        call_id=action.call_id,
+        tool=action.tool,
+        status=ActionStatus.EXECUTED,
+        output='{"record_id": "rec-7"}',
+    )
+    second = await env.run(
+        activities.turn,
+        TurnInput(
+            task_id="t-rebase",
+            agent=TRIAGE,
+            turn=2,
+            prompt="book: 7",
+            conversation_ref=first.conversation_ref,
+            results=[receipt],
+            current_agent=current_agent,
+        ),
+    )
+    if current_agent:
+        assert (second.final_output, second.agent) == ("specialist booked rec-7", SPECIALIST)
+    else:  # tasks from before current_agent existed: the start agent, as before
+        assert (second.final_output, second.agent) == ("triage answered after the handoff", TRIAGE)
 
 
 async def test_a_specialist_reached_by_handoff_proposes_the_write_and_a_killed_worker_resumes_on_it(
