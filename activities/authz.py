@@ -7,7 +7,8 @@ version, immediately before the effect; a revoked permission blocks it.
 ``Authorizer`` is the interface to plug a real system in (``AGENT_WORKER_AUTHORIZER=module:factory``).
 The default, ``SqliteAuthorizer``, keeps a revocation list in the data dir: a principal holds every
 permission the task's policy gives it until it is revoked, for one tool or for all
-(``agent-worker revoke finance-lead --tool submit_report``; ``agent-worker grant`` lifts it).
+(``agent-worker revoke finance-lead --tool submit_report``; ``agent-worker grant`` lifts it). A fleet
+keeps the list in PostgreSQL (``state_backend=postgres``: ``activities.stores.postgres``).
 """
 
 from __future__ import annotations

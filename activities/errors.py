@@ -7,6 +7,8 @@
     │   ├── ArtifactNotFound         no content under that digest
     │   ├── ArtifactCorrupt          stored bytes no longer match their digest
     │   └── ArtifactUnavailable      the store (object storage, database) cannot be reached: retry
+    ├── StateUnavailable             the shared state database (journal, admission, authorizer,
+    │                                event sink) cannot be reached or is not migrated: retry
     ├── AgentError                   agents, tools and turns
     │   ├── UnknownAgent             the task names an agent no registration provides
     │   ├── ToolPlanError            a tool's arguments cannot be planned into an operation
@@ -80,6 +82,15 @@ class ArtifactUnavailable(ArtifactError):
     bucket or table); nothing was read or written, so the activity is retried."""
 
     code = "artifact_unavailable"
+    retryable: Retryable = "yes"
+
+
+class StateUnavailable(AgentWorkerError):
+    """The shared state database (``state_backend=postgres``) cannot be reached, or lacks its tables.
+    Every state operation is idempotent (an upsert, a de-duplicated append, an admission per task),
+    so a retry is safe even when the connection broke after the statement was sent."""
+
+    code = "state_unavailable"
     retryable: Retryable = "yes"
 
 

@@ -6,7 +6,8 @@ worker crash only delays it. A retried delivery may carry events the sink alread
 every event whose id they already hold, which makes the stream exactly-once, in order.
 
 The default sink needs no service: one JSON-lines file per task under ``<data dir>/events/``. Plug in
-another with ``AGENT_WORKER_EVENT_SINK=module:factory`` (the factory gets the worker config).
+another with ``AGENT_WORKER_EVENT_SINK=module:factory`` (the factory gets the worker config); a fleet
+uses the PostgreSQL sink (``state_backend=postgres``: ``activities.stores.postgres``).
 """
 
 from __future__ import annotations

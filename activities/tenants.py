@@ -3,7 +3,8 @@
 A tenant that floods the system gets at most its cap of tasks running; the rest are refused at
 start (recorded, explained), so other tenants' tasks keep their pace. Caps come from the worker's
 configuration (``AGENT_WORKER_TENANT_CAPS=acme=5,*=100``; ``*`` is every other tenant; no entry, no
-cap). The running set is a SQLite table in the data dir, shared by the workers of one host. An entry
+cap). The running set is a SQLite table in the data dir, shared by the workers of one host (a fleet
+uses ``activities.stores.postgres.PostgresAdmission``: ``state_backend=postgres``). An entry
 whose task has ended without releasing (terminated from outside) is dropped the next time its
 tenant looks full, after asking Temporal. Entries carry the task's run chain: a reused task id (a new
 chain) takes the place of an earlier run's entry, under its own tenant's cap, rather than inheriting

@@ -304,9 +304,7 @@ def build_workers(
         # Tasks this worker admits schedule agent and sandbox work on the task queue itself when it
         # serves those roles there (``workflows.placement``): it then starts without a queue wait.
         colocated = [r for r in COLOCATABLE if r in roles] if config.colocate else []
-        tenants = TenantActivities(
-            state_stores.build_admission(config, client), colocated
-        )
+        tenants = TenantActivities(state_stores.build_admission(config, client), colocated)
         threads = ThreadActivities(client, store)
         # Agent and sandbox work comes to the task queue itself too: from tasks admitted where those
         # roles are served there (above), and from runs begun before the queues were split. This

@@ -56,10 +56,10 @@ async def cmd_api(args: argparse.Namespace, ctx: CliContext) -> int:
             raise CliError(f"--tenants {args.tenants}: {err}", 2) from None
     host, _, port = args.bind.rpartition(":")
     config = ApiConfig(auth=auth, task_queue=args.task_queue, keys_dir=args.keys_dir, tenants=tenants)
-    if not ctx.config.event_sink:  # the default sink, when this machine holds it: the whole stream
-        from activities.events import JsonlEventSink
+    if not ctx.config.event_sink:  # the configured default sink (data dir or state database)
+        from activities.stores.state import build_event_sink
 
-        config.stored_events = JsonlEventSink(ctx.config.events_dir).read_chain
+        config.stored_events = build_event_sink(ctx.config).read_chain  # type: ignore[attr-defined]
     app = build_api(await ctx.temporal(), config)
     server = uvicorn.Server(uvicorn.Config(app, host=host or "127.0.0.1", port=int(port), log_level="info"))
     await server.serve()

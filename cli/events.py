@@ -1,7 +1,8 @@
 """``agent-worker events ID [--follow] [--json]``: a task's event timeline.
 
-Events come from the event sink when this machine can read it (the default JSON-lines sink in the
-data dir: the whole stream), otherwise from the task's ``status`` query (its latest events).
+Events come from the event sink when it can be read (the default JSON-lines sink in the data dir, or
+the PostgreSQL sink of ``state_backend=postgres``: the whole stream), otherwise from the task's ``status``
+query (its latest events).
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import asyncio
 import sys
 from typing import Any, TextIO
 
-from activities.events import JsonlEventSink
+from activities.events import EventSink
+from activities.stores.state import build_event_sink
 from cli import render
 from cli.context import CliContext
 from cli.errors import CliError
@@ -30,12 +32,11 @@ def register(sub: Any) -> None:
     events.set_defaults(handler=cmd_events)
 
 
-def _stored(sink: JsonlEventSink, task_id: str, chain: str | None) -> list[Event]:
+def _stored(sink: EventSink, task_id: str, chain: str | None) -> list[Event]:
     """The current run chain's stored events (a task started before run chains has none of its own:
     its events carry no chain)."""
-    if not sink.path(task_id).exists():
-        return []
-    return list(sink.read_chain(task_id, chain)) or list(sink.read_chain(task_id, None))
+    read_chain = sink.read_chain  # type: ignore[attr-defined]
+    return list(read_chain(task_id, chain)) or list(read_chain(task_id, None))
 
 
 async def cmd_events(args: argparse.Namespace, ctx: CliContext, out: TextIO | None = None) -> int:
@@ -44,7 +45,7 @@ async def cmd_events(args: argparse.Namespace, ctx: CliContext, out: TextIO | No
 
     out = out or sys.stdout
     config = ctx.config
-    sink = JsonlEventSink(config.events_dir) if not config.event_sink else None
+    sink = build_event_sink(config) if not config.event_sink else None
     tasks = await ctx.tasks()
     handle = tasks.handle(args.task_id)
     seen = 0

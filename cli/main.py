@@ -27,6 +27,7 @@ from cli import (
     events,
     evidence,
     keys,
+    migrate,
     permissions,
     replay,
     report,
@@ -42,6 +43,7 @@ from schemas.config import ConfigError, WorkerConfig
 COMMAND_MODULES = (
     devserver,
     worker_command,
+    migrate,
     tasks,
     events,
     evidence,
@@ -89,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if not getattr(args, "reads_config", True):  # `dev` replaces this process with the server
         return args.handler(args, None)
-    from activities.errors import ArtifactUnavailable
+    from activities.errors import ArtifactUnavailable, StateUnavailable
     from security.codec import EncryptionError
     from telemetry import configure_logging
 
@@ -102,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return getattr(err, "code", 2)
     except KeyboardInterrupt:
         return 130
-    except ArtifactUnavailable as err:  # e.g. evidence/verify with the object store down
+    except (ArtifactUnavailable, StateUnavailable) as err:  # e.g. a store is down
         print(f"agent-worker: {err}", file=sys.stderr)
         return 2
     except EncryptionError as err:

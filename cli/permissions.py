@@ -1,4 +1,5 @@
-"""``agent-worker revoke|grant PRINCIPAL``: the default authorizer's revocation list in the data dir."""
+"""``agent-worker revoke|grant PRINCIPAL``: the default authorizer's revocation list (in the data dir, or
+in PostgreSQL with ``state_backend=postgres``)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ __all__ = ["register"]
 def register(sub: Any) -> None:
     """Add ``revoke`` and ``grant``."""
     for verb, text in (("revoke", "revoke a principal's permission"), ("grant", "lift a revocation")):
-        p = sub.add_parser(verb, help=f"{text} (the default authorizer's list in the data dir)")
+        p = sub.add_parser(verb, help=f"{text} (the default authorizer's list: data dir or state database)")
         p.set_defaults(verb=verb, handler=cmd_permissions)
         p.add_argument("principal")
         p.add_argument("--tool", default="*", help="one tool's permission (default: every tool)")
@@ -25,12 +26,12 @@ def register(sub: Any) -> None:
 
 
 def cmd_permissions(args: argparse.Namespace, ctx: CliContext) -> int:
-    from activities.authz import SqliteAuthorizer
+    from activities.stores.state import build_authorizer
 
     config = ctx.config
     if config.authorizer:
         raise CliError(f"permissions live in the configured authorizer ({config.authorizer}), not here")
-    authorizer = SqliteAuthorizer(config.authz_db)
+    authorizer = build_authorizer(config)
     scope = "every tool" if args.tool == "*" else args.tool
     if args.verb == "revoke":
         authorizer.revoke(args.principal, args.tool, args.reason)

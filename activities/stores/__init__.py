@@ -4,6 +4,11 @@
 - ``postgres_artifacts``: ``PostgresArtifactStore``, artifacts in a PostgreSQL table (extra
   ``postgres``);
 - ``artifacts``: ``build_artifact_store(config)``, the one place an artifact store is built;
+- ``postgres``: ``PostgresJournal``, ``PostgresAdmission``, ``PostgresAuthorizer``,
+  ``PostgresEventSink``, the shared state of ``state_backend=postgres`` (extra ``postgres``), over
+  the pools and migrations of ``postgres_db`` (``agent-worker migrate``);
+- ``state``: ``build_journal``, ``build_admission``, ``build_authorizer``, ``build_event_sink``,
+  the one place each state store is built from a config, and the worker's start check;
 - ``provision``: ``python -m activities.stores.provision`` creates the bucket and database a
   fleet's stores need (the compose stack's ``stores-setup`` job).
 

@@ -127,6 +127,9 @@ class TaskEnv:
                 env[f"AGENT_WORKER_{field.upper()}"] = getattr(config, field)
         if config.artifact_dsn is not None:
             env["AGENT_WORKER_ARTIFACT_DSN"] = config.artifact_dsn.get_secret_value()
+        env["AGENT_WORKER_STATE_BACKEND"] = config.state_backend
+        if config.state_dsn is not None:
+            env["AGENT_WORKER_STATE_DSN"] = config.state_dsn.get_secret_value()
         return env
 
     async def start(

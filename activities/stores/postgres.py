@@ -1,0 +1,280 @@
+"""The shared state in PostgreSQL (``state_backend=postgres``): the model-call journal, tenant
+admission, the authorizer's revocations and the event sink, for a fleet of workers on many hosts.
+
+Each class keeps exactly the behaviour of its local counterpart (same methods, same answers), over
+the process's one connection pool per DSN (``postgres_db.pool_for``); the tables come from the
+migrations in ``postgres_db``. Every method is thread-safe (activities call them from worker
+threads) and raises ``StateUnavailable`` (retryable) when the database cannot answer.
+
+- ``PostgresJournal``: one row per (task, turn, call index); ``record`` overwrites, as the local file
+  replace does.
+- ``PostgresAdmission``: the cap holds across workers: an admission runs in one transaction under an
+  advisory lock per tenant, so two workers never both take the last place.
+- ``PostgresAuthorizer``: a revocation list, allowed unless revoked.
+- ``PostgresEventSink``: events in arrival order; a publish runs under an advisory lock per task and
+  drops the events whose ``seq`` is not above the last stored one of their run chain.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import structlog
+from agents.items import ModelResponse
+from agents.usage import deserialize_usage, serialize_usage
+from temporalio.client import Client
+
+from activities.agent.journal import _OUTPUT_ITEM, ModelCallJournal
+from activities.authz import ALL_TOOLS
+from activities.stores import postgres_db as db
+from activities.tenants import TenantAdmission
+from schemas.authz import AuthzDecision, AuthzRequest
+from schemas.events import Event
+
+log = structlog.get_logger(__name__)
+
+# A run chain stored for events of tasks started before run chains (the column is part of a key).
+_NO_CHAIN = ""
+
+
+def _task_key(task_id: str) -> str:
+    """The journal's key of a task: a digest, as the local journal's directory name (the key joins
+    the task id and its run chain with a NUL, which a PostgreSQL text column refuses)."""
+    return hashlib.sha256(task_id.encode("utf-8")).hexdigest()
+
+
+class PostgresJournal(ModelCallJournal):
+    """Completed model calls, one row per call, shared by every worker of the fleet."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+
+    def __repr__(self) -> str:
+        return f"PostgresJournal({db.describe(self.dsn)!r})"
+
+    def lookup_call(
+        self, task_id: str, turn: int, index: int, input_digest: str
+    ) -> tuple[ModelResponse, dict[str, Any]] | None:
+        row = db.run(
+            self.dsn,
+            "journal.lookup",
+            lambda conn: conn.execute(
+                "SELECT entry FROM agent_worker_journal "
+                "WHERE task_key = %s AND turn = %s AND call_index = %s",
+                (_task_key(task_id), turn, index),
+            ).fetchone(),
+        )
+        if row is None:
+            return None
+        entry = row[0]
+        if entry.get("input_digest") != input_digest:
+            log.warning(
+                "journaled model call had another input; calling the model again", turn=turn, index=index
+            )
+            return None
+        response = ModelResponse(
+            output=[_OUTPUT_ITEM.validate_python(item) for item in entry["output"]],
+            usage=deserialize_usage(entry["usage"]),
+            response_id=entry.get("response_id"),
+        )
+        return response, entry.get("call") or {}
+
+    def record(
+        self,
+        task_id: str,
+        turn: int,
+        index: int,
+        input_digest: str,
+        response: ModelResponse,
+        call: dict[str, Any] | None = None,
+    ) -> None:
+        entry = {
+            "input_digest": input_digest,
+            "output": [item.model_dump(mode="json", exclude_none=True) for item in response.output],
+            "usage": serialize_usage(response.usage),
+            "response_id": response.response_id,
+            "call": call or {},
+        }
+        db.run(
+            self.dsn,
+            "journal.record",
+            lambda conn: conn.execute(
+                "INSERT INTO agent_worker_journal (task_key, turn, call_index, entry) "
+                "VALUES (%s, %s, %s, %s::jsonb) ON CONFLICT (task_key, turn, call_index) "
+                "DO UPDATE SET entry = EXCLUDED.entry, recorded_at = now()",
+                (_task_key(task_id), turn, index, json.dumps(entry)),
+            ),
+        )
+
+
+class PostgresAdmission(TenantAdmission):
+    """Admits tasks up to each tenant's cap, counted over the whole fleet (``TenantAdmission``'s
+    ``admit``, with its clean-up of ended tasks, over a shared table)."""
+
+    def __init__(self, dsn: str, caps: Mapping[str, int], client: Client) -> None:
+        self.dsn = dsn
+        self.caps = dict(caps)
+        self.client = client
+
+    def __repr__(self) -> str:
+        return f"PostgresAdmission({db.describe(self.dsn)!r})"
+
+    def _try_admit(
+        self, task_id: str, tenant: str, cap: int, chain: str | None
+    ) -> tuple[bool, int, list[tuple[str, str | None]]]:
+        def work(conn: Any) -> tuple[bool, int, list[tuple[str, str | None]]]:
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (db.LOCK_TENANT, tenant))
+                held = conn.execute(
+                    "SELECT run_chain FROM agent_worker_admission WHERE task_id = %s FOR UPDATE", (task_id,)
+                ).fetchone()
+                if held is not None and held[0] == chain:
+                    return True, 0, []  # already admitted (a retried attempt)
+                if held is not None:
+                    # An earlier run of a reused task id ended without releasing: its place is free.
+                    conn.execute("DELETE FROM agent_worker_admission WHERE task_id = %s", (task_id,))
+                others = [
+                    (row[0], row[1])
+                    for row in conn.execute(
+                        "SELECT task_id, run_chain FROM agent_worker_admission WHERE tenant = %s "
+                        "ORDER BY admitted_at",
+                        (tenant,),
+                    )
+                ]
+                if len(others) >= cap:
+                    return False, len(others), others
+                conn.execute(
+                    "INSERT INTO agent_worker_admission (task_id, tenant, run_chain) VALUES (%s, %s, %s)",
+                    (task_id, tenant, chain),
+                )
+                return True, len(others) + 1, []
+
+        return db.run(self.dsn, "tenants.admit", work)
+
+    def release(self, task_id: str, chain: str | None = None) -> None:
+        """Free the task's place (only its own run chain's, when it has one)."""
+        sql = "DELETE FROM agent_worker_admission WHERE task_id = %s"
+        params: tuple[Any, ...] = (task_id,)
+        if chain is not None:
+            sql += " AND run_chain IS NOT DISTINCT FROM %s"
+            params = (task_id, chain)
+        db.run(self.dsn, "tenants.release", lambda conn: conn.execute(sql, params))
+
+
+class PostgresAuthorizer:
+    """A revocation list in PostgreSQL: everything the policy grants is allowed unless revoked."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+
+    def __repr__(self) -> str:
+        return f"PostgresAuthorizer({db.describe(self.dsn)!r})"
+
+    def check(self, request: AuthzRequest) -> AuthzDecision:
+        row = db.run(
+            self.dsn,
+            "authz.check",
+            lambda conn: conn.execute(
+                "SELECT tool, reason, revoked_at FROM agent_worker_revocations "
+                "WHERE principal = %s AND tool IN (%s, %s) ORDER BY tool = %s DESC LIMIT 1",
+                (request.principal, request.tool, ALL_TOOLS, ALL_TOOLS),
+            ).fetchone(),
+        )
+        if row is None:
+            return AuthzDecision(allowed=True, reason="not revoked")
+        scope = "every tool" if row[0] == ALL_TOOLS else row[0]
+        return AuthzDecision(
+            allowed=False,
+            reason=f"{request.principal}'s permission for {scope} was revoked at "
+            f"{row[2].isoformat()}: {row[1]}",
+        )
+
+    def revoke(self, principal: str, tool: str = ALL_TOOLS, reason: str = "revoked") -> None:
+        """Revoke ``principal``'s permission for ``tool`` (or every tool)."""
+        db.run(
+            self.dsn,
+            "authz.revoke",
+            lambda conn: conn.execute(
+                "INSERT INTO agent_worker_revocations (principal, tool, reason) VALUES (%s, %s, %s) "
+                "ON CONFLICT (principal, tool) DO UPDATE SET reason = EXCLUDED.reason, revoked_at = now()",
+                (principal, tool, reason),
+            ),
+        )
+
+    def grant(self, principal: str, tool: str = ALL_TOOLS) -> bool:
+        """Lift a revocation; whether there was one."""
+        return db.run(
+            self.dsn,
+            "authz.grant",
+            lambda conn: (
+                conn.execute(
+                    "DELETE FROM agent_worker_revocations WHERE principal = %s AND tool = %s",
+                    (principal, tool),
+                ).rowcount
+                > 0
+            ),
+        )
+
+
+class PostgresEventSink:
+    """Task events in one table, in arrival order, exactly once per (task, run chain, seq)."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+
+    def __repr__(self) -> str:
+        return f"PostgresEventSink({db.describe(self.dsn)!r})"
+
+    def publish(self, task_id: str, events: list[Event]) -> int:
+        def work(conn: Any) -> int:
+            with conn.transaction():
+                # A zombie attempt and its retry never interleave.
+                conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (db.LOCK_EVENTS, task_id))
+                last: dict[str | None, int] = {}
+                for chain in {e.run_chain for e in events}:
+                    row = conn.execute(
+                        "SELECT coalesce(max(seq), 0) FROM agent_worker_events "
+                        "WHERE task_id = %s AND run_chain = %s",
+                        (task_id, chain or _NO_CHAIN),
+                    ).fetchone()
+                    last[chain] = row[0]
+                new = [e for e in events if e.seq > last[e.run_chain]]
+                if new:
+                    with conn.cursor() as cur:
+                        cur.executemany(
+                            "INSERT INTO agent_worker_events (task_id, run_chain, seq, event) "
+                            "VALUES (%s, %s, %s, %s::jsonb)",
+                            [
+                                (task_id, e.run_chain or _NO_CHAIN, e.seq, e.model_dump_json(by_alias=True))
+                                for e in new
+                            ],
+                        )
+                return len(new)
+
+        return db.run(self.dsn, "events.publish", work)
+
+    def _select(self, task_id: str, chain: str | None, *, one_chain: bool) -> list[Event]:
+        sql = "SELECT event FROM agent_worker_events WHERE task_id = %s"
+        params: tuple[Any, ...] = (task_id,)
+        if one_chain:
+            sql += " AND run_chain = %s"
+            params = (task_id, chain or _NO_CHAIN)
+        rows = db.run(
+            self.dsn, "events.read", lambda conn: conn.execute(sql + " ORDER BY position", params).fetchall()
+        )
+        return [Event.model_validate(row[0]) for row in rows]
+
+    def read(self, task_id: str) -> Iterator[Event]:
+        """The task id's stored events, in order (of every run that used the id)."""
+        return iter(self._select(task_id, None, one_chain=False))
+
+    def read_chain(self, task_id: str, run_chain: str | None) -> Iterator[Event]:
+        """The stored events of one run chain of the task id (None: a task started before run
+        chains), in order."""
+        return iter(self._select(task_id, run_chain, one_chain=True))
+
+
+__all__ = ["PostgresAdmission", "PostgresAuthorizer", "PostgresEventSink", "PostgresJournal"]

@@ -1,0 +1,129 @@
+"""The one place the shared state stores are built from a config (``state_backend``): the
+model-call journal, tenant admission, the authorizer and the event sink.
+
+The worker, the CLI (``events``, ``revoke``/``grant``, ``api``, ``migrate``) and the tests go
+through these factories, so nothing builds a local store behind the config's back. A plug-in
+authorizer or event sink (``AGENT_WORKER_AUTHORIZER`` / ``AGENT_WORKER_EVENT_SINK``) takes
+precedence over the backend. Building a store contacts nothing; ``check_state_stores`` does (the
+worker calls it at start).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio.client import Client
+
+from activities.agent.journal import ModelCallJournal
+from activities.authz import Authorizer, SqliteAuthorizer
+from activities.events import EventSink, JsonlEventSink
+from activities.loading import load_object
+from activities.tenants import TenantAdmission
+from schemas.config import ConfigError, WorkerConfig
+
+
+def _dsn(config: WorkerConfig) -> str:
+    if config.state_dsn is None:
+        raise ConfigError("AGENT_WORKER_STATE_BACKEND=postgres needs AGENT_WORKER_STATE_DSN")
+    return config.state_dsn.get_secret_value()
+
+
+def _postgres() -> Any:
+    try:
+        from activities.stores import postgres
+    except ImportError as err:
+        raise ConfigError(
+            "AGENT_WORKER_STATE_BACKEND=postgres needs psycopg and psycopg-pool: "
+            f"pip install 'agent-worker[postgres]' ({err})"
+        ) from None
+    return postgres
+
+
+def build_journal(config: WorkerConfig) -> ModelCallJournal:
+    """The model-call journal turns answer completed calls from."""
+    if config.state_backend == "postgres":
+        return _postgres().PostgresJournal(_dsn(config))
+    return ModelCallJournal(config.journal_dir)
+
+
+def build_admission(config: WorkerConfig, client: Client) -> TenantAdmission:
+    """Tenant admission under ``config.tenant_caps``."""
+    if config.state_backend == "postgres":
+        return _postgres().PostgresAdmission(_dsn(config), config.tenant_caps, client)
+    return TenantAdmission(config.admission_db, config.tenant_caps, client)
+
+
+def build_authorizer(config: WorkerConfig) -> Authorizer:
+    """The authorizer asked right before approved actions run."""
+    if config.authorizer:
+        return load_object(config.authorizer, "authorizer")(config=config)
+    if config.state_backend == "postgres":
+        return _postgres().PostgresAuthorizer(_dsn(config))
+    return SqliteAuthorizer(config.authz_db)
+
+
+def build_event_sink(config: WorkerConfig) -> EventSink:
+    """Where task events are delivered."""
+    if config.event_sink:
+        return load_object(config.event_sink, "event sink")(config=config)
+    if config.state_backend == "postgres":
+        return _postgres().PostgresEventSink(_dsn(config))
+    return JsonlEventSink(config.events_dir)
+
+
+def migrate_state(config: WorkerConfig) -> list[int]:
+    """Apply the state database's missing migrations (none for the local backend); the versions
+    applied now.
+
+    Raises:
+        StateUnavailable: the database cannot be reached, or refuses the tables.
+    """
+    if config.state_backend != "postgres":
+        return []
+    return _postgres().db.migrate(_dsn(config))
+
+
+def check_state_stores(config: WorkerConfig) -> None:
+    """Prove the state stores usable: for ``postgres``, reach the database, apply the missing
+    migrations (idempotent, under an advisory lock: see ``activities.stores.postgres_db``) and read
+    each store's table.
+
+    Raises:
+        SystemExit: naming the store that cannot be used, why, and what to run.
+    """
+    if config.state_backend != "postgres":
+        return
+    from activities.errors import StateUnavailable
+
+    postgres = _postgres()
+    dsn = _dsn(config)
+    where = f"AGENT_WORKER_STATE_BACKEND=postgres at {postgres.db.describe(dsn)}"
+    try:
+        postgres.db.migrate(dsn)
+    except StateUnavailable as err:
+        stores = ", ".join(postgres.db.STORE_TABLES)
+        raise SystemExit(
+            f"agent-worker worker: the state stores ({stores}; {where}) cannot be used: {err}. "
+            "Check AGENT_WORKER_STATE_DSN and that the database runs, then `agent-worker migrate` "
+            "(with a role that may create tables)"
+        ) from None
+    for store, table in postgres.db.STORE_TABLES.items():
+        try:
+            postgres.db.run(
+                dsn, "state.check", lambda conn, t=table: conn.execute(f"SELECT 1 FROM {t} LIMIT 0")
+            )
+        except StateUnavailable as err:
+            raise SystemExit(
+                f"agent-worker worker: the {store} ({where}) cannot be used: {err}. "
+                "Run `agent-worker migrate` with a role that may create tables"
+            ) from None
+
+
+__all__ = [
+    "build_admission",
+    "build_authorizer",
+    "build_event_sink",
+    "build_journal",
+    "check_state_stores",
+    "migrate_state",
+]
