@@ -411,6 +411,9 @@ class BatchView(BaseModel):
     tool: str
     effect: EffectClass
     verdict: PolicyVerdict
+    agent: str = Field(
+        default="", description="The agent that proposed it (after a handoff, the specialist)."
+    )
     request_id: str | None = None
     state: Literal["waiting", "pending"] | ActionStatus = Field(
         description="'waiting' for a decision, 'pending' to run, else what became of it."

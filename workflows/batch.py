@@ -119,6 +119,7 @@ def batch_view(item: BatchItem) -> BatchView:
         tool=item.action.tool,
         effect=item.action.effect,
         verdict=item.verdict,
+        agent=item.action.agent,
         request_id=item.request_id,
         state=state,
         output=bounds.cut(result.output, STATUS_OUTPUT_CHARS) if result is not None else None,

@@ -25,9 +25,14 @@ with workflow.unsafe.imports_passed_through():
     from schemas.writes import operation_key
     from workflows import bounds, options
     from workflows.context import TaskContext
-    from workflows.failures import failure_message
+    from workflows.failures import failure_code, failure_message
     from workflows.handoff import HandOff
     from workflows.placement import Placement
+
+
+# Failures raised before the tool was called (no such agent or tool, arguments that no longer fit):
+# nothing happened, so the hand-off says so rather than "outcome unknown".
+_NEVER_RAN = frozenset({"unknown_agent", "tool_plan_error"})
 
 
 class ToolEffects:
@@ -84,8 +89,11 @@ class ToolEffects:
                 raise
             message = failure_message(err)
             self.task.emit(EventType.TOOL_EFFECT, **named, operation_key=key, error=message)
+            what = f"{action.tool} ({source} {target or 'tool'})"
+            if failure_code(err) in _NEVER_RAN:
+                raise HandOff(f"{what} could not run: {message}") from None
             raise HandOff(
-                f"{action.tool} ({source} {target or 'tool'}) under {key} did not settle after "
+                f"{what} under {key} did not settle after "
                 f"{call.max_attempts} attempt(s); its outcome is unknown: {message}"
             ) from None
         self.task.set_phase(TaskPhase.RUNNING)
