@@ -15,13 +15,14 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 from agents.items import ModelResponse
 from agents.usage import Usage
 from openai.types.responses import ResponseOutputMessage, ResponseOutputText
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 
 from activities.stores import postgres_db
 from activities.stores.state import (
@@ -35,8 +36,17 @@ from schemas.authz import AuthzRequest
 from schemas.config import WorkerConfig
 from schemas.events import Event
 from schemas.tasks import TaskPhase
-from tests.helpers.postgres_server import PostgresServer
-from tests.helpers.support import REPO, DevServer, TaskEnv, connect, make_config, run_cli, running_worker
+from tests.helpers.postgres_server import PostgresServer, start_postgres
+from tests.helpers.support import (
+    REPO,
+    DevServer,
+    TaskEnv,
+    connect,
+    example_spec,
+    make_config,
+    run_cli,
+    running_worker,
+)
 
 Host = Callable[[str], WorkerConfig]
 TASK = "task-1\x00chain-1"  # activities.agent.turn.journal_key
@@ -293,3 +303,44 @@ async def test_a_flood_tenant_gets_exactly_its_cap_running_on_two_workers_with_s
     assert all(
         s.reason == "refused at start: tenant 'flood' already runs 3 tasks, its cap is 3" for s in refused
     )
+
+
+async def test_a_state_database_outage_while_a_task_waits_is_retried_and_loses_nothing(
+    client: Client, dev_server: DevServer, tmp_path: Path
+) -> None:
+    """The state database stops while a task waits for approval; the approval's next activities fail
+    as state_unavailable and Temporal retries them; once the database is back the task completes
+    with one write and its whole event stream stored once, in order."""
+    server = start_postgres()  # its own: this test stops it
+    try:
+        config = make_config(tmp_path / "data", state_backend="postgres", state_dsn=server.dsn)
+        migrate_state(config)
+        env = TaskEnv(client=client, config=config, address=dev_server.address)
+        async with running_worker(client, config):
+            handle = await env.start(example_spec())
+            await env.awaiting_approval(handle)
+            await asyncio.to_thread(server.stop)
+            await env.approve(handle)
+            failure = await _retried_failure(handle)
+            await asyncio.to_thread(server.start)
+            result = await asyncio.wait_for(handle.result(), 120)
+        assert "state_unavailable" in failure or "state database" in failure, failure
+        assert result.phase is TaskPhase.COMPLETED
+        assert env.business().count() == 1
+        stored = list(build_event_sink(config).read(handle.id))  # type: ignore[attr-defined]
+        assert [e.seq for e in stored] == list(range(1, len(stored) + 1)) and len(stored) > 5
+    finally:
+        postgres_db.close_pools()
+        server.close()
+
+
+async def _retried_failure(handle: WorkflowHandle[Any, Any], within: float = 60) -> str:
+    """The last failure of a pending activity retried at least once (the outage seen by Temporal)."""
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        described = await handle.describe()
+        for pending in described.raw_description.pending_activities:
+            if pending.attempt >= 2 and pending.last_failure.message:
+                return f"{pending.activity_type.name}: {pending.last_failure.message}"
+        assert asyncio.get_running_loop().time() < deadline, "no activity was retried during the outage"
+        await asyncio.sleep(0.2)
