@@ -1,14 +1,16 @@
 """Durability at the granularity of one model call.
 
 A turn may make several model calls (read tools run between them). Each completed call's response
-is journaled in shared storage, keyed by task, turn and call index, with a digest of what the model
-was asked. When a turn is retried (its worker died, the activity timed out), the calls that
-completed are answered from the journal and only the call that was in flight runs again. A journal
-entry whose input digest no longer matches (a read tool answered differently) is not reused.
+is journaled in shared storage (``state_backend``: files in the data dir, or PostgreSQL for a fleet),
+keyed by task, turn and call index, with a digest of what the model was asked. When a turn is
+retried (its worker died, the activity timed out), the calls that completed are answered from the
+journal and only the call that was in flight runs again. A journal entry whose input digest no
+longer matches (a read tool answered differently) is not reused.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -127,11 +129,14 @@ class JournaledModel(Model):
     ) -> ModelResponse:
         index = self.calls
         digest = call_digest(system_instructions, input)
-        found = self.journal.lookup_call(self.task_id, self.turn, index, digest)
+        # In a thread: a networked journal (PostgreSQL) must not block the worker's event loop.
+        found = await asyncio.to_thread(self.journal.lookup_call, self.task_id, self.turn, index, digest)
         if found is None:
             response = await self.inner.get_response(system_instructions, input, *args, **kwargs)
             call = dict(getattr(self.inner, "last_call", None) or {})
-            self.journal.record(self.task_id, self.turn, index, digest, response, call)
+            await asyncio.to_thread(
+                self.journal.record, self.task_id, self.turn, index, digest, response, call
+            )
             call["replayed"] = False
         else:
             response, call = found
