@@ -42,6 +42,7 @@ def test_the_committed_histories_are_all_there() -> None:
         HISTORIES / "pre-colocated-dispatch",
         HISTORIES / "pre-bounded-payloads",
         HISTORIES / "pre-parallel-batch",
+        HISTORIES / "pre-threads",
     ):
         assert EXPECTED <= {p.stem for p in folder.glob("*.json")}, folder
 
