@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
+import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -22,6 +25,7 @@ import pytest
 from agents.items import ModelResponse
 from agents.usage import Usage
 from openai.types.responses import ResponseOutputMessage, ResponseOutputText
+from pydantic import SecretStr
 from temporalio.client import Client, WorkflowHandle
 
 from activities.stores import postgres_db
@@ -36,6 +40,7 @@ from schemas.authz import AuthzRequest
 from schemas.config import WorkerConfig
 from schemas.events import Event
 from schemas.tasks import TaskPhase
+from tests.helpers.agents import CALL_LOG_ENV
 from tests.helpers.postgres_server import PostgresServer, start_postgres
 from tests.helpers.support import (
     REPO,
@@ -46,6 +51,7 @@ from tests.helpers.support import (
     make_config,
     run_cli,
     running_worker,
+    spawn_worker,
 )
 
 Host = Callable[[str], WorkerConfig]
@@ -344,3 +350,50 @@ async def _retried_failure(handle: WorkflowHandle[Any, Any], within: float = 60)
                 return f"{pending.activity_type.name}: {pending.last_failure.message}"
         assert asyncio.get_running_loop().time() < deadline, "no activity was retried during the outage"
         await asyncio.sleep(0.2)
+
+
+async def test_a_turn_killed_on_one_host_is_answered_from_the_shared_journal_on_another(
+    config_env: TaskEnv, postgres: PostgresServer, tmp_path: Path
+) -> None:
+    """Two worker processes with separate data dirs share one PostgreSQL (state and artifacts): the
+    first is SIGKILLed while a turn makes its model calls; the second, on another data dir, answers
+    the completed calls from the shared journal, so at most the call in flight is made twice."""
+    dsn = _fresh_database(postgres)
+    shared = {"state_backend": "postgres", "state_dsn": SecretStr(dsn), "artifact_backend": "postgres"}
+    host_a = TaskEnv(
+        client=config_env.client,
+        config=config_env.config.model_copy(update={**shared, "data_dir": tmp_path / "host-a"}),
+        address=config_env.address,
+    )
+    host_b = TaskEnv(
+        client=config_env.client,
+        config=host_a.config.model_copy(update={"data_dir": tmp_path / "host-b"}),
+        address=config_env.address,
+    )
+    call_log = tmp_path / "calls.log"
+    first = spawn_worker(host_a, tmp_path / "worker-a.log", **{CALL_LOG_ENV: str(call_log)})
+    try:
+        handle = await host_a.start({"agent": "notes", "prompt": "take your notes"})
+        deadline = time.monotonic() + 60
+        while not call_log.exists() or len(call_log.read_text().split()) < 3:
+            assert time.monotonic() < deadline, "the turn never got going"
+            await asyncio.sleep(0.05)
+        os.kill(first.pid, signal.SIGKILL)
+        await asyncio.to_thread(first.wait, 10)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    calls_before_kill = len(call_log.read_text().split())
+    second = spawn_worker(host_b, tmp_path / "worker-b.log", **{CALL_LOG_ENV: str(call_log)})
+    try:
+        result = await asyncio.wait_for(handle.result(), 120)
+    finally:
+        second.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(second.wait, 30)
+        postgres_db.close_pools()
+    assert result.phase is TaskPhase.COMPLETED and result.final_output == "took 6 notes"
+    calls = Counter(call_log.read_text().split())
+    assert sorted(calls) == [str(i) for i in range(7)], calls
+    assert sum(n - 1 for n in calls.values()) <= 1
+    assert result.usage.replayed_model_calls >= calls_before_kill - 1 >= 2
+    assert not (tmp_path / "host-a" / "journal").exists() and not (tmp_path / "host-b" / "journal").exists()
