@@ -43,7 +43,7 @@ from activities.agent.tools import (
     plan_call,
     unbind_turn,
 )
-from activities.artifacts import LocalArtifactStore
+from activities.artifacts import ArtifactStore
 from activities.errors import AgentError, ToolPlanError, TurnError, activity_boundary
 from activities.tools import mcp as mcp_tools
 from schemas.actions import ActionResult, ActionStatus, ProposedAction, action_version
@@ -81,14 +81,23 @@ def journal_key(input: TurnInput) -> str:
 class AgentActivities:
     """Agent-kernel activities over a registry of agents and an artifact store."""
 
-    def __init__(self, registry: AgentRegistry, store: LocalArtifactStore, config: WorkerConfig) -> None:
-        """Raises ``ConfigError`` (naming the agent and the setting) when an agent's model cannot be
+    def __init__(
+        self,
+        registry: AgentRegistry,
+        store: ArtifactStore,
+        config: WorkerConfig,
+        journal: ModelCallJournal | None = None,
+    ) -> None:
+        """``journal``: where completed model calls are kept (the worker passes the configured
+        backend; default: the local one under the data dir).
+
+        Raises ``ConfigError`` (naming the agent and the setting) when an agent's model cannot be
         resolved under ``config``: the worker refuses to start rather than fail its first task."""
         check_models((registry.get(name) for name in registry.names()), config)
         self.registry = registry
         self.store = store
         self.config = config
-        self.journal = ModelCallJournal(config.journal_dir)
+        self.journal = journal or ModelCallJournal(config.journal_dir)
 
     @activity.defn(name="agent.turn")
     @activity_boundary
@@ -324,7 +333,7 @@ class _TurnHooks(ReadToolRecorder):
     """The turn's run hooks: read tool records, and which agent calls the model next (for the
     scripted models of a handoff's specialist, ``AgentRoutedModel``)."""
 
-    def __init__(self, store: LocalArtifactStore, turn: int, routed: list[AgentRoutedModel]) -> None:
+    def __init__(self, store: ArtifactStore, turn: int, routed: list[AgentRoutedModel]) -> None:
         super().__init__(store, turn)
         self._routed = routed
 
