@@ -331,8 +331,9 @@ async def test_a_stdio_server_runs_contained_without_network_or_host_writes(
     assert "uid=65534" in who
     names = set(json.loads(who.split("env=", 1)[1].replace("'", '"')))
     assert names <= {"PATH", "HOME", "PROBE_PORT", "NOTES_DIR", "PWD", "LC_CTYPE"}
-    assert "MCP servers made durable" in await _read(
-        agent, [NOTE_RULES], "read_file_tool", {"path": __file__}, store
+    # Its working directory is readable (bound in, read-only, wherever the checkout lies).
+    assert "out of toner" in await _read(
+        agent, [NOTE_RULES], "read_file_tool", {"path": str(SERVERS / "printer.txt")}, store
     )
 
 

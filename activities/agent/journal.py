@@ -53,10 +53,8 @@ class ModelCallJournal:
     ) -> tuple[ModelResponse, dict[str, Any]] | None:
         """The journaled response of this call and its record (which model answered), if it
         completed before with the same input."""
-        path = self._path(task_id, turn, index)
-        try:
-            entry = json.loads(path.read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
+        entry = self.read_entry(task_id, turn, index)
+        if entry is None:
             return None
         if entry.get("input_digest") != input_digest:
             log.warning(
@@ -79,10 +77,7 @@ class ModelCallJournal:
         response: ModelResponse,
         call: dict[str, Any] | None = None,
     ) -> None:
-        """Journal a completed call and its ``call`` record (atomically: a torn write is never read
-        back)."""
-        path = self._path(task_id, turn, index)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        """Journal a completed call and its ``call`` record."""
         entry = {
             "input_digest": input_digest,
             "output": [item.model_dump(mode="json", exclude_none=True) for item in response.output],
@@ -90,6 +85,22 @@ class ModelCallJournal:
             "response_id": response.response_id,
             "call": call or {},
         }
+        self.write_entry(task_id, turn, index, entry)
+
+    # A backend stores entries (JSON objects) by task, turn and call index: these two are all it
+    # overrides.
+
+    def read_entry(self, task_id: str, turn: int, index: int) -> dict[str, Any] | None:
+        """The stored entry of this call, or None."""
+        try:
+            return json.loads(self._path(task_id, turn, index).read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+
+    def write_entry(self, task_id: str, turn: int, index: int, entry: dict[str, Any]) -> None:
+        """Store the entry of this call (atomically: a torn write is never read back)."""
+        path = self._path(task_id, turn, index)
+        path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         with os.fdopen(fd, "w") as f:
             json.dump(entry, f)

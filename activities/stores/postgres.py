@@ -23,11 +23,9 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import structlog
-from agents.items import ModelResponse
-from agents.usage import deserialize_usage, serialize_usage
 from temporalio.client import Client
 
-from activities.agent.journal import _OUTPUT_ITEM, ModelCallJournal
+from activities.agent.journal import ModelCallJournal
 from activities.authz import ALL_TOOLS
 from activities.stores import postgres_db as db
 from activities.tenants import TenantAdmission
@@ -55,9 +53,7 @@ class PostgresJournal(ModelCallJournal):
     def __repr__(self) -> str:
         return f"PostgresJournal({db.describe(self.dsn)!r})"
 
-    def lookup_call(
-        self, task_id: str, turn: int, index: int, input_digest: str
-    ) -> tuple[ModelResponse, dict[str, Any]] | None:
+    def read_entry(self, task_id: str, turn: int, index: int) -> dict[str, Any] | None:
         row = db.run(
             self.dsn,
             "journal.lookup",
@@ -67,37 +63,9 @@ class PostgresJournal(ModelCallJournal):
                 (_task_key(task_id), turn, index),
             ).fetchone(),
         )
-        if row is None:
-            return None
-        entry = row[0]
-        if entry.get("input_digest") != input_digest:
-            log.warning(
-                "journaled model call had another input; calling the model again", turn=turn, index=index
-            )
-            return None
-        response = ModelResponse(
-            output=[_OUTPUT_ITEM.validate_python(item) for item in entry["output"]],
-            usage=deserialize_usage(entry["usage"]),
-            response_id=entry.get("response_id"),
-        )
-        return response, entry.get("call") or {}
+        return None if row is None else row[0]
 
-    def record(
-        self,
-        task_id: str,
-        turn: int,
-        index: int,
-        input_digest: str,
-        response: ModelResponse,
-        call: dict[str, Any] | None = None,
-    ) -> None:
-        entry = {
-            "input_digest": input_digest,
-            "output": [item.model_dump(mode="json", exclude_none=True) for item in response.output],
-            "usage": serialize_usage(response.usage),
-            "response_id": response.response_id,
-            "call": call or {},
-        }
+    def write_entry(self, task_id: str, turn: int, index: int, entry: dict[str, Any]) -> None:
         db.run(
             self.dsn,
             "journal.record",
