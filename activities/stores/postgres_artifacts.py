@@ -12,11 +12,12 @@ import threading
 
 from activities.artifacts import BlobStoreMixin, require_digest, verified
 from activities.errors import ArtifactNotFound, ArtifactUnavailable
+from activities.stores import postgres_db as db
 from schemas.digests import digest_bytes
 
 try:
     import psycopg
-    from psycopg_pool import ConnectionPool, PoolTimeout
+    from psycopg_pool import PoolTimeout
 except ImportError as err:  # pragma: no cover - the extra is missing
     raise ImportError(
         f"the PostgreSQL artifact store needs psycopg and psycopg-pool: pip install 'agent-worker[postgres]' "
@@ -32,9 +33,6 @@ CREATE TABLE IF NOT EXISTS {TABLE} (
     created_at timestamptz NOT NULL DEFAULT now()
 )
 """
-# Connections shared by the activity threads of one worker.
-MAX_POOL_SIZE = 16
-CONNECT_TIMEOUT = 5.0
 
 
 class PostgresArtifactStore(BlobStoreMixin):
@@ -48,19 +46,11 @@ class PostgresArtifactStore(BlobStoreMixin):
         max_size: the most connections the pool opens.
     """
 
-    def __init__(self, dsn: str, *, max_size: int = MAX_POOL_SIZE) -> None:
-        self._pool = ConnectionPool(
-            dsn,
-            min_size=1,
-            max_size=max_size,
-            open=False,
-            timeout=CONNECT_TIMEOUT,
-            kwargs={"connect_timeout": int(CONNECT_TIMEOUT), "autocommit": True},
-            name="agent-worker-artifacts",
-        )
+    def __init__(self, dsn: str, *, max_size: int = db.MAX_POOL_SIZE) -> None:
+        self._pool = db.new_pool(dsn, "agent-worker-artifacts", max_size)
         self._lock = threading.Lock()
         self._ready = False
-        self._where = _describe(dsn)
+        self._where = db.describe(dsn)
 
     def __repr__(self) -> str:
         return f"PostgresArtifactStore({self._where!r})"
@@ -131,15 +121,6 @@ class PostgresArtifactStore(BlobStoreMixin):
     def close(self) -> None:
         """Close the pool's connections."""
         self._pool.close()
-
-
-def _describe(dsn: str) -> str:
-    """host:port/dbname of ``dsn``, without the password."""
-    try:
-        info = psycopg.conninfo.conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError:
-        return "(unparsable DSN)"
-    return f"{info.get('host', 'localhost')}:{info.get('port', 5432)}/{info.get('dbname', '')}"
 
 
 __all__ = ["PostgresArtifactStore"]

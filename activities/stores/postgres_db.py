@@ -89,20 +89,26 @@ _pools_lock = threading.Lock()
 T = TypeVar("T")
 
 
+def new_pool(dsn: str, name: str, max_size: int = MAX_POOL_SIZE) -> ConnectionPool:
+    """An unopened pool of autocommit connections to ``dsn`` with the stores' timeouts (building it
+    contacts nothing)."""
+    return ConnectionPool(
+        dsn,
+        min_size=1,
+        max_size=max_size,
+        open=False,
+        timeout=CONNECT_TIMEOUT,
+        kwargs={"connect_timeout": int(CONNECT_TIMEOUT), "autocommit": True},
+        name=name,
+    )
+
+
 def pool_for(dsn: str) -> ConnectionPool:
     """The process's one pool for ``dsn`` (opened on first use; building it contacts nothing)."""
     with _pools_lock:
         pool = _pools.get(dsn)
         if pool is None or pool.closed:
-            pool = ConnectionPool(
-                dsn,
-                min_size=1,
-                max_size=MAX_POOL_SIZE,
-                open=False,
-                timeout=CONNECT_TIMEOUT,
-                kwargs={"connect_timeout": int(CONNECT_TIMEOUT), "autocommit": True},
-                name="agent-worker-state",
-            )
+            pool = new_pool(dsn, "agent-worker-state")
             pool.open(wait=False)
             _pools[dsn] = pool
         return pool
