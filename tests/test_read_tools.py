@@ -23,7 +23,7 @@ from schemas.actions import ActionResult, ActionStatus
 from schemas.digests import canonical_json, digest_bytes
 from schemas.tasks import TaskPhase
 from schemas.turns import MAX_TOOL_CALL_RECORDS, TurnInput
-from tests.helpers.support import TEST_AGENTS, TaskEnv, make_config, run_cli, running_worker
+from tests.helpers.support import TEST_AGENTS, TaskEnv, assert_replays, make_config, run_cli, running_worker
 
 
 @function_tool
@@ -146,6 +146,7 @@ async def test_read_tool_calls_are_events_and_evidence_that_verify_checks(
     assert code == 1
     [failed] = [line for line in out.splitlines() if line.startswith("FAIL")]
     assert failed.startswith("FAIL tool call lookup_price call_price (turn 1): output bundle copy altered")
+    await assert_replays(env.client, handle.id)
 
 
 def turn_activities(tmp_path: Path) -> AgentActivities:

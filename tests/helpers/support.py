@@ -233,9 +233,11 @@ async def assert_replays(
     """Replay the task's history (its latest run, or ``run_id``) against the current code; returns
     the history as JSON.
 
-    With ``AW_RECORD_HISTORIES=DIR`` set, the history is also saved there under the test's
-    name (``make histories`` refreshes ``tests/histories/`` this way), unless ``keep`` is False (a
-    history too large to commit).
+    With ``AW_RECORD_HISTORIES=DIR`` set, the history is also saved there under the test
+    function's name (``make histories`` refreshes ``tests/histories/`` this way), unless ``keep`` is
+    False (a history too large to commit). The parametrization is left out of the name, so that
+    each file maps to a listed test function: a parametrized test (or one running several tasks)
+    keeps the last history it replayed.
     """
     history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
     await Replayer(workflows=[AgentTaskWorkflow], data_converter=pydantic_data_converter).replay_workflow(
@@ -243,7 +245,9 @@ async def assert_replays(
     )
     record_dir = os.environ.get("AW_RECORD_HISTORIES")
     if record_dir and keep:
-        test_name = os.environ["PYTEST_CURRENT_TEST"].split("::")[-1].split(" ")[0]
+        # "tests/test_x.py::test_y[param-id] (call)" -> "test_y"; an id may hold "/" or spaces.
+        node = os.environ["PYTEST_CURRENT_TEST"].rsplit(" ", 1)[0]
+        test_name = node.split("[", 1)[0].split("::")[-1]
         Path(record_dir).mkdir(parents=True, exist_ok=True)
         (Path(record_dir) / f"{test_name}.json").write_text(history.to_json())
         # Child ids derive from the workflow id, so a replay needs the real one.
