@@ -273,7 +273,13 @@ def build_workers(
     registry = AgentRegistry.from_import_paths(config.agents) if roles & {"agent", "business"} else None
     if "agent" in roles:
         assert registry is not None
-        agent = AgentActivities(registry, store, config, state_stores.build_journal(config))
+        agent = AgentActivities(
+            registry,
+            store,
+            config,
+            state_stores.build_journal(config),
+            state_stores.build_stream_backend(config),
+        )
         tools = ToolActivities(registry, store, config)
         role_activities[AGENT_QUEUE_SUFFIX] = [agent.turn, agent.plan, tools.call_function, tools.call_mcp]
     if "sandbox" in roles:

@@ -227,6 +227,22 @@ class WorkerConfig(BaseModel):
     state_dsn: SecretStr | None = Field(
         default=None, description="PostgreSQL DSN (libpq string or URL) of state_backend=postgres."
     )
+    stream_backend: Literal["none", "local", "redis"] = Field(
+        default="local",
+        description="Where a task's live stream goes (model tokens, tool calls, step boundaries; out "
+        "of band, never in history; best effort, the event sink stays the audit record): 'local' (a "
+        "SQLite file in the data dir; readers on the same host), 'redis' (Redis Streams at stream_url, "
+        "for a fleet) or 'none' (no live stream).",
+    )
+    stream_url: SecretStr | None = Field(
+        default=None, description="The Redis URL of stream_backend=redis (redis://host:6379/0)."
+    )
+    stream_retention: int = Field(
+        default=10_000,
+        ge=10,
+        description="Entries kept per task's stream; older ones are trimmed (a reader that far behind "
+        "is told of the gap).",
+    )
     log_format: Literal["console", "json"] = "console"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     max_concurrent_activities: int = Field(default=64, ge=1)
@@ -296,6 +312,12 @@ class WorkerConfig(BaseModel):
             raise ValueError("AGENT_WORKER_STATE_BACKEND=postgres needs AGENT_WORKER_STATE_DSN")
         return self
 
+    @model_validator(mode="after")
+    def _stream_backend_settings(self) -> WorkerConfig:
+        if self.stream_backend == "redis" and self.stream_url is None:
+            raise ValueError("AGENT_WORKER_STREAM_BACKEND=redis needs AGENT_WORKER_STREAM_URL")
+        return self
+
     @property
     def artifact_postgres_dsn(self) -> SecretStr | None:
         """The DSN of artifact_backend=postgres: ``artifact_dsn``, else the state DSN."""
@@ -351,6 +373,11 @@ class WorkerConfig(BaseModel):
     def journal_dir(self) -> Path:
         """Where completed model calls are journaled, so a retried turn does not repeat them."""
         return self.data_dir / "journal"
+
+    @property
+    def stream_db(self) -> Path:
+        """The local stream backend's SQLite file."""
+        return self.data_dir / "streams.db"
 
     @property
     def sandbox_root(self) -> Path:

@@ -134,12 +134,17 @@ class JournaledModel(Model):
     replayed: int = 0
     usage: Usage = field(default_factory=Usage)
     records: list[dict[str, Any]] = field(default_factory=list)
+    # The turn's live stream (``activities.agent.streaming.TurnStream``): a call the inner model
+    # did not stream (a journaled one, say) is written to it whole.
+    stream: Any = None
 
     async def get_response(
         self, system_instructions: str | None, input: Any, *args: Any, **kwargs: Any
     ) -> ModelResponse:
         index = self.calls
         digest = call_digest(system_instructions, input)
+        if self.stream is not None:
+            self.stream.begin_call(index)
         # In a thread: a networked journal (PostgreSQL) must not block the worker's event loop.
         found = await asyncio.to_thread(self.journal.lookup_call, self.task_id, self.turn, index, digest)
         if found is None:
@@ -153,6 +158,8 @@ class JournaledModel(Model):
             response, call = found
             call = {**call, "replayed": True}
             self.replayed += 1
+        if self.stream is not None:
+            self.stream.end_call(response)
         self.records.append(call)
         self.calls += 1
         self.usage.add(response.usage)

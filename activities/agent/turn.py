@@ -34,6 +34,7 @@ from activities.agent.providers import (
     resolve_chain,
 )
 from activities.agent.registry import AgentRegistration, AgentRegistry, find_agent, find_tool
+from activities.agent.streaming import StreamingModel, TurnStream
 from activities.agent.tool_records import ReadToolRecorder
 from activities.agent.tools import (
     TurnServices,
@@ -45,6 +46,7 @@ from activities.agent.tools import (
 )
 from activities.artifacts import ArtifactStore
 from activities.errors import AgentError, ToolPlanError, TurnError, activity_boundary
+from activities.stores.streams import StreamBackend
 from activities.tools import mcp as mcp_tools
 from schemas.actions import ActionResult, ActionStatus, ProposedAction, action_version
 from schemas.config import ConfigError, WorkerConfig
@@ -87,9 +89,11 @@ class AgentActivities:
         store: ArtifactStore,
         config: WorkerConfig,
         journal: ModelCallJournal | None = None,
+        streams: StreamBackend | None = None,
     ) -> None:
         """``journal``: where completed model calls are kept (the worker passes the configured
-        backend; default: the local one under the data dir).
+        backend; default: the local one under the data dir). ``streams``: where turns write their
+        live stream (the worker passes the configured ``stream_backend``; None: no live stream).
 
         Raises ``ConfigError`` (naming the agent and the setting) when an agent's model cannot be
         resolved under ``config``: the worker refuses to start rather than fail its first task."""
@@ -98,14 +102,23 @@ class AgentActivities:
         self.store = store
         self.config = config
         self.journal = journal or ModelCallJournal(config.journal_dir)
+        self.streams = streams
 
     @activity.defn(name="agent.turn")
     @activity_boundary
     async def turn(self, input: TurnInput) -> TurnResult:
         """Run the agent until it answers or proposes effectful calls."""
         registration = self.registry.get(input.agent)
-        async with self._with_mcp(registration, input.mcp_catalog_ref) as (agent, catalog_ref):
-            result = await self._turn(input, registration, agent)
+        stream = TurnStream.for_attempt(self.streams, input.task_id, input.run_chain, input.turn)
+        try:
+            async with self._with_mcp(registration, input.mcp_catalog_ref) as (agent, catalog_ref):
+                result = await self._turn(input, registration, agent, stream)
+        except BaseException as err:
+            stream.step("turn.failed", error=type(err).__name__)
+            await stream.close()
+            raise
+        stream.step("turn.finished", status=result.status, proposed=len(result.proposed))
+        await stream.close()
         return result.model_copy(update={"mcp_catalog_ref": catalog_ref})
 
     def _with_mcp(
@@ -120,12 +133,20 @@ class AgentActivities:
             agent, registration.mcp, self.store, catalog_ref, unsafe_dev=self.config.sandbox_unsafe_dev
         )
 
-    async def _turn(self, input: TurnInput, registration: AgentRegistration, agent: Agent) -> TurnResult:
+    async def _turn(
+        self, input: TurnInput, registration: AgentRegistration, agent: Agent, stream: TurnStream
+    ) -> TurnResult:
         try:
             chain = resolve_chain(registration, agent, self.config)
         except ConfigError as err:  # checked at worker start; a retry would not fix it
             raise AgentError(str(err), operation="agent.turn", retryable="no") from None
-        model = JournaledModel(ModelChain(chain), self.journal, journal_key(input), input.turn)
+        model = JournaledModel(
+            ModelChain(StreamingModel.wrap(chain, stream)),
+            self.journal,
+            journal_key(input),
+            input.turn,
+            stream=stream,
+        )
         run_config = RunConfig(
             model=model,
             model_settings=no_sdk_retries(),  # Temporal owns retries
@@ -141,7 +162,10 @@ class AgentActivities:
         )
         context = {"task_id": input.task_id}
         recorder = _TurnHooks(
-            self.store, input.turn, [c.model for c in chain if isinstance(c.model, AgentRoutedModel)]
+            self.store,
+            input.turn,
+            [c.model for c in chain if isinstance(c.model, AgentRoutedModel)],
+            stream,
         )
         token = bind_turn(services)
         compacted: CompactionRecord | None = None
@@ -333,13 +357,21 @@ class _TurnHooks(ReadToolRecorder):
     """The turn's run hooks: read tool records, and which agent calls the model next (for the
     scripted models of a handoff's specialist, ``AgentRoutedModel``)."""
 
-    def __init__(self, store: ArtifactStore, turn: int, routed: list[AgentRoutedModel]) -> None:
+    def __init__(
+        self, store: ArtifactStore, turn: int, routed: list[AgentRoutedModel], stream: TurnStream
+    ) -> None:
         super().__init__(store, turn)
         self._routed = routed
+        self._stream = stream
 
     async def on_llm_start(self, context: Any, agent: Agent[Any], *args: Any) -> None:
         for model in self._routed:
             model.current = agent.name
+
+    async def on_tool_end(self, context: Any, agent: Agent[Any], tool: Any, result: object) -> None:
+        await super().on_tool_end(context, agent, tool, result)
+        if self._read_only(tool):
+            self._stream.tool_result(tool.name, getattr(context, "tool_call_id", None), result)
 
 
 def needs_run_state(agent: Agent[Any], last_agent: Agent[Any]) -> bool:

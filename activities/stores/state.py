@@ -1,5 +1,6 @@
 """The one place the shared state stores are built from a config (``state_backend``): the
-model-call journal, tenant admission, the authorizer and the event sink.
+model-call journal, tenant admission, the authorizer and the event sink; and the live streams
+(``stream_backend``).
 
 The worker, the CLI (``events``, ``revoke``/``grant``, ``api``, ``migrate``) and the tests go
 through these factories, so nothing builds a local store behind the config's back. A plug-in
@@ -18,6 +19,7 @@ from activities.agent.journal import ModelCallJournal
 from activities.authz import Authorizer, SqliteAuthorizer
 from activities.events import EventSink, JsonlEventSink
 from activities.loading import load_object
+from activities.stores.streams import SqliteStreamBackend, StreamBackend
 from activities.tenants import TenantAdmission
 from schemas.config import ConfigError, WorkerConfig
 
@@ -69,6 +71,27 @@ def build_event_sink(config: WorkerConfig) -> EventSink:
     if config.state_backend == "postgres":
         return _postgres().PostgresEventSink(_dsn(config))
     return JsonlEventSink(config.events_dir)
+
+
+def build_stream_backend(config: WorkerConfig) -> StreamBackend | None:
+    """The configured stream backend (None for ``stream_backend=none``). Builds only: contacts
+    nothing.
+
+    Raises:
+        ConfigError: ``redis`` without its client library installed.
+    """
+    if config.stream_backend == "none":
+        return None
+    if config.stream_backend == "redis":
+        assert config.stream_url is not None  # the config's validator insists
+        try:
+            from activities.stores.redis_streams import RedisStreamBackend
+        except ImportError as err:
+            raise ConfigError(
+                f"AGENT_WORKER_STREAM_BACKEND=redis needs redis: pip install 'agent-worker[redis]' ({err})"
+            ) from None
+        return RedisStreamBackend(config.stream_url.get_secret_value(), config.stream_retention)
+    return SqliteStreamBackend(config.stream_db, config.stream_retention)
 
 
 def migrate_state(config: WorkerConfig) -> list[int]:
@@ -124,6 +147,7 @@ __all__ = [
     "build_authorizer",
     "build_event_sink",
     "build_journal",
+    "build_stream_backend",
     "check_state_stores",
     "migrate_state",
 ]

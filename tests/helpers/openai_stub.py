@@ -6,17 +6,24 @@ queue of replies.
 they answer the ``always`` reply if one is set, else 500, so an unexpected extra request fails
 loudly instead of passing quietly. Every request is recorded with its path, arrival time
 (``time.monotonic()``) and JSON body.
+
+A request with ``"stream": true`` gets a 200 reply as the API's Server-Sent Events
+(``openai_stream``): the same answer, word by word, ``chunk_delay`` seconds between chunks (the
+reply's own, else the stub's), so a test can watch tokens arrive before the answer is complete.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.helpers.openai_stream import chat_events, responses_events
 
 
 @dataclass(frozen=True)
@@ -28,6 +35,9 @@ class Reply:
     body: Any = None
     delay: float = 0.0
     text: str | None = None  # a 200 whose assistant message says this, in the shape of the API asked
+    chunk_delay: float | None = None  # between a streamed reply's chunks (None: the stub's)
+    stream: bool = False  # set by the stub: the request asked for a stream
+    path: str = ""  # set by the stub: the API asked
 
 
 @dataclass(frozen=True)
@@ -105,7 +115,8 @@ def error_json(
 class OpenAIStub:
     """The scripted server; use as a context manager, then point a client at ``base_url``."""
 
-    def __init__(self) -> None:
+    def __init__(self, chunk_delay: float = 0.0) -> None:
+        self.chunk_delay = chunk_delay
         self.requests: list[RecordedRequest] = []
         self._replies: collections.deque[Reply] = collections.deque()
         self._always: Reply | None = None
@@ -137,17 +148,24 @@ class OpenAIStub:
         with self._lock:
             self._replies.append(Reply(status, headers or {}, body, delay))
 
-    def reply_text(self, text: str, *, delay: float = 0.0) -> None:
-        """Queue a 200 whose assistant message says ``text`` (in either API's shape)."""
+    def reply_text(self, text: str, *, delay: float = 0.0, chunk_delay: float | None = None) -> None:
+        """Queue a 200 whose assistant message says ``text`` (in either API's shape); streamed with
+        ``chunk_delay`` between chunks."""
         with self._lock:
-            self._replies.append(Reply(200, {}, None, delay, text=text))
+            self._replies.append(Reply(200, {}, None, delay, text=text, chunk_delay=chunk_delay))
 
     def always(
-        self, status: int = 200, *, text: str | None = None, message: str = "", code: str | None = None
+        self,
+        status: int = 200,
+        *,
+        text: str | None = None,
+        message: str = "",
+        code: str | None = None,
+        chunk_delay: float | None = None,
     ) -> None:
         """Answer every request the queue does not: ``text`` (a 200), or an error with ``message``."""
         reply = (
-            Reply(status, {}, None, 0.0, text=text)
+            Reply(status, {}, None, 0.0, text=text, chunk_delay=chunk_delay)
             if text is not None
             else Reply(
                 status,
@@ -191,11 +209,14 @@ class OpenAIStub:
                 reply = self._always
             else:
                 return Reply(500, {}, error_json("openai stub: no scripted reply left", type="server_error"))
+            stream = isinstance(body, dict) and body.get("stream") is True
+            delay = self.chunk_delay if reply.chunk_delay is None else reply.chunk_delay
+            reply = dataclasses.replace(reply, stream=stream, path=path, chunk_delay=delay)
             if reply.text is None:
                 return reply
             model = body.get("model", "gpt-test") if isinstance(body, dict) else "gpt-test"
             shape = chat_completion_json if path == "/v1/chat/completions" else response_json
-            return Reply(reply.status, reply.headers, shape(reply.text, model=model), reply.delay)
+            return dataclasses.replace(reply, body=shape(reply.text, model=model), text=None)
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         stub = self
@@ -216,6 +237,9 @@ class OpenAIStub:
             def _send(self, reply: Reply) -> None:
                 if reply.delay:
                     time.sleep(reply.delay)
+                if reply.stream and reply.status == 200 and isinstance(reply.body, dict):
+                    self._stream(reply)
+                    return
                 payload = b"" if reply.body is None else json.dumps(reply.body).encode()
                 try:
                     self.send_response(reply.status)
@@ -228,6 +252,25 @@ class OpenAIStub:
                 except (BrokenPipeError, ConnectionResetError):
                     # The client gave up (a timeout test); there is nobody left to answer.
                     pass
+
+            def _stream(self, reply: Reply) -> None:
+                events = chat_events if reply.path == "/v1/chat/completions" else responses_events
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.send_header("Cache-Control", "no-cache")
+                    self.send_header("Connection", "close")
+                    for name, value in reply.headers.items():
+                        self.send_header(name, value)
+                    self.end_headers()
+                    for n, chunk in enumerate(events(reply.body)):
+                        if n and reply.chunk_delay:
+                            time.sleep(reply.chunk_delay)
+                        self.wfile.write(chunk)
+                        self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client went away mid-stream (a killed worker)
+                self.close_connection = True
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass

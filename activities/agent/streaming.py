@@ -1,0 +1,279 @@
+"""A turn's live stream: the model's tokens, tool-call starts, read-tool results and step boundaries,
+written to the stream backend as they happen (``schemas.streams``), never through history.
+
+``TurnStream`` is the turn's writer: ``emit`` only buffers (it never waits for the store); a
+background task appends what has gathered every ``FLUSH_SECONDS``, in a thread. The stream is best
+effort: a store that is down or slow never fails or holds up the turn; what could not be written is
+logged once per turn and counted (``agent_worker_stream_dropped``), and the event sink stays the
+audit record.
+
+``StreamingModel`` wraps a real model of the turn's chain: its ``get_response`` reads the model's
+``stream_response``, forwards text deltas and tool-call starts, and returns the ``ModelResponse``
+of the final ``response.completed`` event, so the run is driven (and journaled, and falls back) as
+before. A model that fails after it wrote tokens leaves a ``superseded`` entry for its call before
+the next model of the chain answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import structlog
+from agents.exceptions import ModelBehaviorError
+from agents.items import ModelResponse, TResponseStreamEvent
+from agents.models.interface import Model
+from agents.usage import Usage
+from temporalio import activity
+
+from activities.agent.providers import ModelChoice
+from activities.stores.streams import StreamBackend
+from schemas.streams import StreamEntry, StreamKind
+from telemetry import metrics
+
+log = structlog.get_logger(__name__)
+
+FLUSH_SECONDS = 0.05
+# Entries waiting for a slow store past this many are dropped (counted), not kept without bound.
+MAX_PENDING = 20_000
+# How long the end of a turn waits for its last entries to be written.
+CLOSE_SECONDS = 2.0
+PREVIEW_CHARS = 2_000
+_STREAMED = frozenset({"responses", "chat_completions"})
+
+
+class TurnStream:
+    """The live stream of one attempt of one turn (see the module docstring)."""
+
+    def __init__(
+        self,
+        backend: StreamBackend | None,
+        task_id: str,
+        run_chain: str | None,
+        turn: int,
+        attempt: int = 1,
+    ) -> None:
+        self.backend = backend
+        self.task_id = task_id
+        self.run_chain = run_chain
+        self.turn = turn
+        self.attempt = attempt
+        self.call = 0
+        self.call_streamed = False
+        self.dropped = 0
+        self._pending: list[StreamEntry] = []
+        self._wake = asyncio.Event()
+        self._closing = False
+        self._flusher: asyncio.Task[None] | None = None
+        self._warned = False
+
+    @classmethod
+    def for_attempt(
+        cls, backend: StreamBackend | None, task_id: str, run_chain: str | None, turn: int
+    ) -> TurnStream:
+        """The stream of the running ``agent.turn`` attempt: a retried attempt first marks the
+        earlier attempts' entries of its turn superseded, then says the turn started."""
+        attempt = activity.info().attempt if activity.in_activity() else 1
+        stream = cls(backend, task_id, run_chain, turn, attempt)
+        if attempt > 1:
+            stream.emit("superseded", {"reason": "retry", "attempts_before": attempt})
+        stream.step("turn.started")
+        return stream
+
+    @property
+    def enabled(self) -> bool:
+        return self.backend is not None
+
+    def emit(self, kind: StreamKind, data: dict[str, Any], call: int | None = None) -> None:
+        """Queue an entry (never waits)."""
+        if self.backend is None:
+            return
+        if len(self._pending) >= MAX_PENDING:
+            self._drop(1, "too many entries waiting for the stream store")
+            return
+        self._pending.append(
+            StreamEntry(
+                task_id=self.task_id,
+                run_chain=self.run_chain,
+                turn=self.turn,
+                attempt=self.attempt,
+                call=self.call if call is None else call,
+                kind=kind,
+                data=data,
+                at=time.time(),
+            )
+        )
+        if self._flusher is None:
+            self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
+
+    def step(self, step: str, **data: Any) -> None:
+        self.emit("step", {"step": step, **data})
+
+    def begin_call(self, index: int) -> None:
+        """A model call starts (its entries carry ``index``)."""
+        self.call = index
+        self.call_streamed = False
+
+    def end_call(self, response: ModelResponse) -> None:
+        """A model call answered: when nothing streamed it (a scripted model, a journaled answer, a
+        model that does not stream), its text is one ``token`` entry and its tool calls follow."""
+        if self.call_streamed:
+            return
+        text = response_text(response)
+        if text:
+            self.emit("token", {"text": text})
+        for item in response.output:
+            if getattr(item, "type", None) == "function_call":
+                self.emit("tool_call", {"name": item.name, "call_id": item.call_id})
+
+    def tool_result(self, name: str, call_id: str | None, output: object) -> None:
+        """A read tool finished inside the turn (its output cut to a preview)."""
+        text = output if isinstance(output, str) else str(output)
+        self.emit(
+            "tool_result",
+            {"name": name, "call_id": call_id, "output": text[:PREVIEW_CHARS], "chars": len(text)},
+        )
+
+    async def close(self) -> None:
+        """Write what is left (waiting at most ``CLOSE_SECONDS``); never raises."""
+        self._closing = True
+        self._wake.set()
+        if self._flusher is None:
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(self._flusher), CLOSE_SECONDS)
+        except (TimeoutError, asyncio.CancelledError):
+            self._drop(len(self._pending), "the stream store did not answer before the turn ended")
+            self._pending.clear()
+        except Exception:  # the flusher logs its own failures
+            pass
+
+    async def _flush_loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), FLUSH_SECONDS)
+            self._wake.clear()
+            batch, self._pending = self._pending, []
+            if batch:
+                assert self.backend is not None
+                try:
+                    await asyncio.to_thread(self.backend.append, self.task_id, self.run_chain, batch)
+                except Exception as err:  # best effort: the turn goes on without its stream
+                    self._drop(len(batch), f"{type(err).__name__}: {err}")
+            if self._closing and not self._pending:
+                return
+
+    def _drop(self, count: int, why: str) -> None:
+        self.dropped += count
+        metrics.activity_counter("agent_worker_stream_dropped", count)
+        if not self._warned:
+            self._warned = True
+            log.warning(
+                "live stream entries dropped (the turn goes on)",
+                task_id=self.task_id,
+                turn=self.turn,
+                reason=why[:300],
+            )
+
+
+def response_text(response: ModelResponse) -> str:
+    """The text of a response's assistant messages."""
+    parts = []
+    for item in response.output:
+        if getattr(item, "type", None) == "message":
+            for content in getattr(item, "content", []):
+                if getattr(content, "type", None) == "output_text":
+                    parts.append(content.text)
+    return "".join(parts)
+
+
+@dataclasses.dataclass
+class StreamingModel(Model):
+    """A real model answered through its stream (see the module docstring)."""
+
+    inner: Model
+    stream: TurnStream
+    label: str = ""
+
+    @classmethod
+    def wrap(cls, chain: list[ModelChoice], stream: TurnStream) -> list[ModelChoice]:
+        """The chain with its OpenAI models (Responses, Chat Completions) answering through their
+        streams; the others (scripted, LiteLLM, an agent's own ``Model``) as they are, their
+        answers written whole (``TurnStream.end_call``)."""
+        if not stream.enabled:
+            return chain
+        return [
+            dataclasses.replace(c, model=cls(c.model, stream, c.label)) if c.api in _STREAMED else c
+            for c in chain
+        ]
+
+    async def get_response(
+        self, system_instructions: Any, input: Any, model_settings: Any, *args: Any, **kwargs: Any
+    ) -> ModelResponse:
+        if getattr(model_settings, "include_usage", None) is None:
+            # Chat Completions streams report usage only when asked.
+            model_settings = dataclasses.replace(model_settings, include_usage=True)
+        stream = self.stream
+        stream.step("call.started", model=self.label)
+        final = None
+        try:
+            events = self.inner.stream_response(system_instructions, input, model_settings, *args, **kwargs)
+            async with contextlib.aclosing(events) as events:  # type: ignore[type-var]
+                async for event in events:
+                    final = self._forward(event) or final
+        except BaseException as err:
+            if stream.call_streamed:
+                stream.emit(
+                    "superseded",
+                    {"call": stream.call, "model": self.label, "reason": type(err).__name__},
+                )
+                stream.call_streamed = False
+            raise
+        if final is None:
+            raise ModelBehaviorError("Model did not produce a final response!")
+        return ModelResponse(output=final.output, usage=_usage(final), response_id=final.id)
+
+    def _forward(self, event: Any) -> Any:
+        """Forward one stream event; the final response when this is the completed event."""
+        kind = getattr(event, "type", None)
+        if kind == "response.output_text.delta" and event.delta:
+            self.stream.call_streamed = True
+            self.stream.emit("token", {"text": event.delta})
+        elif kind == "response.output_item.added" and getattr(event.item, "type", None) == "function_call":
+            self.stream.call_streamed = True
+            self.stream.emit("tool_call", {"name": event.item.name, "call_id": event.item.call_id})
+        elif kind == "response.completed":
+            return event.response
+        elif kind in ("response.failed", "response.incomplete", "error", "response.error"):
+            raise ModelBehaviorError(f"the model's stream ended with {kind}")
+        return None
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[TResponseStreamEvent]:
+        return self.inner.stream_response(*args, **kwargs)
+
+    def get_retry_advice(self, request: Any) -> Any:
+        return self.inner.get_retry_advice(request)
+
+
+def _usage(response: Any) -> Usage:
+    usage = response.usage
+    if usage is None:
+        return Usage(requests=1)
+    found = Usage(
+        requests=1,
+        input_tokens=usage.input_tokens or 0,
+        output_tokens=usage.output_tokens or 0,
+        total_tokens=usage.total_tokens or 0,
+    )
+    if getattr(usage, "input_tokens_details", None) is not None:
+        found.input_tokens_details = usage.input_tokens_details
+    if getattr(usage, "output_tokens_details", None) is not None:
+        found.output_tokens_details = usage.output_tokens_details
+    return found
+
+
+__all__ = ["StreamingModel", "TurnStream", "response_text"]
