@@ -7,6 +7,7 @@
     POST /v1/tasks/{id}/input               follow-up input for the agent's next turn
     POST /v1/tasks/{id}/cancel              cancel it
     GET  /v1/tasks/{id}/events              its events as Server-Sent Events (``Last-Event-ID`` resumes)
+    GET  /v1/tasks/{id}/stream              its live stream (tokens, steps) as Server-Sent Events
     GET  /healthz                           "ok", without authentication
 
 **Who.** The web inbox's authentication (``inbox.auth``): in ``token`` mode a bearer token
@@ -31,9 +32,11 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, Header, HTTPException, Request, Response
 from fastapi.responses import PlainTextResponse, StreamingResponse
 from pydantic import BaseModel, Field
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 
+from activities.stores.streams import StreamBackend
 from agent_worker.client import AgentWorkerClient, AgentWorkerError, TaskNotFound
+from api.streams import follow_stream
 from inbox.auth import Authenticator
 from inbox.service import InboxError, InboxService, may_view
 from schemas.approvals import ApprovalRequest, DecisionKind, DecisionOutcome
@@ -57,6 +60,8 @@ class ApiConfig:
         stored_events: Reads a task's delivered events (the event sink: ``read_chain(task_id,
             chain)``), so the event stream is whole however far a reader is behind; None: only the
             task's newest events (its ``status`` query).
+        streams: The workers' stream backend (``stream_backend``), for the live stream; None:
+            the stream route answers 404.
     """
 
     auth: Authenticator
@@ -64,6 +69,7 @@ class ApiConfig:
     keys_dir: Path = field(default_factory=lambda: Path(".agent-worker/keys"))
     tenants: dict[str, list[str]] | None = None
     stored_events: Callable[[str, str | None], Iterable[Event]] | None = None
+    streams: StreamBackend | None = None
 
 
 class StartRequest(BaseModel):
@@ -222,6 +228,31 @@ def build_api(client: Client, config: ApiConfig) -> FastAPI:
         stored = config.stored_events
         read_stored = (lambda: list(stored(task_id, chain or None))) if stored else None
         return StreamingResponse(_follow(tasks, task_id, after, read_stored), media_type="text/event-stream")
+
+    @app.get("/v1/tasks/{task_id:path}/stream")
+    async def stream(
+        task_id: str, who: Caller, last_event_id: Annotated[str | None, Header()] = None
+    ) -> StreamingResponse:
+        """The task's live stream as Server-Sent Events (``event`` = the entry's kind: token,
+        tool_call, tool_result, step, superseded; ``id`` = its offset), until the task closes.
+        ``Last-Event-ID`` resumes after that offset with no gap and no repeat; entries past the
+        stream's retention are announced by a ``gap`` event. A ``superseded`` entry voids earlier
+        entries it names (a retried turn's partial answer)."""
+        await visible(task_id, who)
+        if config.streams is None:
+            raise HTTPException(404, "this API has no live stream (stream_backend=none)")
+        after = int(last_event_id) if last_event_id and last_event_id.isdigit() else 0
+        handle = tasks.handle(task_id)
+        chain = (await handle.describe()).raw_description.workflow_execution_info.first_run_id or None
+
+        async def closed() -> bool:
+            return (await handle.describe()).status is not WorkflowExecutionStatus.RUNNING
+
+        return StreamingResponse(
+            follow_stream(config.streams, task_id, chain, after, closed),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
 
     @app.get("/v1/tasks/{task_id:path}", response_model=TaskView)
     async def read(task_id: str, who: Caller) -> TaskView:

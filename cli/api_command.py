@@ -60,6 +60,9 @@ async def cmd_api(args: argparse.Namespace, ctx: CliContext) -> int:
         from activities.stores.state import build_event_sink
 
         config.stored_events = build_event_sink(ctx.config).read_chain  # type: ignore[attr-defined]
+    from activities.stores.state import build_stream_backend
+
+    config.streams = build_stream_backend(ctx.config)
     app = build_api(await ctx.temporal(), config)
     server = uvicorn.Server(uvicorn.Config(app, host=host or "127.0.0.1", port=int(port), log_level="info"))
     await server.serve()

@@ -43,6 +43,7 @@ class StreamEntry(BaseModel):
     kind: StreamKind = "step"
     data: dict[str, Any] = Field(default_factory=dict)
     at: float = Field(default=0.0, description="When it was written (Unix seconds).")
+    writer: str = Field(default="", description="The worker process that wrote it (host:pid).")
 
 
 def voided(entries: Iterable[StreamEntry]) -> set[int]:

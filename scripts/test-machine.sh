@@ -5,7 +5,8 @@
 # - Debian packages: bubblewrap (the process sandbox tier), docker.io (the Docker tier's daemon),
 #   debootstrap (builds the sandbox image locally), postgresql (business-write tests), docker-compose
 #   (validates docker-compose.temporal.yml), chromium and chromium-driver (the web inbox's browser
-#   tests), prometheus (its promtool checks the shipped alert rules). Installed with apt-get when
+#   tests), prometheus (its promtool checks the shipped alert rules), redis-server (the Redis Streams
+#   backend's tests start a throwaway one). Installed with apt-get when
 #   running as root; otherwise named, and the tests that need them fail rather than skip.
 # - The Docker daemon, started in the background when none answers.
 # - The sandbox image (`agent-worker sandbox-image`), built once and cached by the daemon.
@@ -23,6 +24,7 @@ command -v docker-compose >/dev/null 2>&1 || need+=(docker-compose)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "test-machine: installing ${need[*]}"

@@ -19,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import os
+import socket
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -43,6 +45,7 @@ MAX_PENDING = 20_000
 # How long the end of a turn waits for its last entries to be written.
 CLOSE_SECONDS = 2.0
 PREVIEW_CHARS = 2_000
+WRITER = f"{socket.gethostname()}:{os.getpid()}"
 _STREAMED = frozenset({"responses", "chat_completions"})
 
 
@@ -105,6 +108,7 @@ class TurnStream:
                 kind=kind,
                 data=data,
                 at=time.time(),
+                writer=WRITER,
             )
         )
         if self._flusher is None:
