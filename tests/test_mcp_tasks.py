@@ -1,39 +1,26 @@
 """MCP servers on a real worker, end to end: an agent with a ticket system over Streamable HTTP and a
-notes server over stdio (contained). Its read tools answer inside the run; its write tools wait for
-approval and then run once, as `mcp.call` activities, with the operation key in their key argument;
-a worker SIGKILLed while the ticket is being written leaves one ticket (the retry's lookup finds it);
-the task's history replays."""
+notes server over stdio (contained), and one with the ticket system over SSE. Its read tools answer
+inside the run; its write tools wait for approval and then run once, as `mcp.call` activities, with
+the operation key in their key argument; a worker SIGKILLed while the ticket is being written leaves
+one ticket (the retry's lookup finds it); the task's history replays."""
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import json
 import os
 import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from temporalio.client import Client
-from temporalio.service import RPCError
 
 from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.mcp_servers import TicketServer, start_tickets
-from tests.helpers.support import (
-    TEST_AGENTS,
-    DevServer,
-    TaskEnv,
-    assert_replays,
-    make_config,
-    running_worker,
-    spawn_worker,
-)
-from workflows import AgentTaskWorkflow
+from tests.helpers.mcp_tasks import approve_next, mcp_env, scheduled
+from tests.helpers.support import DevServer, assert_replays, running_worker, spawn_worker
 
-AGENTS = [*TEST_AGENTS, "tests.helpers.mcp_agent:registrations"]
 SPEC = {
     "agent": "ticketeer",
     "prompt": "The printer on floor 3 is out of toner: file a ticket.",
@@ -47,42 +34,6 @@ def tickets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[TicketS
     monkeypatch.setenv("AW_TICKETS_URL", server.url)
     yield server
     server.stop()
-
-
-def mcp_env(client: Client, dev_server: DevServer, tmp_path: Path) -> TaskEnv:
-    return TaskEnv(
-        client=client, config=make_config(tmp_path / "data", agents=AGENTS), address=dev_server.address
-    )
-
-
-async def approve_next(env: TaskEnv, handle: Any, tool: str) -> dict[str, Any]:
-    """Approve the one pending request, which must be ``tool``'s; its arguments. Queries fail while
-    no worker polls (a killed one's replacement still starting): those are asked again."""
-    deadline = time.monotonic() + 90
-    while True:
-        try:
-            status = await handle.query(AgentTaskWorkflow.status)
-        except RPCError:
-            status = None
-        if status is not None and status.pending:
-            break
-        assert time.monotonic() < deadline, f"no request became pending; last status: {status}"
-        await asyncio.sleep(0.2)
-    [request] = status.pending
-    assert request.action.tool == tool
-    await env.approve(handle, principal="it-lead")
-    return request.action.arguments
-
-
-def scheduled(history_json: str, activity: str) -> list[Any]:
-    """The decoded inputs of every ``activity`` the history scheduled, in order."""
-    inputs = []
-    for event in json.loads(history_json)["events"]:
-        attrs = event.get("activityTaskScheduledEventAttributes")
-        if attrs and attrs["activityType"]["name"] == activity:
-            [payload] = attrs["input"]["payloads"]
-            inputs.append(json.loads(base64.b64decode(payload["data"])))
-    return inputs
 
 
 async def test_a_task_uses_an_http_and_a_stdio_mcp_server_reads_inside_the_run_and_writes_once_approved(
@@ -156,3 +107,41 @@ async def test_sigkill_while_the_mcp_write_is_in_flight_leaves_one_ticket(
     state = tickets.counts()
     assert state["effects"] == 1 and state["create_calls"] == 1
     await assert_replays(client, handle.id)
+
+
+async def test_a_task_uses_an_mcp_server_over_sse_reading_inside_the_run_and_writing_once_approved(
+    client: Client, dev_server: DevServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ticket system over SSE (FastMCP's sse transport) takes the same path as over Streamable
+    HTTP: the search answers inside the first turn, the ticket waits for approval and is made once,
+    by `mcp.call`, under the operation key."""
+    server = start_tickets(tmp_path, sse=True)
+    monkeypatch.setenv("AW_TICKETS_URL", server.url)
+    env = mcp_env(client, dev_server, tmp_path)
+    try:
+        async with running_worker(client, env.config):
+            handle = await env.start({**SPEC, "agent": "ticketeer-sse"})
+            ticket_args = await approve_next(env, handle, "create_ticket")
+            result: TaskResult = await asyncio.wait_for(handle.result(), 60)
+        state = server.counts()
+    finally:
+        server.stop()
+    assert server.url.endswith("/sse")
+    assert result.phase is TaskPhase.COMPLETED, result.reason
+    assert result.final_output == "Filed the ticket."
+    assert ticket_args == {"title": "Printer on floor 3 needs toner"}
+    [search] = result.evidence.tool_calls
+    assert env.store().get(search.output_digest).decode() == "found 0 for 'printer': []"
+    [ticket] = result.evidence.tool_effects
+    assert (ticket.tool, ticket.target, ticket.is_error, ticket.replayed) == (
+        "create_ticket",
+        "tickets",
+        False,
+        False,
+    )
+    assert state["effects"] == 1 and state["create_calls"] == 1
+    [made] = state["tickets"].values()
+    assert made["request_id"] == ticket.operation_key
+    history = await assert_replays(client, handle.id)
+    [call] = scheduled(history, "mcp.call")
+    assert call["operation"]["server"] == "tickets"

@@ -76,7 +76,8 @@ async def test_the_catalog_is_listed_once_and_a_later_turn_builds_the_tools_from
     assert effects == {
         "search": EffectClass.READ,
         "create_ticket": EffectClass.WRITE,
-        "fail_tool": EffectClass.WRITE,  # no rule names it: a write, by default
+        "page_oncall": EffectClass.WRITE,  # no rule names these: writes, by default
+        "fail_tool": EffectClass.WRITE,
     }  # find_ticket, the lookup, is not shown to the agent
     tickets.stop()
     async with durable_mcp_tools(agent, [TICKET_RULES], store, ref) as (again, same_ref):

@@ -58,12 +58,14 @@ with workflow.unsafe.imports_passed_through():
     from workflows.decisions import expiry_problem, why_not
     from workflows.effects import EffectRunner
     from workflows.evidence import EvidenceKeeper, evidence_of
+    from workflows.failures import failure_code, failure_message
     from workflows.handoff import HandOff
     from workflows.patches import (
         BOUNDED_PATCH,
         CHECK_EDITS_PATCH,
         DELIVER_EVENTS_PATCH,
         INTERRUPT_PATCH,
+        MCP_UNAVAILABLE_PATCH,
         RUN_CHAIN_PATCH,
         TENANT_ADMISSION_PATCH,
         THREADS_PATCH,
@@ -349,18 +351,25 @@ class AgentTaskWorkflow:
         )
         # Placement checks the input's size (and names this summary if it is too large).
         summary = f"agent turn {turn} ({len(state.pending_results)} results, {follow_ups} follow-ups)"
-        if spec.policy.on_input == "interrupt" and workflow.patched(INTERRUPT_PATCH):
-            interrupted = await self.interruptible_turn(turn_input, summary, follow_ups)
-            if interrupted is None:
-                # Nothing of the cancelled turn is kept: the next one starts where it did, with the input.
-                added = len(state.follow_ups) - follow_ups
-                self.emit(EventType.TURN_INTERRUPTED, turn=turn, follow_ups=added)
-                return
-            result = interrupted
-        else:
-            result = await self.placement.execute(
-                "agent", AgentActivities.turn, turn_input, options.TURN, summary=summary
-            )
+        try:
+            if spec.policy.on_input == "interrupt" and workflow.patched(INTERRUPT_PATCH):
+                interrupted = await self.interruptible_turn(turn_input, summary, follow_ups)
+                if interrupted is None:
+                    # Nothing of the cancelled turn is kept: the next one starts where it did, with the input.
+                    added = len(state.follow_ups) - follow_ups
+                    self.emit(EventType.TURN_INTERRUPTED, turn=turn, follow_ups=added)
+                    return
+                result = interrupted
+            else:
+                result = await self.placement.execute(
+                    "agent", AgentActivities.turn, turn_input, options.TURN, summary=summary
+                )
+        except ActivityError as err:
+            # An MCP server the turn needs (to list its tools, for a read tool) stayed unreachable
+            # through the turn's attempts: a human must see to the server; the task is not broken.
+            if failure_code(err) == "mcp_unavailable" and workflow.patched(MCP_UNAVAILABLE_PATCH):
+                raise HandOff(f"agent turn {turn} did not finish: {failure_message(err)}") from None
+            raise
         # Input that arrived while the turn ran stays for the next one.
         del state.follow_ups[:follow_ups]
         state.turn = turn

@@ -54,6 +54,10 @@ THREADS_PATCH = "threads"
 # Follow-up input interrupts a running agent turn when ``PolicySpec.on_input`` is ``interrupt``: the
 # turn is cancelled and starts again with the input. 0.1.0, 2026-12-01, 9f5322e.
 INTERRUPT_PATCH = "interrupt-on-input"
+# An agent turn that failed for good because an MCP server stayed unreachable (``mcp_unavailable``:
+# its tools could not be listed, a read tool's server was down) hands the task off, naming the
+# server, instead of failing it. 0.1.0, 2026-12-02.
+MCP_UNAVAILABLE_PATCH = "mcp-unavailable-hands-off"
 
 __all__ = [
     "ARCHIVE_EVIDENCE_PATCH",
@@ -62,6 +66,7 @@ __all__ = [
     "DECISION_EXPIRY_PATCH",
     "DELIVER_EVENTS_PATCH",
     "INTERRUPT_PATCH",
+    "MCP_UNAVAILABLE_PATCH",
     "PARALLEL_BATCH_PATCH",
     "REAUTHORIZE_PATCH",
     "REBUILD_SANDBOX_PATCH",

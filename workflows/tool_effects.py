@@ -35,6 +35,21 @@ with workflow.unsafe.imports_passed_through():
 _NEVER_RAN = frozenset({"unknown_agent", "tool_plan_error"})
 
 
+# Past the steps of an MCP call, the attempt's own bound: the step that overran ends it first, named.
+_MCP_MARGIN_SECONDS = 5.0
+
+
+def _start_to_close(call: FunctionCall | McpCall) -> timedelta:
+    """How long one attempt may run. An MCP call's ``timeout_seconds`` bounds each of its steps
+    (connecting, the lookup on a retry, the call), so the attempt gets their sum and a margin: the
+    step that overruns fails the attempt as ``mcp_unavailable``, saying which, rather than the
+    attempt being cut short mid-step by Temporal with a bare ``StartToClose`` timeout."""
+    if isinstance(call, McpCall):
+        steps = 3 if call.lookup_tool and call.key_argument else 2
+        return timedelta(seconds=call.timeout_seconds * steps + _MCP_MARGIN_SECONDS)
+    return timedelta(seconds=call.timeout_seconds)
+
+
 class ToolEffects:
     """Runs one task's calls of effect tools the agent brought, and records them as evidence."""
 
@@ -64,7 +79,7 @@ class ToolEffects:
         )
         named = {"call_id": action.call_id, "tool": action.tool, "source": source, "target": target}
         summary = f"{action.tool} ({action.call_id}) under {key}"
-        timeout = timedelta(seconds=call.timeout_seconds)
+        timeout = _start_to_close(call)
         base = options.config(options.TOOL_CALL, attempts=call.max_attempts)
         self.task.set_phase(TaskPhase.COMMITTING)
         try:

@@ -19,9 +19,11 @@ OpenAI Agents SDK defines them). The worker never lets the SDK list or call them
   model sees; the arguments are checked against the rest of the server's input schema when the
   call is planned.
 - **Errors.** A tool's own error (an MCP error result) reaches the model as the tool's output. An
-  unreachable server or refused credentials raise ``McpUnavailable`` (retryable): Temporal retries
-  the activity, then the task hands off. An output over 16,000 characters reaches the model as
-  its head; the whole is in the artifact store (``ToolCallResult.output_ref``).
+  unreachable server, refused credentials or no answer within ``timeout_seconds`` raise
+  ``McpUnavailable`` (retryable): Temporal retries the activity (the ``mcp.call``, or the turn for
+  a listing or a read tool), then the task hands off naming the server. An output over 16,000
+  characters reaches the model as its head; the whole is in the artifact store
+  (``ToolCallResult.output_ref``).
 - **stdio servers run contained**: under bubblewrap with the sandbox rules (read-only root, no
   network unless the rules allow it, a private writable directory). Where bubblewrap cannot run,
   the server is refused unless ``sandbox_unsafe_dev`` says otherwise (``mcp_contain``).
@@ -85,7 +87,8 @@ class McpRules:
         sandbox: Tools that run code or commands: policy treats them as sandbox actions.
         unlisted: What a tool no rule names is: ``write`` (needs the policy's approval) or ``hide``
             (the agent does not see it).
-        timeout_seconds: How long one call may take.
+        timeout_seconds: How long connecting, and each call (a read, a write, its lookup), may
+            take; past it the call fails as the server's unavailability (retried, then hand-off).
         max_attempts: Attempts of one ``mcp.call`` (Temporal's retries) before the task hands off.
         network: Whether a stdio server may use the network (bubblewrap shares the host's).
     """
@@ -319,7 +322,7 @@ def _durable_tool(server: str, tool: McpTool, connections: Connections) -> Funct
         params_json_schema=_model_schema(tool),
         on_invoke_tool=read,
         strict_json_schema=False,
-    )  # what ``read`` raises (McpUnavailable) fails the turn: Temporal retries it
+    )  # what ``read`` raises (McpUnavailable) fails the turn: Temporal retries it, then hand-off
 
 
 @contextlib.asynccontextmanager

@@ -1,14 +1,17 @@
-"""An agent that brings two MCP servers: a ticket system over Streamable HTTP (its URL in
-``AW_TICKETS_URL``) and a notes server over stdio (run contained by the worker). Its scripted model
-searches the tickets and reads a file (read tools, inside the run), then opens a ticket and writes a
-note (write tools: approval, then ``mcp.call`` under the operation key)."""
+"""Agents that bring MCP servers (the ticket system's URL in ``AW_TICKETS_URL``).
+
+``ticketeer`` has two: the ticket system over Streamable HTTP and a notes server over stdio (run
+contained by the worker). Its scripted model searches the tickets and reads a file (read tools,
+inside the run), then opens a ticket and writes a note (write tools: approval, then ``mcp.call``
+under the operation key). ``ticketeer-sse`` reaches the ticket system over SSE; ``ticketeer-hasty``
+over Streamable HTTP with a 2 s timeout and 3 attempts, for the failure tests."""
 
 from __future__ import annotations
 
 import os
 import sys
 
-from agents.mcp import MCPServerStdio, MCPServerStreamableHttp
+from agents.mcp import MCPServerSse, MCPServerStdio, MCPServerStreamableHttp
 
 from agent_worker import Agent, AgentRegistration, McpRules, McpWrite
 from agent_worker.testing import Script
@@ -56,4 +59,48 @@ registrations = [
             ),
         ],
     )
+]
+
+
+# The ticket system alone, for the transport and failure tests (tests/test_mcp_failures.py).
+def _tickets_agent(name: str, server: type[MCPServerSse] | type[MCPServerStreamableHttp]) -> Agent:
+    tickets = server({"url": os.environ["AW_TICKETS_URL"]}, name="tickets")
+    return Agent(name=name, instructions="File tickets.", mcp_servers=[tickets])
+
+
+TICKET_WRITE = McpWrite(key_argument="request_id", lookup_tool="find_ticket")
+
+registrations += [
+    # Over SSE: a search inside the run, then a ticket once approved.
+    AgentRegistration(
+        name="ticketeer-sse",
+        build=lambda: _tickets_agent("ticketeer-sse", MCPServerSse),
+        scripted_model=lambda: Script(
+            ("search", {"query": "printer"}),
+            ("create_ticket", {"title": "Printer on floor 3 needs toner"}),
+            "Filed the ticket.",
+        ),
+        mcp=[McpRules(server="tickets", read=["search"], write={"create_ticket": TICKET_WRITE})],
+    ),
+    # Short timeout and few attempts: a ticket, a search, then a page (a write with no lookup).
+    AgentRegistration(
+        name="ticketeer-hasty",
+        build=lambda: _tickets_agent("ticketeer-hasty", MCPServerStreamableHttp),
+        scripted_model=lambda: Script(
+            ("create_ticket", {"title": "Printer on floor 3 needs toner"}),
+            ("search", {"query": "printer"}),
+            ("page_oncall", {"message": "printer ticket filed"}),
+            "Filed the ticket and paged.",
+        ),
+        mcp=[
+            McpRules(
+                server="tickets",
+                read=["search"],
+                write={"create_ticket": TICKET_WRITE, "page_oncall": McpWrite(key_argument="key")},
+                unlisted="hide",
+                timeout_seconds=2,
+                max_attempts=3,
+            )
+        ],
+    ),
 ]

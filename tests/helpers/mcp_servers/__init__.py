@@ -31,9 +31,9 @@ class TicketServer:
         stop_process_group(self.proc, grace=5)
 
 
-def start_tickets(tmp_path: Path, token: str | None = None, **env: str) -> TicketServer:
-    """The ticket server over Streamable HTTP on a free loopback port, its state in ``tmp_path``
-    (``env``: extra environment, e.g. ``TICKETS_SLOW_AFTER_COMMIT``)."""
+def start_tickets(tmp_path: Path, token: str | None = None, *, sse: bool = False, **env: str) -> TicketServer:
+    """The ticket server over Streamable HTTP (over SSE with ``sse``) on a free loopback port, its
+    state in ``tmp_path`` (``env``: extra environment, e.g. ``TICKETS_SLOW_AFTER_COMMIT``)."""
     port = free_port()
     state = tmp_path / "tickets.json"
     argv = [
@@ -43,6 +43,8 @@ def start_tickets(tmp_path: Path, token: str | None = None, **env: str) -> Ticke
         str(state),
         *([token] if token else []),
     ]
+    if sse:
+        env["TICKETS_TRANSPORT"] = "sse"
     proc = subprocess.Popen(argv, start_new_session=True, env={**os.environ, **env})
     deadline = time.monotonic() + 30
     while not port_open("127.0.0.1", port):
@@ -50,4 +52,4 @@ def start_tickets(tmp_path: Path, token: str | None = None, **env: str) -> Ticke
             stop_process_group(proc, grace=1)
             raise RuntimeError("the ticket MCP server did not start")
         time.sleep(0.1)
-    return TicketServer(f"http://127.0.0.1:{port}/mcp", state, proc)
+    return TicketServer(f"http://127.0.0.1:{port}/{'sse' if sse else 'mcp'}", state, proc)

@@ -1,12 +1,13 @@
-"""A ticket system as an MCP server over Streamable HTTP, for tests.
+"""A ticket system as an MCP server over Streamable HTTP (``/mcp``) or SSE (``/sse``), for tests.
 
     python tickets_http.py PORT STATE_FILE [TOKEN]
 
 Tickets are kept in STATE_FILE (JSON) by ``request_id``: creating twice under one id makes one
 ticket. With TICKETS_SLOW_AFTER_COMMIT=S in the environment, ``create_ticket`` answers S seconds
-after it committed (crash tests kill the caller in between). The file also counts effects (tickets
-made) and ``create_ticket`` calls. With TOKEN, every
-HTTP request must carry ``Authorization: Bearer TOKEN`` (else 401).
+after it committed (crash tests kill the caller in between). ``page_oncall`` has no lookup: each
+call counts a page, then answers TICKETS_PAGE_SECONDS later. The file also counts effects (tickets
+made), ``create_ticket`` calls and pages. TICKETS_TRANSPORT=sse serves SSE instead of Streamable
+HTTP. With TOKEN, every HTTP request must carry ``Authorization: Bearer TOKEN`` (else 401).
 """
 
 from __future__ import annotations
@@ -70,12 +71,22 @@ def find_ticket(request_id: str) -> str:
 
 
 @app.tool()
+def page_oncall(message: str, key: str) -> str:
+    """Page the on-call engineer."""
+    state = _load()
+    state["pages"] = state.get("pages", 0) + 1
+    _save(state)
+    time.sleep(float(os.environ.get("TICKETS_PAGE_SECONDS", "0")))
+    return f"paged: {message}"
+
+
+@app.tool()
 def fail_tool(reason: str) -> str:
     """Always fails."""
     raise ToolError(f"refused: {reason}")
 
 
-inner = app.streamable_http_app()
+inner = app.sse_app() if os.environ.get("TICKETS_TRANSPORT") == "sse" else app.streamable_http_app()
 
 
 async def guarded(scope: dict[str, Any], receive: Any, send: Any) -> None:
