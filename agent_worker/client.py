@@ -53,6 +53,13 @@ TASKS_QUERY = f"WorkflowType = '{WORKFLOW_TYPE}'"
 DECISION_SIGNAL = "submit_decision"
 """The decision signal's name, for a client that is not this one (the Temporal CLI's ``--name``)."""
 DEFAULT_TIMEOUT = 30.0
+# The workflow task timeout a task starts with (Temporal's default is 10 s; continue-as-new keeps it).
+# A worker that lost a task's cache (a restart, a flood of signals that outran it) replays the whole
+# history in one workflow task, and a long history of signals takes seconds to decode in the SDK
+# (about 1 ms a signal here). At 10 s that replay can time out on every attempt, and the task would
+# never take another step; 60 s covers a 10,000-signal history on a busy 2-core worker. Other
+# clients set the same: ``temporal workflow start --task-timeout 60s``.
+WORKFLOW_TASK_TIMEOUT = timedelta(seconds=60)
 """Seconds a query or a ``decide`` update waits for a worker before ``WorkerUnreachable``."""
 _QUERYABLE = re.compile(r"^[A-Za-z0-9._@:+-]+$")  # safe inside a visibility query literal
 
@@ -164,6 +171,7 @@ class AgentWorkerClient:
                 task_queue=self.task_queue,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+                task_timeout=WORKFLOW_TASK_TIMEOUT,
             )
         except WorkflowAlreadyStartedError:
             return TaskRef(task_id, None, started=False)

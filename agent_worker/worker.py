@@ -60,6 +60,13 @@ DEFAULT_ADDRESS = "localhost:7233"
 GRACEFUL_SHUTDOWN = timedelta(seconds=30)
 HEARTBEAT_THROTTLE = timedelta(seconds=2)
 STICKY_TIMEOUT = timedelta(seconds=5)
+# How long one workflow activation may run before the SDK calls it deadlocked and fails the workflow
+# task (the SDK's own window is 2 s, with no public setting). An activation carrying a signal backlog
+# (thousands of decisions sent while a workflow task ran) is CPU work in the SDK, about 0.3 ms a
+# signal here, and far slower on a starved worker. Failed at 2 s, its retry replays the same backlog
+# plus what came since, so a flooded task could fail its workflow task for good. Our workflow code
+# never blocks (no I/O, checked by the replays), so a wider window only lets a backlog finish.
+DEADLOCK_WINDOW = timedelta(seconds=20)
 
 _INDEXED_TYPES = {
     "Keyword": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
@@ -341,7 +348,21 @@ def build_workers(
                 **common,
             ),
         )
+        widen_deadlock_window(workers[0], DEADLOCK_WINDOW)
     return workers
+
+
+def widen_deadlock_window(worker: Worker, window: timedelta) -> None:
+    """Give ``worker``'s workflow activations ``window`` before the SDK calls them deadlocked.
+
+    The SDK has no public setting for it; this sets the attribute its workflow worker reads
+    (temporalio 1.x), and refuses loudly when that is gone rather than run with the 2 s window.
+    """
+    workflows = getattr(worker, "_workflow_worker", None)
+    if workflows is None or not hasattr(workflows, "_deadlock_timeout_seconds"):
+        raise RuntimeError("temporalio changed: its workflow worker has no deadlock window to set")
+    if workflows._deadlock_timeout_seconds is not None:  # None: the SDK's debug mode, no detection
+        workflows._deadlock_timeout_seconds = window.total_seconds()
 
 
 async def check_artifact_store(config: WorkerConfig) -> ArtifactStore:

@@ -24,6 +24,7 @@ from temporalio.worker import Replayer
 from activities.artifacts import ArtifactStore
 from activities.business import SqliteBusinessStore
 from activities.stores.artifacts import build_artifact_store
+from agent_worker.client import WORKFLOW_TASK_TIMEOUT
 from cli.devserver import free_port, start_dev_server, stop_process_group
 from examples import EXAMPLES
 from schemas.config import EXAMPLE_AGENT, WorkerConfig
@@ -141,6 +142,7 @@ class TaskEnv:
             id=task_id or f"t-{uuid.uuid4().hex[:10]}",
             task_queue=self.task_queue,
             result_type=TaskResult,
+            task_timeout=WORKFLOW_TASK_TIMEOUT,  # as AgentWorkerClient.start
         )
 
     async def wait_status(
