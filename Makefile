@@ -34,7 +34,7 @@ demo: install
 test: install
 	BIN=$(BIN) scripts/test-machine.sh
 	$(BIN)/python scripts/check_imports.py
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=25
 
 # The default Docker sandbox image, built locally (cached in the daemon). Needs root and debootstrap.
 sandbox-image: install
