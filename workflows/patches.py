@@ -56,7 +56,7 @@ THREADS_PATCH = "threads"
 INTERRUPT_PATCH = "interrupt-on-input"
 # An agent turn that failed for good because an MCP server stayed unreachable (``mcp_unavailable``:
 # its tools could not be listed, a read tool's server was down) hands the task off, naming the
-# server, instead of failing it. 0.1.0, 2026-12-02.
+# server, instead of failing it. 0.1.0, 2026-12-02, 00c722e.
 MCP_UNAVAILABLE_PATCH = "mcp-unavailable-hands-off"
 
 __all__ = [
