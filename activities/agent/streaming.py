@@ -47,6 +47,8 @@ CLOSE_SECONDS = 2.0
 PREVIEW_CHARS = 2_000
 WRITER = f"{socket.gethostname()}:{os.getpid()}"
 _STREAMED = frozenset({"responses", "chat_completions"})
+# Models (by chain label) whose server answered a streamed request with no stream at all.
+_UNSTREAMED: set[str] = set()
 
 
 class TurnStream:
@@ -211,7 +213,9 @@ class StreamingModel(Model):
         if not stream.enabled:
             return chain
         return [
-            dataclasses.replace(c, model=cls(c.model, stream, c.label)) if c.api in _STREAMED else c
+            dataclasses.replace(c, model=cls(c.model, stream, c.label))
+            if c.api in _STREAMED and c.label not in _UNSTREAMED
+            else c
             for c in chain
         ]
 
@@ -224,10 +228,12 @@ class StreamingModel(Model):
         stream = self.stream
         stream.step("call.started", model=self.label)
         final = None
+        seen = 0
         try:
             events = self.inner.stream_response(system_instructions, input, model_settings, *args, **kwargs)
             async with contextlib.aclosing(events) as events:  # type: ignore[type-var]
                 async for event in events:
+                    seen += 1
                     final = self._forward(event) or final
         except BaseException as err:
             if stream.call_streamed:
@@ -237,6 +243,13 @@ class StreamingModel(Model):
                 )
                 stream.call_streamed = False
             raise
+        if final is None and seen == 0:
+            # Not one stream event: a server that ignores `stream` and answers with a plain body
+            # (some OpenAI-compatible ones do). It is asked again without streaming, and this model
+            # is not streamed again in this worker; its answers are written to the stream whole.
+            _UNSTREAMED.add(self.label)
+            log.warning("model answered no stream; streaming it no more in this worker", model=self.label)
+            return await self.inner.get_response(system_instructions, input, model_settings, *args, **kwargs)
         if final is None:
             raise ModelBehaviorError("Model did not produce a final response!")
         return ModelResponse(output=final.output, usage=_usage(final), response_id=final.id)
