@@ -1,7 +1,7 @@
 """Chaos soak: many example tasks through approvals while worker processes are SIGKILLed at random.
 
     python -m bench.soak [--tasks 200] [--workers 2] [--kill-every 4:12] [--sandbox process|docker]
-                         [--seed N] [--out bench/results/soak.md]
+                         [--stores local|shared] [--seed N] [--out bench/results/soak.md]
 
 Starts its own Temporal dev server (file database, WAL) and ``--workers`` worker processes. Every
 task is the monthly-report example: a sandbox computation, then an approval before the write. For
@@ -11,6 +11,14 @@ update (refused before it reaches history). Meanwhile a random worker is SIGKILL
 and restarted. At the end it prints tasks by final phase, business writes against approved commits,
 duplicates, lost tasks and leftover sandboxes, and exits non-zero on any duplicate, lost task, write
 of a rejected task, or missing write.
+
+``--stores local`` (the default): the workers share one data dir and its embedded stores (one host).
+``--stores shared``: each worker has its own data dir (its own host) and they share a PostgreSQL
+(state stores and business writes) and an S3 bucket (artifacts) started for the run. The counts then
+come from PostgreSQL, and it also fails when an evidence bundle fetched with either worker's config
+does not verify with either's, when shared state landed on a worker's disk, or when no task whose
+turns ran on both workers has them answered from the shared journal (``bench.soak_shared``,
+``bench.soak_journal``; results in ``bench/results/soak-shared.md``).
 """
 
 from __future__ import annotations
@@ -25,11 +33,10 @@ import platform
 import random
 import signal
 import sqlite3
-import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -43,7 +50,10 @@ from temporalio.client import (
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 
+from bench import soak_shared
+from bench.soak_fleet import Chaos, Fleet, chaos_loop
 from cli import devserver
+from schemas.config import EXAMPLE_AGENT, WorkerConfig
 from schemas.tasks import TaskResult, TaskStatus
 from workflows import AgentTaskWorkflow
 
@@ -52,6 +62,7 @@ EXAMPLE = REPO / "examples/monthly_report/task.json"
 APPROVER = "finance-lead"
 EDITED_TOTAL = "9600.00"
 STALE_VERSION = "sha256:" + "0" * 64
+DEADLINE = 540.0  # seconds from the start before an unfinished task counts as lost
 
 
 @dataclass
@@ -72,76 +83,13 @@ class Outcome:
     reason: str | None = None
     update_refusals: int = 0
     ignored: int = 0
-
-
-@dataclass
-class Chaos:
-    kills: int = 0
-    restarts: int = 0
-    log: list[str] = field(default_factory=list)
+    result: TaskResult | None = None
 
 
 def make_plan(rng: random.Random) -> Plan:
     answer = rng.choices(["approve", "edit", "reject"], weights=[50, 25, 25])[0]
     noise = rng.choices([None, "stale", "unauthorized"], weights=[50, 25, 25])[0]
     return Plan(answer, noise, rng.choice(["signal", "update"]), rng.choice(["signal", "update"]))
-
-
-class Fleet:
-    """Worker processes of one task queue, killed and restarted on demand."""
-
-    def __init__(self, env: dict[str, str], size: int, logs: Path) -> None:
-        self.env, self.logs = env, logs
-        self.procs: list[subprocess.Popen[bytes]] = []
-        self.log_files: list[Path] = []
-        self.started = 0
-        for _ in range(size):
-            proc, log = self._spawn()
-            self.procs.append(proc)
-            self.log_files.append(log)
-
-    def ready(self, n: int) -> bool:
-        """Whether worker ``n`` is polling (it logged its start)."""
-        return self.procs[n].poll() is None and "worker started" in self.log_files[n].read_text()
-
-    def _spawn(self) -> tuple[subprocess.Popen[bytes], Path]:
-        self.started += 1
-        log = self.logs / f"worker-{self.started}.log"
-        with log.open("ab") as out:
-            return subprocess.Popen(
-                [sys.executable, "-m", "cli.main", "worker"],
-                env=self.env,
-                cwd=REPO,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            ), log
-
-    def kill_one(self, rng: random.Random) -> int | None:
-        """SIGKILL a random polling worker, as long as another one polls too (a fleet that never
-        finishes starting would measure nothing); returns its slot, or None."""
-        ready = [n for n in range(len(self.procs)) if self.ready(n)]
-        if len(ready) < 2:
-            return None
-        n = rng.choice(ready)
-        victim = self.procs[n]
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(victim.pid, signal.SIGKILL)
-        victim.wait()
-        return n
-
-    def restart(self, n: int) -> None:
-        self.procs[n], self.log_files[n] = self._spawn()
-
-    def stop(self) -> None:
-        for proc in self.procs:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(40)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
 
 
 async def retrying(call: Any, *, within: float = 120.0) -> Any:
@@ -220,7 +168,7 @@ async def drive(
     remaining = max(1.0, deadline - time.monotonic())
     try:
         result: TaskResult = await asyncio.wait_for(result_task, remaining)
-        outcome.phase, outcome.reason = result.phase.value, result.reason
+        outcome.phase, outcome.reason, outcome.result = result.phase.value, result.reason, result
     except TimeoutError:
         return outcome
     except Exception as err:  # a failed task: record its phase as the workflow reports it
@@ -256,18 +204,6 @@ async def send(handle: WorkflowHandle[Any, Any], decision: dict[str, Any], via: 
     return 0
 
 
-async def chaos_loop(fleet: Fleet, rng: random.Random, every: tuple[float, float], chaos: Chaos) -> None:
-    while True:
-        await asyncio.sleep(rng.uniform(*every))
-        n = fleet.kill_one(rng)
-        if n is None:
-            continue
-        chaos.kills += 1
-        await asyncio.sleep(rng.uniform(0.2, 2.0))
-        fleet.restart(n)
-        chaos.restarts += 1
-
-
 def rows_by_task(db: Path) -> dict[str, list[dict[str, Any]]]:
     rows: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
     if not db.exists():
@@ -278,8 +214,9 @@ def rows_by_task(db: Path) -> dict[str, list[dict[str, Any]]]:
     return rows
 
 
-def leftover_sandboxes(data_dir: Path, task_ids: set[str], docker_used: bool) -> int:
-    left = sum(1 for _ in (data_dir / "sandboxes").glob("*/labels.json"))
+def leftover_sandboxes(data_dirs: list[Path], task_ids: set[str], docker_used: bool) -> int:
+    """Process sandboxes left in any worker's data dir, plus the soak's labelled containers."""
+    left = sum(1 for d in data_dirs for _ in (d / "sandboxes").glob("*/labels.json"))
     if docker_used:
         import docker
 
@@ -290,33 +227,57 @@ def leftover_sandboxes(data_dir: Path, task_ids: set[str], docker_used: bool) ->
     return left
 
 
+@dataclass
+class Findings:
+    """What the stores hold once the workers stopped."""
+
+    rows: dict[str, list[dict[str, Any]]]
+    ignored: collections.Counter[str]
+    leftover: int
+    shared: soak_shared.SharedFindings | None = None
+
+
 async def soak(args: argparse.Namespace) -> tuple[str, bool]:
-    rng = random.Random(args.seed)
     work = Path(tempfile.mkdtemp(prefix="aw-soak-"))
+    with contextlib.ExitStack() as stack:
+        stores = stack.enter_context(soak_shared.shared_stores(work)) if args.stores == "shared" else None
+        return await _soak(args, work, stores)
+
+
+async def _soak(
+    args: argparse.Namespace, work: Path, stores: soak_shared.SharedStores | None
+) -> tuple[str, bool]:
+    rng = random.Random(args.seed)
     port = devserver.free_port()
     server = devserver.start_dev_server(
         port=port, db_filename=work / "temporal.db", log_file=work / "temporal.log", headless=True
     )
     address = f"127.0.0.1:{port}"
     queue = f"soak-{args.seed}"
-    data_dir = work / "data"
-    env = {
+    base = {
         **os.environ,
         "TEMPORAL_ADDRESS": address,
         "AGENT_WORKER_TASK_QUEUE": queue,
-        "AGENT_WORKER_DATA_DIR": str(data_dir),
+        "AGENT_WORKER_AGENTS": EXAMPLE_AGENT,
         "AGENT_WORKER_MODEL_PROVIDER": "scripted",
         "AGENT_WORKER_SANDBOX_BACKEND": args.sandbox,
         "AGENT_WORKER_LOG_FORMAT": "json",
         "PYTHONPATH": str(REPO),
     }
+    if stores is None:  # one host: every worker on the same data dir
+        data_dirs = [work / "data"]
+        envs = [{**base, "AGENT_WORKER_DATA_DIR": str(data_dirs[0])}] * args.workers
+    else:  # a host per worker
+        data_dirs = [work / f"data-{n + 1}" for n in range(args.workers)]
+        envs = [{**base, **stores.worker_env(d)} for d in data_dirs]
     fleet: Fleet | None = None
     chaos = Chaos()
     started = time.monotonic()
     try:
         await devserver.wait_ready(address)
         client = await Client.connect(address, data_converter=pydantic_data_converter)
-        fleet = Fleet(env, args.workers, work)
+        fleet = Fleet(envs, work)
+        await fleet.wait_ready()
         plans = {f"soak-{args.seed}-{i:04d}": make_plan(rng) for i in range(args.tasks)}
         killer = asyncio.ensure_future(
             chaos_loop(fleet, random.Random(args.seed + 1), args.kill_every, chaos)
@@ -337,13 +298,39 @@ async def soak(args: argparse.Namespace) -> tuple[str, bool]:
             with contextlib.suppress(asyncio.CancelledError):
                 await background
         elapsed = time.monotonic() - started
+        fleet.stop()
+        slot_of_pid, fleet = fleet.slot_of_pid, None
+        task_ids = {o.task_id for o in outcomes}
+        leftover = leftover_sandboxes(data_dirs, task_ids, args.sandbox == "docker")
+        if stores is None:
+            findings = Findings(
+                rows_by_task(data_dirs[0] / "business.db"),
+                ignored_decisions(data_dirs[0] / "events"),
+                leftover,
+            )
+        else:
+            configs = [WorkerConfig.from_env(env) for env in envs]
+            shared = await soak_shared.check(
+                client, configs, outcomes, slot_of_pid, chaos.killed, data_dirs, work
+            )
+            # A task that moved hosts had its sandbox destroyed where it was not: each host's reaper
+            # is what removes those (counted before and after).
+            shared.left_at_close = leftover
+            shared.reaped = await asyncio.to_thread(soak_shared.reap_each_host, envs, work)
+            leftover = leftover_sandboxes(data_dirs, task_ids, args.sandbox == "docker")
+            findings = Findings(
+                soak_shared.business_rows(stores.postgres.dsn),
+                soak_shared.ignored_decisions(stores.postgres.dsn),
+                leftover,
+                shared,
+            )
     finally:
         if fleet is not None:
             fleet.stop()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(server.pid, signal.SIGTERM)
         server.wait(30)
-    return report(args, outcomes, chaos, elapsed, data_dir, work)
+    return report(args, outcomes, chaos, elapsed, findings, work)
 
 
 def report(
@@ -351,13 +338,12 @@ def report(
     outcomes: list[Outcome],
     chaos: Chaos,
     elapsed: float,
-    data_dir: Path,
+    findings: Findings,
     work: Path,
 ) -> tuple[str, bool]:
-    rows = rows_by_task(data_dir / "business.db")
-    ignored_by_task = ignored_decisions(data_dir / "events")
+    rows, leftover, shared = findings.rows, findings.leftover, findings.shared
     for o in outcomes:
-        o.ignored = ignored_by_task[o.task_id]
+        o.ignored = findings.ignored[o.task_id]
     phases = collections.Counter(o.phase for o in outcomes)
     expected = {"approve": "completed", "edit": "completed", "reject": "rejected"}
     wrong_phase = [o for o in outcomes if o.phase != "lost" and o.phase != expected[o.plan.answer]]
@@ -377,14 +363,16 @@ def report(
     updated_noise = sum(1 for o in outcomes if o.plan.noise and o.plan.noise_via == "update")
     ignored = sum(o.ignored for o in outcomes)
     refused = sum(o.update_refusals for o in outcomes)
-    leftover = leftover_sandboxes(data_dir, {o.task_id for o in outcomes}, args.sandbox == "docker")
     ok = not (duplicates or lost or missing or unexpected or wrong_total or wrong_phase or leftover)
+    ok = ok and (shared is None or shared.ok)
+    stores = "" if args.stores == "local" else f" --stores {args.stores}"
+    stores += "" if args.deadline == DEADLINE else f" --deadline {args.deadline:g}"
     lines = [
-        "# Chaos soak",
+        "# Chaos soak" + (", shared stores" if shared else ""),
         "",
         f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, {os.cpu_count()} CPUs; "
         f"`python -m bench.soak --tasks {args.tasks} --workers {args.workers} "
-        f"--kill-every {args.kill_every[0]:g}:{args.kill_every[1]:g} --sandbox {args.sandbox} "
+        f"--kill-every {args.kill_every[0]:g}:{args.kill_every[1]:g} --sandbox {args.sandbox}{stores} "
         f"--seed {args.seed}`",
         "",
         "| figure | value |",
@@ -404,10 +392,13 @@ def report(
         f"| edited totals wrong | {len(wrong_total)} |",
         f"| tasks in an unexpected phase | {len(wrong_phase)} |",
         f"| lost tasks | {len(lost)} |",
-        f"| leftover sandboxes ({args.sandbox}) | {leftover} |",
-        "",
-        f"Verdict: {'PASS' if ok else 'FAIL'}. Worker logs and the server database: {work}",
+        f"| leftover sandboxes ({args.sandbox}{', after each host reaped' if shared else ''}) | {leftover} |",
     ]
+    if shared is not None:
+        lines += [f"| {name} | {value} |" for name, value in shared.rows()]
+    lines += ["", f"Verdict: {'PASS' if ok else 'FAIL'}. Worker logs and the server database: {work}"]
+    if shared is not None:
+        lines += ["", *shared.notes()]
     for label, items in (("lost", lost), ("missing", missing), ("unexpected", unexpected)):
         if items:
             lines.append(f"{label}: {', '.join(items[:20])}")
@@ -438,11 +429,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sandbox", choices=["process", "docker"], default="process")
     parser.add_argument("--concurrency", type=int, default=100, help="tasks in flight at once")
     parser.add_argument(
-        "--deadline", type=float, default=540.0, help="seconds before unfinished tasks count as lost"
+        "--deadline", type=float, default=DEADLINE, help="seconds before unfinished tasks count as lost"
+    )
+    parser.add_argument(
+        "--stores",
+        choices=["local", "shared"],
+        default="local",
+        help="local: one data dir for all workers; shared: a data dir each, PostgreSQL and S3 shared",
     )
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--out", type=Path, default=REPO / "bench/results/soak.md")
+    parser.add_argument(
+        "--out", type=Path, help="default: bench/results/soak.md (soak-shared.md with --stores shared)"
+    )
     args = parser.parse_args(argv)
+    args.out = args.out or REPO / (
+        "bench/results/soak-shared.md" if args.stores == "shared" else "bench/results/soak.md"
+    )
     # Killed from outside, still stop the server and workers it started (in the finally blocks).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     text, ok = asyncio.run(soak(args))
