@@ -22,7 +22,15 @@ from schemas.actions import ActionResult, ActionStatus
 from schemas.tasks import TaskPhase, TaskResult
 from schemas.turns import TurnInput, TurnResult
 from tests.helpers.compaction_agent import BUDGET, LimitedStub, StepScript
-from tests.helpers.support import TEST_AGENTS, DevServer, TaskEnv, make_config, run_ids, running_worker
+from tests.helpers.support import (
+    TEST_AGENTS,
+    DevServer,
+    TaskEnv,
+    assert_replays,
+    make_config,
+    run_ids,
+    running_worker,
+)
 
 AGENTS = [*TEST_AGENTS, "tests.helpers.compaction_agent:registrations"]
 
@@ -211,6 +219,9 @@ async def test_a_200_turn_task_completes_against_a_context_limit_with_compaction
     assert all(c["tokens_after"] < c["tokens_before"] for c in compactions)
     runs = await run_ids(env.client, handle.id)
     assert len(runs) >= 2, "the task should have continued as new"
+    # Compaction happens inside the turns: every run replays, and the last (shortest) is kept.
+    for run in runs:
+        await assert_replays(env.client, handle.id, run, keep=run == runs[-1])
     with capsys.disabled():
         print(
             f"\n{n} turns: {len(compactions)} compactions, {len(runs)} runs, largest request "
