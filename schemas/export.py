@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 from schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionOutcome
 from schemas.events import Event
+from schemas.streams import StreamEntry
 from schemas.tasks import FollowUp, TaskInput, TaskResult, TaskSpec, TaskStatus
 
 OUT = Path(__file__).parent / "jsonschema"
@@ -26,6 +27,7 @@ EXPORTED: dict[str, type[BaseModel]] = {
     "follow-up.schema.json": FollowUp,
     "task-status.schema.json": TaskStatus,
     "task-result.schema.json": TaskResult,
+    "stream-entry.schema.json": StreamEntry,
 }
 
 
