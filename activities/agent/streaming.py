@@ -10,8 +10,10 @@ audit record.
 ``StreamingModel`` wraps a real model of the turn's chain: its ``get_response`` reads the model's
 ``stream_response``, forwards text deltas and tool-call starts, and returns the ``ModelResponse``
 of the final ``response.completed`` event, so the run is driven (and journaled, and falls back) as
-before. A model that fails after it wrote tokens leaves a ``superseded`` entry for its call before
-the next model of the chain answers.
+before. A stream that breaks off (the connection drops, or it ends before the response completed)
+is an ``APIConnectionError``: an outage, as a refused connection would be. A model that fails after
+it wrote tokens leaves a ``superseded`` entry for its call before the next model of the chain
+answers.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
+import openai
 import structlog
 from agents.exceptions import ModelBehaviorError
 from agents.items import ModelResponse, TResponseStreamEvent
@@ -231,10 +235,15 @@ class StreamingModel(Model):
         seen = 0
         try:
             events = self.inner.stream_response(system_instructions, input, model_settings, *args, **kwargs)
-            async with contextlib.aclosing(events) as events:  # type: ignore[type-var]
-                async for event in events:
-                    seen += 1
-                    final = self._forward(event) or final
+            try:
+                async with contextlib.aclosing(events) as events:  # type: ignore[type-var]
+                    async for event in events:
+                        seen += 1
+                        final = self._forward(event) or final
+            except httpx.TransportError as err:
+                raise _broken_off(f"{type(err).__name__}: {err}") from err
+            if final is None and seen:
+                raise _broken_off("it ended before the response completed")
         except BaseException as err:
             if stream.call_streamed:
                 stream.emit(
@@ -250,8 +259,7 @@ class StreamingModel(Model):
             _UNSTREAMED.add(self.label)
             log.warning("model answered no stream; streaming it no more in this worker", model=self.label)
             return await self.inner.get_response(system_instructions, input, model_settings, *args, **kwargs)
-        if final is None:
-            raise ModelBehaviorError("Model did not produce a final response!")
+        assert final is not None
         return ModelResponse(output=final.output, usage=_usage(final), response_id=final.id)
 
     def _forward(self, event: Any) -> Any:
@@ -274,6 +282,13 @@ class StreamingModel(Model):
 
     def get_retry_advice(self, request: Any) -> Any:
         return self.inner.get_retry_advice(request)
+
+
+def _broken_off(why: str) -> openai.APIConnectionError:
+    """A stream that broke off mid-answer is an outage of the provider, like a refused connection:
+    retried by Temporal, passed over by a fallback chain (``provider_errors``)."""
+    request = httpx.Request("POST", "http://model-stream.invalid/")
+    return openai.APIConnectionError(message=f"the model's stream broke off: {why}", request=request)
 
 
 def _usage(response: Any) -> Usage:

@@ -36,6 +36,7 @@ class Reply:
     delay: float = 0.0
     text: str | None = None  # a 200 whose assistant message says this, in the shape of the API asked
     chunk_delay: float | None = None  # between a streamed reply's chunks (None: the stub's)
+    cut_after: int | None = None  # a streamed reply's connection drops after this many chunks
     stream: bool = False  # set by the stub: the request asked for a stream
     path: str = ""  # set by the stub: the API asked
 
@@ -148,11 +149,19 @@ class OpenAIStub:
         with self._lock:
             self._replies.append(Reply(status, headers or {}, body, delay))
 
-    def reply_text(self, text: str, *, delay: float = 0.0, chunk_delay: float | None = None) -> None:
+    def reply_text(
+        self,
+        text: str,
+        *,
+        delay: float = 0.0,
+        chunk_delay: float | None = None,
+        cut_after: int | None = None,
+    ) -> None:
         """Queue a 200 whose assistant message says ``text`` (in either API's shape); streamed with
-        ``chunk_delay`` between chunks."""
+        ``chunk_delay`` between chunks, and broken off after ``cut_after`` chunks if set."""
+        reply = Reply(200, {}, None, delay, text=text, chunk_delay=chunk_delay, cut_after=cut_after)
         with self._lock:
-            self._replies.append(Reply(200, {}, None, delay, text=text, chunk_delay=chunk_delay))
+            self._replies.append(reply)
 
     def always(
         self,
@@ -264,6 +273,8 @@ class OpenAIStub:
                         self.send_header(name, value)
                     self.end_headers()
                     for n, chunk in enumerate(events(reply.body)):
+                        if reply.cut_after is not None and n >= reply.cut_after:
+                            break
                         if n and reply.chunk_delay:
                             time.sleep(reply.chunk_delay)
                         self.wfile.write(chunk)
