@@ -34,6 +34,7 @@ from activities.agent.providers import (
     resolve_chain,
 )
 from activities.agent.registry import AgentRegistration, AgentRegistry, find_agent, find_tool
+from activities.agent.sandbox_agents import SandboxAgentRefused, compact_after_tokens, durable_agent
 from activities.agent.streaming import StreamingModel, TurnStream
 from activities.agent.tool_records import ReadToolRecorder
 from activities.agent.tools import (
@@ -98,6 +99,11 @@ class AgentActivities:
         Raises ``ConfigError`` (naming the agent and the setting) when an agent's model cannot be
         resolved under ``config``: the worker refuses to start rather than fail its first task."""
         check_models((registry.get(name) for name in registry.names()), config)
+        for name in registry.names():
+            try:
+                durable_agent(registry.get(name).build())
+            except SandboxAgentRefused as err:
+                raise ConfigError(f"agent {name!r}: {err}") from None
         self.registry = registry
         self.store = store
         self.config = config
@@ -124,9 +130,10 @@ class AgentActivities:
     def _with_mcp(
         self, registration: AgentRegistration, catalog_ref: str | None
     ) -> contextlib.AbstractAsyncContextManager[tuple[Agent, str | None]]:
-        """The registration's agent, its MCP servers replaced by durable tools from the task's
-        catalog (listed now when the task has none yet)."""
-        agent = registration.build()
+        """The registration's agent, its sandbox capabilities (``SandboxAgent``) and MCP servers
+        replaced by durable tools, the MCP ones from the task's catalog (listed now when the task has
+        none yet)."""
+        agent = durable_agent(registration.build())
         if not agent.mcp_servers:
             return contextlib.nullcontext((agent, None))
         return mcp_tools.durable_mcp_tools(
@@ -172,7 +179,11 @@ class AgentActivities:
         try:
             start = await self._start(agent, input, context, registration.max_model_calls, outputs)
             try:
-                budget = registration.compact_after_tokens or self.config.compact_after_tokens
+                budget = (
+                    registration.compact_after_tokens
+                    or compact_after_tokens(agent)
+                    or self.config.compact_after_tokens
+                )
                 if budget is not None and isinstance(start, list):
                     # Through the turn's journaled chain: a retried turn answers it from the journal.
                     found = await compaction.compact(start, budget, model, self.store, input.turn)

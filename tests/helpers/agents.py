@@ -10,6 +10,8 @@ from typing import Any
 
 from agents import Agent, function_tool
 from agents.items import TResponseOutputItem
+from agents.sandbox import SandboxAgent
+from agents.sandbox.capabilities import Compaction, Filesystem, Shell
 from agents.testing import assistant_message, function_call
 
 from activities.agent import (
@@ -20,6 +22,7 @@ from activities.agent import (
     tool_outputs,
     write_tool,
 )
+from agent_worker.testing import Script
 from schemas.actions import BusinessWrite, Delegation, SandboxCommand
 
 # Where the `notes` model logs each call it really makes (set by the crash test).
@@ -258,5 +261,38 @@ registrations.append(
         name="batcher",
         build=lambda: Agent(name="batcher", instructions="Run and record.", tools=[run_shell, record_value]),
         scripted_model=BatchScript,
+    )
+)
+
+# The coder is an SDK SandboxAgent: it runs the failing test, patches calc.py, runs the test again and
+# shows what its commands left in the workspace. Each command appends to runs.log, so a command run
+# twice shows there.
+CODER_TEST = "echo run >> runs.log; python3 test_calc.py"
+CODER_PATCH = """*** Begin Patch
+*** Update File: calc.py
+@@ def add(a, b):
+-    return a - b
++    return a + b
+*** End Patch
+"""
+
+
+def _coder() -> Agent:
+    return SandboxAgent(
+        name="coder", instructions="Make the tests pass.", capabilities=[Shell(), Filesystem(), Compaction()]
+    )
+
+
+registrations.append(
+    AgentRegistration(
+        name="coder",
+        build=_coder,
+        scripted_model=lambda: Script(
+            ("exec_command", {"cmd": CODER_TEST}),
+            ("apply_patch", {"patch": CODER_PATCH}),
+            ("exec_command", {"cmd": CODER_TEST}),
+            ("exec_command", {"cmd": "cat runs.log calc.py"}),
+            "Fixed: add() adds.",
+        ),
     )
 )
