@@ -51,7 +51,7 @@ from telemetry import configure_logging, configure_tracing, tracing_interceptors
 from telemetry.health import Health, serve_health
 from telemetry.metrics import prometheus_runtime
 from workflows import AgentTaskWorkflow, SandboxReaperWorkflow
-from workflows.options import AGENT_QUEUE_SUFFIX, BUSINESS_QUEUE_SUFFIX, SANDBOX_QUEUE_SUFFIX
+from workflows.options import AGENT_QUEUE_SUFFIX, BUSINESS_QUEUE_SUFFIX, SANDBOX_QUEUE_SUFFIX, home_queue
 from workflows.placement import COLOCATABLE
 
 log = structlog.get_logger("agent_worker.worker")
@@ -244,7 +244,9 @@ def build_workers(
       delivery, tenant admission, thread lookup) on ``config.task_queue``;
     - ``agent``: agent turns, and calls of MCP tools, on ``<queue>.agent`` (holds the model
       provider's key);
-    - ``sandbox``: sandbox commands and the reaper on ``<queue>.sandbox`` (needs Docker or E2B);
+    - ``sandbox``: sandbox commands and the reaper on ``<queue>.sandbox`` (needs Docker or E2B),
+      and the commands and destroys of the sandboxes this host holds on its home queue
+      ``<queue>.sandbox@<host id>`` (``config.host``);
     - ``business``: writes, lookups, authorization checks and own effect tools (``effect_tool``) on
       ``<queue>.business`` (holds the business systems' credentials).
 
@@ -291,9 +293,20 @@ def build_workers(
         role_activities[AGENT_QUEUE_SUFFIX] = [agent.turn, agent.plan, tools.call_function, tools.call_mcp]
     if "sandbox" in roles:
         backends, default, unavailable = build_sandboxes(config, client.namespace)
-        sandbox = SandboxActivities(backends, store, default, unavailable=unavailable)
+        # This host's own queue: the sandboxes it makes live here, and their tasks send their
+        # commands and destroy back to it (``workflows.placement.at_home``).
+        home = home_queue(queue, config.host)
+        sandbox = SandboxActivities(
+            backends,
+            store,
+            default,
+            unavailable=unavailable,
+            home_queue=home,
+            home_wait_seconds=config.sandbox_home_wait_seconds,
+        )
         reaper = ReaperActivities(SandboxReaper(list(backends.values()), client))
         role_activities[SANDBOX_QUEUE_SUFFIX] = [sandbox.create, sandbox.exec, sandbox.destroy, reaper.reap]
+        role_activities[home[len(queue) :]] = [sandbox.exec, sandbox.destroy]
     if "business" in roles:
         business = BusinessActivities(build_writer(config), build_systems(config))
         authz = AuthzActivities(build_authorizer(config))

@@ -8,7 +8,10 @@ profiles).
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
+import socket
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
@@ -139,6 +142,28 @@ class WorkerConfig(BaseModel):
         description="UNSAFE, development only: let the process tier run commands as plain subprocesses "
         "of the worker (host files, network, Docker socket reachable) when it cannot prove isolation "
         "or process_isolation=none. Never set it where model code is not trusted.",
+    )
+    host_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=100,
+        pattern=r"^[A-Za-z0-9._-]+$",
+        description="This worker's host, for the sandboxes it holds (process and docker tiers live on "
+        "the host that made them): a sandbox worker also polls its home queue <queue>.sandbox@<host_id>, "
+        "and a task sends every command and the destroy of its sandbox there. Default: the machine's "
+        "hostname plus a digest of the data dir, so workers with their own data dirs are their own "
+        "hosts and a worker restarted on the same data dir is the same host. Workers that share a data "
+        "dir and a Docker daemon may share one host id.",
+    )
+    sandbox_home_wait_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        le=3600,
+        description="How long a task waits for the host that holds its sandbox to take a command "
+        "(schedule-to-start on its home queue) before it counts the sandbox as lost and rebuilds it "
+        "elsewhere (for the destroy: leaves it to that host's reaper). Recorded in each sandbox this "
+        "worker creates. Default: workflows.options.SANDBOX_HOME_WAIT (60 s), longer than a worker "
+        "restart.",
     )
     deployment_id: str | None = Field(
         default=None,
@@ -338,6 +363,15 @@ class WorkerConfig(BaseModel):
         if not (self.uses_openai if real is None else real):
             return 0.0
         return (input_tokens * self.price_input_per_mtok + output_tokens * self.price_output_per_mtok) / 1e6
+
+    @property
+    def host(self) -> str:
+        """This worker's host id: ``host_id``, else the hostname plus a digest of the data dir."""
+        if self.host_id:
+            return self.host_id
+        name = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname())[:60] or "host"
+        digest = hashlib.sha256(str(self.data_dir.resolve()).encode("utf-8")).hexdigest()[:8]
+        return f"{name}-{digest}"
 
     @property
     def sandbox_deployment(self) -> str:

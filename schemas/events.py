@@ -37,6 +37,7 @@ class EventType(StrEnum):
     SANDBOX_EXEC = "sandbox.exec"
     SANDBOX_DESTROYED = "sandbox.destroyed"
     SANDBOX_LOST = "sandbox.lost"
+    SANDBOX_LEFT = "sandbox.left"  # not destroyed: its host did not answer; its reaper removes it
     AUTHZ_CHECKED = "authz.checked"
     AUTHZ_REVOKED = "authz.revoked"
     WRITE_ATTEMPTED = "write.attempted"

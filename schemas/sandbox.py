@@ -61,6 +61,18 @@ class SandboxRef(BaseModel):
     provider_id: str = Field(default="", description="The backend's own id (container id, E2B sandbox id).")
     isolation: str = Field(description="How it is isolated, e.g. 'bwrap' or 'none'.")
     trusted_only: bool = Field(description="True when the backend must not run untrusted code.")
+    home_queue: str | None = Field(
+        default=None,
+        description="The task queue of the host that holds it (``<queue>.sandbox@<host id>``): its "
+        "commands and its destroy go there. None: any sandbox worker reaches it (e2b), or it was made "
+        "before sandboxes had homes.",
+    )
+    home_wait_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description="How long a command waits for the home queue's host before the sandbox counts as "
+        "lost (None: the workflow's default, ``workflows.options.SANDBOX_HOME_WAIT``).",
+    )
 
 
 class CreateSandboxInput(BaseModel):

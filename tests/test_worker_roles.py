@@ -28,6 +28,7 @@ from tests.helpers.support import (
     spawn_worker,
 )
 from workflows import AgentTaskWorkflow
+from workflows.options import home_queue
 from workflows.placement import NOT_REGISTERED
 
 
@@ -100,7 +101,9 @@ async def test_two_workers_with_different_roles_complete_the_example(
         body = await wait_health(port, 200)
         queue = env.task_queue
         assert body["roles"] == ["agent", "sandbox"]
-        assert body["task_queues"] == [f"{queue}.agent", f"{queue}.sandbox"]
+        # The sandbox role also polls its host's home queue (the same host id: the same data dir).
+        home = home_queue(queue, env.config.host)
+        assert body["task_queues"] == [f"{queue}.agent", f"{queue}.sandbox", home]
         handle = await env.start(example_spec())
         await env.approve(handle)
         result: TaskResult = await asyncio.wait_for(handle.result(), 90)
@@ -187,11 +190,14 @@ def not_registered_failures(history: WorkflowHistory) -> list[str]:
 async def test_a_worker_with_every_role_runs_turns_and_commands_on_the_task_queue(
     config_env: TaskEnv,
 ) -> None:
-    """With every role in one process, agent turns and sandbox commands are scheduled on the task
-    queue itself (where they start without waiting for another queue's dispatch), and the task
-    says so in its state. With ``colocate`` off they go to the role queues, as in a split fleet."""
+    """With every role in one process, agent turns and the sandbox's creation are scheduled on the
+    task queue itself (where they start without waiting for another queue's dispatch), and the task
+    says so in its state; the sandbox's commands and destroy go to the home queue of the host that
+    made it, wherever it was made. With ``colocate`` off turns and creation go to the role queues, as
+    in a split fleet."""
     env = config_env
     queue = env.task_queue
+    home = home_queue(queue, env.config.host)
     prompt = {"agent": "shell", "prompt": "run: echo placed"}
     async with running_worker(env.client, env.config):
         handle = await env.start(prompt)
@@ -200,8 +206,10 @@ async def test_a_worker_with_every_role_runs_turns_and_commands_on_the_task_queu
     assert result.phase is TaskPhase.COMPLETED
     assert status.colocated == ["agent", "sandbox"]
     placed = scheduled_on(await handle.fetch_history())
-    for activity in ("agent.turn", "sandbox.create", "sandbox.exec", "sandbox.destroy"):
+    for activity in ("agent.turn", "sandbox.create"):
         assert set(placed[activity]) == {queue}, (activity, placed[activity])
+    for activity in ("sandbox.exec", "sandbox.destroy"):
+        assert set(placed[activity]) == {home}, (activity, placed[activity])
     await assert_replays(env.client, handle.id)
 
     apart = env.config.model_copy(update={"colocate": False})
@@ -211,7 +219,8 @@ async def test_a_worker_with_every_role_runs_turns_and_commands_on_the_task_queu
     assert result.phase is TaskPhase.COMPLETED
     placed = scheduled_on(await handle.fetch_history())
     assert set(placed["agent.turn"]) == {f"{queue}.agent"}
-    assert set(placed["sandbox.exec"]) == {f"{queue}.sandbox"}
+    assert set(placed["sandbox.create"]) == {f"{queue}.sandbox"}
+    assert set(placed["sandbox.exec"]) == {home}
 
 
 async def test_a_task_moves_its_work_back_to_the_role_queues_when_the_fleet_is_split(
@@ -221,7 +230,8 @@ async def test_a_task_moves_its_work_back_to_the_role_queues_when_the_fleet_is_s
     that replaces it is split (workflows and business in one worker, agent and sandbox in another).
     After the approval, the first turn the task schedules on its task queue reaches the workflows
     worker, which fails it before anything runs; the task moves the agent role back to its queue and
-    the turn runs there, once. The sandbox's cleanup does the same. One business row, nothing lost."""
+    the turn runs there, once. The sandbox's cleanup goes to its host's home queue, which the sandbox
+    worker on the same data dir (the same host) polls. One business row, nothing lost."""
     env = config_env
     queue = env.task_queue
     async with running_worker(env.client, env.config):
@@ -236,14 +246,14 @@ async def test_a_task_moves_its_work_back_to_the_role_queues_when_the_fleet_is_s
     assert result.evidence.missing == []
     assert env.business().count() == 1
     history = await handle.fetch_history()
-    assert sorted(not_registered_failures(history)) == ["agent.turn", "sandbox.destroy"]
+    assert sorted(not_registered_failures(history)) == ["agent.turn"]
     placed = scheduled_on(history)
     # Before the split, on the task queue; the refused attempt, on it too; from then on, the role queue.
     turns = placed["agent.turn"]
     assert set(turns[:-1]) == {queue} and turns[-1] == f"{queue}.agent", turns
-    assert placed["sandbox.destroy"] == [queue, f"{queue}.sandbox"]
+    assert placed["sandbox.destroy"] == [home_queue(queue, env.config.host)]
     events = JsonlEventSink(env.config.events_dir).read(handle.id)
     moved = [e for e in events if e.type.value == "dispatch.moved"]
-    assert [e.data["role"] for e in moved] == ["agent", "sandbox"]
+    assert [e.data["role"] for e in moved] == ["agent"]
     assert "does not serve 'agent'" in moved[0].data["reason"]
     await assert_replays(env.client, handle.id)

@@ -70,7 +70,7 @@ with workflow.unsafe.imports_passed_through():
         TENANT_ADMISSION_PATCH,
         THREADS_PATCH,
     )
-    from workflows.placement import Placement
+    from workflows.placement import Placement, at_home, home_unanswered
     from workflows.policy import evaluate
     from workflows.threads import first_message
 
@@ -675,16 +675,33 @@ class AgentTaskWorkflow:
         sandbox = self.state.sandbox
         if sandbox is None:
             return
-        # Shielded: a cancellation arriving now must not skip the cleanup.
-        await asyncio.shield(
-            self.placement.execute(
-                "sandbox",
-                SandboxActivities.destroy,
-                DestroySandboxInput(task_id=self.task_id, sandbox=sandbox),
-                options.SANDBOX_DESTROY,
-                summary=f"destroy sandbox {sandbox.sandbox_id}",
+        home = at_home(sandbox)
+        try:
+            # Shielded: a cancellation arriving now must not skip the cleanup.
+            await asyncio.shield(
+                self.placement.execute(
+                    "sandbox",
+                    SandboxActivities.destroy,
+                    DestroySandboxInput(task_id=self.task_id, sandbox=sandbox),
+                    options.SANDBOX_DESTROY,
+                    summary=f"destroy sandbox {sandbox.sandbox_id}",
+                    home=home,
+                )
             )
-        )
+        except ActivityError as err:
+            if home is None or not home_unanswered(err):
+                raise
+            # Its host is gone (or has not come back in time): only that host's reaper can remove
+            # it, which it does once it sees the task closed. The task ends as it would have.
+            self.state.sandbox = None
+            self.emit(
+                EventType.SANDBOX_LEFT,
+                sandbox_id=sandbox.sandbox_id,
+                host=home.host,
+                home_queue=home.queue,
+                reason=f"its host did not take the destroy within {home.wait}; its reaper removes it",
+            )
+            return
         self.state.sandbox = None
         self.emit(EventType.SANDBOX_DESTROYED, sandbox_id=sandbox.sandbox_id)
 

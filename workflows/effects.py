@@ -63,7 +63,7 @@ with workflow.unsafe.imports_passed_through():
         REBUILD_SANDBOX_PATCH,
         SETTLE_CANCELLED_WRITE_PATCH,
     )
-    from workflows.placement import Placement
+    from workflows.placement import Placement, at_home, home_unanswered
     from workflows.tool_effects import ToolEffects
 
 
@@ -242,6 +242,7 @@ class EffectRunner:
         rebuilt = False
         while True:
             sandbox = await self.ensure_sandbox()
+            home = at_home(sandbox)
             try:
                 record = await self.placement.execute(
                     "sandbox",
@@ -256,21 +257,27 @@ class EffectRunner:
                     options.SANDBOX_EXEC,
                     summary=f"{action.tool} ({action.call_id}) in sandbox {sandbox.sandbox_id}",
                     start_to_close=timedelta(seconds=timeout) + options.EXEC_GRACE,
+                    home=home,
                 )
                 break
             except ActivityError as err:
                 if is_cancelled_exception(err):
                     raise
+                error = failure_message(err)
+                gone = home is not None and home_unanswered(err)
+                if gone:
+                    assert home is not None
+                    error = f"its host {home.host} did not take the command within {home.wait}: {error}"
                 if (
-                    failure_code(err) == "sandbox_missing"
+                    (gone or failure_code(err) == "sandbox_missing")
                     and not rebuilt
                     and workflow.patched(REBUILD_SANDBOX_PATCH)
                 ):
-                    self.sandbox_lost(sandbox, failure_message(err))
+                    self.sandbox_lost(sandbox, error)
                     rebuilt = True
                     continue  # rebuilt from the task's inputs; run the command again
-                self.task.emit(EventType.SANDBOX_EXEC, call_id=action.call_id, error=failure_message(err))
-                return json.dumps({"error": failure_message(err)}), None
+                self.task.emit(EventType.SANDBOX_EXEC, call_id=action.call_id, error=error)
+                return json.dumps({"error": error}), None
         state.commands.append(record)
         state.artifacts.extend(a for a in record.outputs if a not in state.artifacts)
         state.usage.sandbox_seconds += record.duration_ms / 1000

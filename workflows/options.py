@@ -18,6 +18,18 @@ BUSINESS_QUEUE_SUFFIX = ".business"
 # queue until their next new step (the change is guarded by ``ROLE_QUEUES_PATCH``).
 AGENT_QUEUE_SUFFIX = ".agent"
 SANDBOX_QUEUE_SUFFIX = ".sandbox"
+# A sandbox of a host-local tier (process, docker) lives on the host that made it, so each sandbox
+# worker also polls its home queue, ``<queue>.sandbox@<host id>``, and a task sends the commands and
+# the destroy of its sandbox there (``SandboxRef.home_queue``; guarded by ``SANDBOX_HOME_PATCH``).
+HOME_QUEUE_SEPARATOR = "@"
+# How long an operation on the home queue waits for its host to take it (schedule-to-start) before
+# the host counts as gone: a command then rebuilds the sandbox elsewhere (``sandbox.lost``), a destroy
+# leaves it to that host's reaper. Long enough for a killed worker to be restarted on its data dir
+# (a supervisor's restart and the worker's start take 5-30 s) and to outlast a burst that fills the
+# host's activity slots; short enough that a host that is gone for good costs a task one minute, less
+# than a command's own start-to-close timeout. A worker may record another in its sandboxes
+# (``AGENT_WORKER_SANDBOX_HOME_WAIT_SECONDS``, ``SandboxRef.home_wait_seconds``).
+SANDBOX_HOME_WAIT = timedelta(seconds=60)
 # Every activity heartbeats every 2 s (activities.errors.activity_boundary): a worker that dies is
 # noticed, and its work retried elsewhere, within this.
 HEARTBEAT = timedelta(seconds=10)
@@ -34,12 +46,15 @@ def config(
     task_queue: str | None = None,
     final_errors: tuple[str, ...] = (),
     attempts: int | None = None,
+    schedule_to_start: timedelta | None = None,
 ) -> ActivityConfig:
     """The keyword arguments of one ``workflow.execute_activity_method`` call: ``base`` (one of the
     constants below, never changed itself) with this call's summary, optionally a longer
     start-to-close timeout, another task queue, more error types that are not retried
-    (``final_errors``), or another number of ``attempts``."""
+    (``final_errors``), another number of ``attempts``, or a ``schedule_to_start`` timeout."""
     options = ActivityConfig(**base)
+    if schedule_to_start is not None:
+        options["schedule_to_start_timeout"] = schedule_to_start
     if final_errors:
         retry = base["retry_policy"]
         assert retry is not None
@@ -201,6 +216,11 @@ def agent_queue() -> str | None:
 def sandbox_queue() -> str | None:
     """The task queue of sandbox commands (``None``: the workflow's own, for runs before the split)."""
     return _role_queue(SANDBOX_QUEUE_SUFFIX)
+
+
+def home_queue(task_queue: str, host_id: str) -> str:
+    """The home queue of host ``host_id``'s sandboxes, for tasks on ``task_queue``."""
+    return f"{task_queue}{SANDBOX_QUEUE_SUFFIX}{HOME_QUEUE_SEPARATOR}{host_id}"
 
 
 def _role_queue(suffix: str) -> str | None:

@@ -58,6 +58,11 @@ INTERRUPT_PATCH = "interrupt-on-input"
 # its tools could not be listed, a read tool's server was down) hands the task off, naming the
 # server, instead of failing it. 0.1.0, 2026-12-02, 00c722e.
 MCP_UNAVAILABLE_PATCH = "mcp-unavailable-hands-off"
+# The commands and the destroy of a host-local sandbox (process, docker) go to the home queue of the
+# host that made it (``SandboxRef.home_queue``), with a schedule-to-start timeout: a host that does not
+# answer in time loses the sandbox (rebuilt, ``sandbox.lost``) or leaves it to its reaper
+# (``sandbox.left``). 0.1.0, 2026-12-02, 0000000.
+SANDBOX_HOME_PATCH = "sandbox-home-queue"
 
 __all__ = [
     "ARCHIVE_EVIDENCE_PATCH",
@@ -73,6 +78,7 @@ __all__ = [
     "REOPEN_WITHOUT_REVOKED_PATCH",
     "ROLE_QUEUES_PATCH",
     "RUN_CHAIN_PATCH",
+    "SANDBOX_HOME_PATCH",
     "SETTLE_CANCELLED_WRITE_PATCH",
     "TENANT_ADMISSION_PATCH",
     "THREADS_PATCH",

@@ -11,25 +11,33 @@ first, so the choice is in the history and replays the same; the state carries i
 continue-as-new. A fleet can change while a task runs: if a worker without the role picks such an
 activity up, it fails before anything runs (the SDK's ``NotFoundError``), and the task moves that
 role back to its role queue for good and runs it there.
+
+A sandbox of a host-local tier (process, docker) lives on the host that created it, so every later
+operation on it goes to that host's home queue (``SandboxRef.home_queue``, ``at_home``), whatever the
+placement, with a schedule-to-start timeout: a host that does not take it in time is gone, and the
+caller decides what that costs (``home_unanswered``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, TimeoutType
+from temporalio.exceptions import TimeoutError as ActivityTimeout
 from temporalio.workflow import ActivityConfig
 
 with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel
 
     from schemas.events import EventType
+    from schemas.sandbox import SandboxRef
     from workflows import bounds, options
     from workflows.context import TaskContext
-    from workflows.patches import BOUNDED_PATCH
+    from workflows.patches import BOUNDED_PATCH, SANDBOX_HOME_PATCH
 
 # The failure type the SDK reports for an activity the worker that took it does not register.
 NOT_REGISTERED = "NotFoundError"
@@ -39,6 +47,35 @@ _ROLE_QUEUES = {"agent": options.agent_queue, "sandbox": options.sandbox_queue}
 # The roles whose work can run on the task queue. Business writes stay on their own queue, polled only
 # by workers that hold the business system's credentials.
 COLOCATABLE = tuple(_ROLE_QUEUES)
+
+
+@dataclass(frozen=True)
+class Home:
+    """The host queue of a sandbox, and how long an operation waits there for its host."""
+
+    queue: str
+    wait: timedelta
+
+    @property
+    def host(self) -> str:
+        """The host id, as named in the queue."""
+        return self.queue.rpartition(options.HOME_QUEUE_SEPARATOR)[2]
+
+
+def at_home(sandbox: SandboxRef) -> Home | None:
+    """Where operations on ``sandbox`` must run: its host's home queue, or None (any sandbox worker:
+    an e2b sandbox, one made before sandboxes had homes, or a run from before the change)."""
+    if sandbox.home_queue is None or not workflow.patched(SANDBOX_HOME_PATCH):
+        return None
+    wait = options.SANDBOX_HOME_WAIT
+    if sandbox.home_wait_seconds is not None:
+        wait = timedelta(seconds=sandbox.home_wait_seconds)
+    return Home(sandbox.home_queue, wait)
+
+
+def home_unanswered(err: ActivityError) -> bool:
+    """Whether ``err`` says no worker of the home queue took the activity in time (its host is gone)."""
+    return isinstance(err.cause, ActivityTimeout) and err.cause.type == TimeoutType.SCHEDULE_TO_START
 
 
 class Placement:
@@ -56,12 +93,30 @@ class Placement:
         *,
         summary: str,
         start_to_close: timedelta | None = None,
+        home: Home | None = None,
     ) -> Result:
         """Run ``activity`` of ``role`` with ``arg`` (``summary``: what the Temporal UI shows for it),
-        where the task's placement says. An input too large to send hands the task off, explained
-        (``workflows.bounds``)."""
+        where the task's placement says, or on ``home`` (a sandbox's host, ``at_home``). An input too
+        large to send hands the task off, explained (``workflows.bounds``).
+
+        Raises:
+            ActivityError: as the activity failed; with ``home``, ``home_unanswered`` tells the
+                failure of a host that did not take it in time.
+        """
         if workflow.patched(BOUNDED_PATCH) and isinstance(arg, BaseModel):
             bounds.check(f"the input of {summary}", arg)
+        if home is not None:
+            return await workflow.execute_activity_method(
+                activity,
+                arg,
+                **options.config(
+                    opts,
+                    summary=summary,
+                    start_to_close=start_to_close,
+                    task_queue=home.queue,
+                    schedule_to_start=home.wait,
+                ),
+            )
         state = self.task.state
         if role in state.colocated:
             try:

@@ -30,6 +30,10 @@ from telemetry import metrics
 # ``output_limit_bytes``. The full output is always in the record's artifacts.
 RECORD_OUTPUT_BYTES = 1_000_000
 
+# Backends whose sandboxes live on the host that made them (a work dir, a container on its daemon):
+# only that host can run their commands. An E2B sandbox is reached from anywhere.
+HOST_LOCAL = frozenset({SandboxBackend.DOCKER, SandboxBackend.PROCESS})
+
 log = structlog.get_logger(__name__)
 
 
@@ -43,9 +47,14 @@ class SandboxActivities:
         default: SandboxBackend | None = None,
         *,
         unavailable: str | None = None,
+        home_queue: str | None = None,
+        home_wait_seconds: float | None = None,
     ) -> None:
         self.backends = dict(backends)
         self.store = store
+        # This host's own queue (``<queue>.sandbox@<host id>``), recorded in every host-local sandbox
+        # it creates, so that the task sends that sandbox's commands and destroy back here.
+        self.home_queue, self.home_wait_seconds = home_queue, home_wait_seconds
         # What ``auto`` means on this worker: the given default, else the first of docker, e2b, process
         # that it has (a worker offers process only when it names it); None: auto is refused, because
         # of ``unavailable``.
@@ -80,8 +89,16 @@ class SandboxActivities:
         backend = self._backend(input.spec.backend, "sandbox.create")
         files = {ref.name: await asyncio.to_thread(self.store.get, ref.digest) for ref in input.inputs}
         ref = await backend.create(input, files)
+        if ref.backend in HOST_LOCAL and self.home_queue is not None:
+            ref = ref.model_copy(
+                update={"home_queue": self.home_queue, "home_wait_seconds": self.home_wait_seconds}
+            )
         log.info(
-            "sandbox ready", sandbox_id=ref.sandbox_id, backend=ref.backend.value, isolation=ref.isolation
+            "sandbox ready",
+            sandbox_id=ref.sandbox_id,
+            backend=ref.backend.value,
+            isolation=ref.isolation,
+            home_queue=ref.home_queue,
         )
         return ref
 

@@ -1,0 +1,56 @@
+"""A scripted agent for the sandbox-home tests: it leaves a file in its sandbox with one command,
+then reads it back with a second (which its task's policy puts up for approval), and answers with
+what the second printed."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from agents import Agent
+from agents.items import TResponseOutputItem
+from agents.testing import assistant_message, function_call
+
+from activities.agent import AgentRegistration, ConversationModel, sandbox_tool, tool_outputs
+from schemas.actions import SandboxCommand
+
+MARK = "made in this sandbox"
+
+
+@sandbox_tool
+def write_mark() -> SandboxCommand:
+    """Leave a file in the sandbox's work dir."""
+    return SandboxCommand(argv=["sh", "-c", f"echo '{MARK}' > mark.txt && cat mark.txt"])
+
+
+@sandbox_tool
+def read_mark() -> SandboxCommand:
+    """Read the file back."""
+    return SandboxCommand(argv=["sh", "-c", "cat mark.txt"])
+
+
+class MarkScript(ConversationModel):
+    """write_mark, then read_mark, then the answer: ``read: <stdout>`` (``read failed: <stderr>``)."""
+
+    def respond(self, instructions: str | None, items: list[dict[str, Any]]) -> list[TResponseOutputItem]:
+        outputs = tool_outputs(items)
+        if "read_mark" in outputs:
+            try:
+                result = json.loads(outputs["read_mark"])
+            except ValueError:
+                return [assistant_message(f"read refused: {outputs['read_mark']}")]
+            if result.get("exit_code") == 0:
+                return [assistant_message(f"read: {result['stdout'].strip()}")]
+            return [assistant_message(f"read failed: {result.get('stderr', result).strip()}")]
+        if "write_mark" in outputs:
+            return [function_call("read_mark", {}, call_id="call_read")]
+        return [function_call("write_mark", {}, call_id="call_write")]
+
+
+registrations = [
+    AgentRegistration(
+        name="marker",
+        build=lambda: Agent(name="marker", instructions="Mark, then read.", tools=[write_mark, read_mark]),
+        scripted_model=MarkScript,
+    )
+]

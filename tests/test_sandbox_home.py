@@ -1,0 +1,264 @@
+"""A host-local sandbox (here the process tier) lives on the worker host that created it, so every
+later operation on it goes to that host's home queue, ``<queue>.sandbox@<host id>``: two worker
+processes with their own data dirs (two hosts) share one PostgreSQL (state, artifacts); the
+sandbox is made on host A and A is SIGKILLed while the task waits for an approval."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from pydantic import SecretStr
+
+from activities.stores import postgres_db
+from schemas.tasks import TaskPhase, TaskResult
+from tests.helpers.home_agents import MARK
+from tests.helpers.matrix import Record, record
+from tests.helpers.postgres_server import PostgresServer
+from tests.helpers.support import TEST_AGENTS, TaskEnv, assert_replays, spawn_worker
+from workflows import AgentTaskWorkflow
+from workflows.options import home_queue
+
+# Short, so that a host that stays away costs the test seconds (the default is a minute).
+HOME_WAIT_SECONDS = 3
+SPEC: dict[str, Any] = {
+    "agent": "marker",
+    "prompt": "leave a mark, then read it back",
+    "policy": {"rules": [{"tool": "read_mark", "decision": "require_approval", "approvers": ["clerk"]}]},
+}
+
+
+@pytest.fixture
+def hosts(config_env: TaskEnv, postgres: PostgresServer, tmp_path: Path) -> Iterator[tuple[TaskEnv, TaskEnv]]:
+    """Hosts A and B: a data dir and a host id each, one fresh PostgreSQL database for both."""
+    database = f"home_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(postgres.dsn_for("postgres"), autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {database}")
+    shared = {
+        "state_backend": "postgres",
+        "state_dsn": SecretStr(postgres.dsn_for(database)),
+        "artifact_backend": "postgres",
+        "agents": [*TEST_AGENTS, "tests.helpers.home_agents:registrations"],
+        "sandbox_unsafe_dev": True,
+    }
+    a, b = (
+        TaskEnv(
+            client=config_env.client,
+            config=config_env.config.model_copy(
+                update={**shared, "data_dir": tmp_path / f"host-{name}", "host_id": f"host-{name}"}
+            ),
+            address=config_env.address,
+        )
+        for name in ("a", "b")
+    )
+    yield a, b
+    postgres_db.close_pools()
+
+
+class Fleet:
+    """The worker processes a test starts (each a host's ``agent-worker worker``), by name."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    async def start(
+        self, name: str, host: TaskEnv, home_wait: float | None = None
+    ) -> subprocess.Popen[bytes]:
+        """Start a worker for ``host``; its sandboxes record ``home_wait`` (None: the default)."""
+        log = self.tmp_path / f"worker-{name}.log"
+        wait = {} if home_wait is None else {"AGENT_WORKER_SANDBOX_HOME_WAIT_SECONDS": str(home_wait)}
+        proc = spawn_worker(
+            host, log, AGENT_WORKER_HOST_ID=host.config.host, AGENT_WORKER_SANDBOX_UNSAFE_DEV="true", **wait
+        )
+        self.procs[name] = proc
+        deadline = time.monotonic() + 60
+        while "worker started" not in log.read_text():
+            assert proc.poll() is None, log.read_text()[-2000:]
+            assert time.monotonic() < deadline, f"worker {name} did not start"
+            await asyncio.sleep(0.2)
+        return proc
+
+    async def kill(self, name: str) -> None:
+        proc = self.procs[name]
+        os.killpg(proc.pid, signal.SIGKILL)
+        await asyncio.to_thread(proc.wait, 10)
+
+    async def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                await asyncio.to_thread(proc.wait, 30)
+            if proc.poll() is None:
+                proc.kill()
+
+
+@pytest.fixture
+async def fleet(tmp_path: Path) -> Any:
+    running = Fleet(tmp_path)
+    try:
+        yield running
+    finally:
+        await running.stop()
+
+
+def sandboxes_on(host: TaskEnv) -> list[str]:
+    """The process-tier sandboxes still in the host's data dir."""
+    return sorted(p.parent.name for p in host.config.sandbox_root.glob("*/labels.json"))
+
+
+def started_by(history_json: str) -> list[tuple[str, str]]:
+    """(activity type, pid of the worker that ran its last attempt) of every sandbox activity, in
+    the order they were scheduled."""
+    events = json.loads(history_json)["events"]
+    scheduled = {
+        e["eventId"]: e["activityTaskScheduledEventAttributes"]["activityType"]["name"]
+        for e in events
+        if "activityTaskScheduledEventAttributes" in e
+    }
+    return [
+        (scheduled[a["scheduledEventId"]], a["identity"].split("@", 1)[0])
+        for e in events
+        if (a := e.get("activityTaskStartedEventAttributes"))
+        and scheduled[a["scheduledEventId"]].startswith("sandbox.")
+    ]
+
+
+async def sandbox_made_on_a_then_a_killed(
+    a: TaskEnv, b: TaskEnv, fleet: Fleet, home_wait: float | None = HOME_WAIT_SECONDS
+) -> tuple[Any, Any, subprocess.Popen[bytes]]:
+    """Start the task with only A running (its sandbox, made with ``home_wait``, and first command
+    are A's), bring B up, and SIGKILL A while the task waits for the second command's approval."""
+    first_a = await fleet.start("a-1", a, home_wait)
+    handle = await a.start(SPEC)
+    status = await a.awaiting_approval(handle)
+    assert sandboxes_on(a) and not sandboxes_on(b)
+    await fleet.start("b", b)
+    await fleet.kill("a-1")
+    return handle, status, first_a
+
+
+async def test_after_a_sigkill_and_restart_the_task_s_next_command_and_destroy_run_on_its_host(
+    hosts: tuple[TaskEnv, TaskEnv], fleet: Fleet, record_property: Record
+) -> None:
+    """While A is down the second command waits on A's home queue (B, which polls the shared
+    queues, does not take it); A restarted on its data dir picks it up and finds the file the first
+    command left; the destroy runs on A too, and nothing is left on either host."""
+    a, b = hosts
+    # The default home wait (a minute): long enough for a restart.
+    handle, _, first_a = await sandbox_made_on_a_then_a_killed(a, b, fleet, home_wait=None)
+    await a.approve(handle, principal="clerk")
+    await asyncio.sleep(2)  # B would have taken a command on a shared queue by now
+    description = await handle.describe()
+    [waiting] = [p for p in description.raw_description.pending_activities]
+    assert waiting.activity_type.name == "sandbox.exec" and waiting.attempt == 1
+    assert waiting.last_worker_identity == ""  # not started anywhere
+    second_a = await fleet.start("a-2", a)
+    result: TaskResult = await asyncio.wait_for(handle.result(), 120)
+
+    assert result.phase is TaskPhase.COMPLETED, result.reason
+    assert result.final_output == f"read: {MARK}"
+    assert result.evidence.missing == [] and result.evidence_complete
+    write, read = result.evidence.commands
+    assert write.sandbox_id == read.sandbox_id and read.exit_code == 0
+    history = await assert_replays(a.client, handle.id)
+    ran = started_by(history)
+    assert ran[0] == ("sandbox.create", str(first_a.pid))
+    assert ran[-2:] == [("sandbox.exec", str(second_a.pid)), ("sandbox.destroy", str(second_a.pid))]
+    assert "sandbox.lost" not in history and sandboxes_on(a) == [] and sandboxes_on(b) == []
+    record(
+        record_property,
+        observed="A killed, restarted: the second command and the destroy ran on A, file found",
+        duplicates=0,
+        lost=0,
+        leftover=len(sandboxes_on(a)) + len(sandboxes_on(b)),
+    )
+
+
+async def test_a_host_that_never_comes_back_loses_its_sandbox_and_the_task_completes_on_another(
+    hosts: tuple[TaskEnv, TaskEnv], fleet: Fleet, record_property: Record
+) -> None:
+    """A is killed for good: once the command has waited its home wait on A's queue the sandbox
+    counts as lost (event naming A), the task rebuilds it on B from its inputs and runs the command
+    there (the file the first command made on A is gone), and B destroys its own sandbox; A's is left
+    to A's reaper."""
+    a, b = hosts
+    handle, _, _ = await sandbox_made_on_a_then_a_killed(a, b, fleet)
+    started = time.monotonic()
+    await a.approve(handle, principal="clerk")
+    result: TaskResult = await asyncio.wait_for(handle.result(), 120)
+
+    assert time.monotonic() - started >= HOME_WAIT_SECONDS
+    assert result.phase is TaskPhase.COMPLETED, result.reason
+    assert result.final_output is not None and result.final_output.startswith("read failed:")
+    assert "mark.txt" in result.final_output
+    [lost] = [m for m in result.evidence.missing if m.startswith("sandbox ")]
+    assert "after 1 command(s) (call_write)" in lost
+    history = await assert_replays(a.client, handle.id)
+    status = await handle.query(AgentTaskWorkflow.status)
+    [lost_event] = [e for e in status.last_events if e.type.value == "sandbox.lost"]
+    assert f"host {a.config.host}" in lost_event.data["error"], lost_event.data
+    assert home_queue(a.task_queue, a.config.host) != home_queue(b.task_queue, b.config.host)
+    ran = [kind for kind, _ in started_by(history)]
+    assert ran == ["sandbox.create", "sandbox.exec", "sandbox.create", "sandbox.exec", "sandbox.destroy"]
+    assert sandboxes_on(b) == [] and len(sandboxes_on(a)) == 1
+    record(
+        record_property,
+        observed=f"A gone: sandbox.lost after {HOME_WAIT_SECONDS} s, rebuilt on B; A's left to its reaper",
+        duplicates=0,
+        lost=0,
+        leftover=len(sandboxes_on(b)),
+    )
+
+
+async def test_a_destroy_its_host_never_takes_leaves_the_sandbox_to_that_host_s_reaper(
+    hosts: tuple[TaskEnv, TaskEnv], fleet: Fleet, record_property: Record
+) -> None:
+    """A is killed for good and the approver rejects the second command (the task ends rejected):
+    the destroy waits its home wait on A's queue, then the task records the sandbox as left for
+    A's reaper (event naming A) and ends as it would have; B never touches it."""
+    a, b = hosts
+    handle, status, _ = await sandbox_made_on_a_then_a_killed(a, b, fleet)
+    [request] = status.pending
+    await handle.execute_update(
+        AgentTaskWorkflow.decide,
+        {
+            "request_id": request.request_id,
+            "version": request.version,
+            "decision": "reject",
+            "principal": "clerk",
+            "reason": "not now",
+        },
+    )
+    result: TaskResult = await asyncio.wait_for(handle.result(), 120)
+
+    assert result.phase in (TaskPhase.COMPLETED, TaskPhase.REJECTED), result.reason
+    status = await handle.query(AgentTaskWorkflow.status)
+    [left] = [e for e in status.last_events if e.type.value == "sandbox.left"]
+    assert left.data["host"] == a.config.host and left.data["home_queue"] == home_queue(
+        a.task_queue, "host-a"
+    )
+    assert not [e for e in status.last_events if e.type.value == "sandbox.destroyed"]
+    history = await assert_replays(a.client, handle.id)
+    assert [kind for kind, _ in started_by(history)] == ["sandbox.create", "sandbox.exec"]
+    assert len(sandboxes_on(a)) == 1 and sandboxes_on(b) == []
+    record(
+        record_property,
+        observed=f"A gone: destroy not taken within {HOME_WAIT_SECONDS} s, sandbox.left naming A; task ended",
+        duplicates=0,
+        lost=0,
+        leftover=0,
+    )
