@@ -16,8 +16,8 @@ refuses to start otherwise. A plain subprocess (``isolation="none"``: the worker
 its network) needs the explicit ``unsafe_dev`` setting (``AGENT_WORKER_SANDBOX_UNSAFE_DEV=true``).
 Neither is a security boundary for hostile code: use the ``docker`` or ``e2b`` tier for that.
 
-A process sandbox lives on one worker host; a fleet must route a task's sandbox activities to the
-host that holds its work dir.
+A process sandbox lives on one worker host: its ref names that host's home queue, and the task
+sends its commands and destroy there (``workflows.placement.at_home``).
 """
 
 from __future__ import annotations
