@@ -325,7 +325,8 @@ def build_workers(
     ]
     if "workflows" in roles:
         artifacts = ArtifactActivities(store)
-        events = EventActivities(build_event_sink(config))
+        # Lifecycle events go to the live stream too, as the sink takes them.
+        events = EventActivities(build_event_sink(config), state_stores.build_stream_backend(config))
         # Tasks this worker admits schedule agent and sandbox work on the task queue itself when it
         # serves those roles there (``workflows.placement``): it then starts without a queue wait.
         colocated = [r for r in COLOCATABLE if r in roles] if config.colocate else []

@@ -21,8 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import os
-import socket
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -37,7 +35,7 @@ from agents.usage import Usage
 from temporalio import activity
 
 from activities.agent.providers import ModelChoice
-from activities.stores.streams import StreamBackend
+from activities.stores.streams import WRITER, StreamBackend
 from schemas.streams import StreamEntry, StreamKind
 from telemetry import metrics
 
@@ -49,7 +47,6 @@ MAX_PENDING = 20_000
 # How long the end of a turn waits for its last entries to be written.
 CLOSE_SECONDS = 2.0
 PREVIEW_CHARS = 2_000
-WRITER = f"{socket.gethostname()}:{os.getpid()}"
 _STREAMED = frozenset({"responses", "chat_completions"})
 # Models (by chain label) whose server answered a streamed request with no stream at all.
 _UNSTREAMED: set[str] = set()

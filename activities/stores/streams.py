@@ -19,6 +19,8 @@ Calls block (SQLite, a network round trip): async code runs them in a thread.
 
 from __future__ import annotations
 
+import os
+import socket
 import sqlite3
 import threading
 import time
@@ -27,6 +29,8 @@ from typing import Protocol
 
 from schemas.streams import StreamEntry
 
+# Who wrote an entry (``StreamEntry.writer``): this worker process.
+WRITER = f"{socket.gethostname()}:{os.getpid()}"
 # A blocking read waits at most this long per call (a reader loops).
 MAX_BLOCK_MS = 5_000
 _POLL_SECONDS = 0.05
@@ -135,4 +139,4 @@ class SqliteStreamBackend:
                 self._conn = None
 
 
-__all__ = ["MAX_BLOCK_MS", "SqliteStreamBackend", "StreamBackend", "stream_key"]
+__all__ = ["MAX_BLOCK_MS", "WRITER", "SqliteStreamBackend", "StreamBackend", "stream_key"]

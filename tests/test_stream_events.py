@@ -1,0 +1,59 @@
+"""Lifecycle events in the live stream: phases, approvals, commands and writes reach a task's
+stream as the event sink takes them, each once and in order, beside the turns' own entries; a
+waiting task's events are in the stream while it waits."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from temporalio.client import Client
+
+from activities.events import JsonlEventSink
+from activities.stores.state import build_stream_backend
+from schemas.events import EventType
+from schemas.tasks import TaskPhase, TaskResult
+from tests.helpers.support import DevServer, TaskEnv, make_config, running_worker
+
+
+async def test_a_task_s_lifecycle_events_reach_its_stream_once_in_order(
+    client: Client, dev_server: DevServer, tmp_path: Path
+) -> None:
+    """While the write waits for approval, the stream already holds the command's event and the
+    approval request; at the end it holds every event the sink holds, in the same order, none
+    twice, after the turns' step entries they follow."""
+    config = make_config(tmp_path / "data")
+    env = TaskEnv(client=client, config=config, address=dev_server.address)
+    backend = build_stream_backend(config)
+    assert backend is not None
+    spec = {
+        "agent": "recorder",
+        "prompt": "first run: echo hi; record: 42",
+        "policy": {"default_approvers": ["finance-lead"]},
+    }
+    async with running_worker(client, config):
+        handle = await env.start(spec)
+        await env.awaiting_approval(handle)
+        chain = (await handle.describe()).raw_description.workflow_execution_info.first_run_id
+        # The task delivers its events as it starts to wait (the phase shows a moment before).
+        deadline = asyncio.get_running_loop().time() + 10
+        while True:
+            waiting = [e.data["type"] for e in backend.read(handle.id, chain, 0, 1000) if e.kind == "event"]
+            if EventType.APPROVAL_REQUESTED.value in waiting or asyncio.get_running_loop().time() > deadline:
+                break
+            await asyncio.sleep(0.05)
+        assert EventType.SANDBOX_EXEC.value in waiting and EventType.APPROVAL_REQUESTED.value in waiting
+        await env.approve(handle)
+        result: TaskResult = await asyncio.wait_for(handle.result(), 60)
+    assert result.phase is TaskPhase.COMPLETED
+
+    entries = backend.read(handle.id, chain, 0, 5000)
+    streamed = [e.data for e in entries if e.kind == "event"]
+    sunk = [e.model_dump(mode="json") for e in JsonlEventSink(config.events_dir).read_chain(handle.id, chain)]
+    assert [e["event_id"] for e in streamed] == [e["event_id"] for e in sunk], "each event once, in order"
+    assert streamed[-1]["type"] == EventType.TASK_FINISHED.value and streamed[-1]["phase"] == "completed"
+    assert {EventType.WRITE_CONFIRMED.value, EventType.APPROVAL_DECIDED.value} <= {e["type"] for e in streamed}
+    # The first turn's steps come before the events delivered after it.
+    first_turn_end = next(e.offset for e in entries if e.kind == "step" and e.data.get("step") == "turn.finished")
+    decided = next(e.offset for e in entries if e.kind == "event" and e.data["type"] == "approval.decided")
+    assert first_turn_end < decided
