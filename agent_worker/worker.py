@@ -305,8 +305,14 @@ def build_workers(
             home_wait_seconds=config.sandbox_home_wait_seconds,
         )
         reaper = ReaperActivities(SandboxReaper(list(backends.values()), client))
-        role_activities[SANDBOX_QUEUE_SUFFIX] = [sandbox.create, sandbox.exec, sandbox.destroy, reaper.reap]
-        role_activities[home[len(queue) :]] = [sandbox.exec, sandbox.destroy]
+        role_activities[SANDBOX_QUEUE_SUFFIX] = [
+            sandbox.place,
+            sandbox.create,
+            sandbox.exec,
+            sandbox.destroy,
+            reaper.reap,
+        ]
+        role_activities[home[len(queue) :]] = [sandbox.create, sandbox.exec, sandbox.destroy]
     if "business" in roles:
         business = BusinessActivities(build_writer(config), build_systems(config))
         authz = AuthzActivities(build_authorizer(config))

@@ -89,6 +89,21 @@ class CreateSandboxInput(BaseModel):
     )
 
 
+class PlaceSandboxInput(BaseModel):
+    """Input of ``sandbox.place``: the task asks which host would hold its sandbox."""
+
+    task_id: str
+    spec: SandboxSpec
+
+
+class SandboxPlacement(BaseModel):
+    """Output of ``sandbox.place``: the home queue of the host that answered (None: the backend is
+    reached from any host, e2b), where the task then creates its sandbox."""
+
+    home_queue: str | None = None
+    home_wait_seconds: float | None = Field(default=None, gt=0)
+
+
 class ExecInput(BaseModel):
     """Input of ``sandbox.exec``."""
 

@@ -176,7 +176,7 @@ async def test_after_a_sigkill_and_restart_the_task_s_next_command_and_destroy_r
     assert write.sandbox_id == read.sandbox_id and read.exit_code == 0
     history = await assert_replays(a.client, handle.id)
     ran = started_by(history)
-    assert ran[0] == ("sandbox.create", str(first_a.pid))
+    assert ran[:2] == [("sandbox.place", str(first_a.pid)), ("sandbox.create", str(first_a.pid))]
     assert ran[-2:] == [("sandbox.exec", str(second_a.pid)), ("sandbox.destroy", str(second_a.pid))]
     assert "sandbox.lost" not in history and sandboxes_on(a) == [] and sandboxes_on(b) == []
     record(
@@ -213,7 +213,8 @@ async def test_a_host_that_never_comes_back_loses_its_sandbox_and_the_task_compl
     assert f"host {a.config.host}" in lost_event.data["error"], lost_event.data
     assert home_queue(a.task_queue, a.config.host) != home_queue(b.task_queue, b.config.host)
     ran = [kind for kind, _ in started_by(history)]
-    assert ran == ["sandbox.create", "sandbox.exec", "sandbox.create", "sandbox.exec", "sandbox.destroy"]
+    placed_and_made = ["sandbox.place", "sandbox.create"]
+    assert ran == [*placed_and_made, "sandbox.exec", *placed_and_made, "sandbox.exec", "sandbox.destroy"]
     assert sandboxes_on(b) == [] and len(sandboxes_on(a)) == 1
     record(
         record_property,
@@ -253,7 +254,7 @@ async def test_a_destroy_its_host_never_takes_leaves_the_sandbox_to_that_host_s_
     )
     assert not [e for e in status.last_events if e.type.value == "sandbox.destroyed"]
     history = await assert_replays(a.client, handle.id)
-    assert [kind for kind, _ in started_by(history)] == ["sandbox.create", "sandbox.exec"]
+    assert [kind for kind, _ in started_by(history)] == ["sandbox.place", "sandbox.create", "sandbox.exec"]
     assert len(sandboxes_on(a)) == 1 and sandboxes_on(b) == []
     record(
         record_property,

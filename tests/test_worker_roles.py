@@ -190,11 +190,11 @@ def not_registered_failures(history: WorkflowHistory) -> list[str]:
 async def test_a_worker_with_every_role_runs_turns_and_commands_on_the_task_queue(
     config_env: TaskEnv,
 ) -> None:
-    """With every role in one process, agent turns and the sandbox's creation are scheduled on the
-    task queue itself (where they start without waiting for another queue's dispatch), and the task
-    says so in its state; the sandbox's commands and destroy go to the home queue of the host that
-    made it, wherever it was made. With ``colocate`` off turns and creation go to the role queues, as
-    in a split fleet."""
+    """With every role in one process, agent turns and the choice of the sandbox's host are
+    scheduled on the task queue itself (where they start without waiting for another queue's
+    dispatch), and the task says so in its state; the sandbox is then created, and its commands and
+    destroy run, on the home queue of the host that answered. With ``colocate`` off turns and the
+    choice go to the role queues, as in a split fleet."""
     env = config_env
     queue = env.task_queue
     home = home_queue(queue, env.config.host)
@@ -206,9 +206,9 @@ async def test_a_worker_with_every_role_runs_turns_and_commands_on_the_task_queu
     assert result.phase is TaskPhase.COMPLETED
     assert status.colocated == ["agent", "sandbox"]
     placed = scheduled_on(await handle.fetch_history())
-    for activity in ("agent.turn", "sandbox.create"):
+    for activity in ("agent.turn", "sandbox.place"):
         assert set(placed[activity]) == {queue}, (activity, placed[activity])
-    for activity in ("sandbox.exec", "sandbox.destroy"):
+    for activity in ("sandbox.create", "sandbox.exec", "sandbox.destroy"):
         assert set(placed[activity]) == {home}, (activity, placed[activity])
     await assert_replays(env.client, handle.id)
 
@@ -219,8 +219,8 @@ async def test_a_worker_with_every_role_runs_turns_and_commands_on_the_task_queu
     assert result.phase is TaskPhase.COMPLETED
     placed = scheduled_on(await handle.fetch_history())
     assert set(placed["agent.turn"]) == {f"{queue}.agent"}
-    assert set(placed["sandbox.create"]) == {f"{queue}.sandbox"}
-    assert set(placed["sandbox.exec"]) == {home}
+    assert set(placed["sandbox.place"]) == {f"{queue}.sandbox"}
+    assert set(placed["sandbox.create"]) == set(placed["sandbox.exec"]) == {home}
 
 
 async def test_a_task_moves_its_work_back_to_the_role_queues_when_the_fleet_is_split(

@@ -30,7 +30,7 @@ with workflow.unsafe.imports_passed_through():
     from schemas.approvals import ApprovalDecision, DecisionKind
     from schemas.artifacts import InputFile
     from schemas.events import EventType
-    from schemas.sandbox import CreateSandboxInput, ExecInput, SandboxRef
+    from schemas.sandbox import CreateSandboxInput, ExecInput, PlaceSandboxInput, SandboxRef
     from schemas.tasks import (
         BatchItem,
         DelegationRecord,
@@ -61,9 +61,10 @@ with workflow.unsafe.imports_passed_through():
         BOUNDED_PATCH,
         CHECK_EDITS_PATCH,
         REBUILD_SANDBOX_PATCH,
+        SANDBOX_HOME_PATCH,
         SETTLE_CANCELLED_WRITE_PATCH,
     )
-    from workflows.placement import Placement, at_home, home_unanswered
+    from workflows.placement import Placement, at_home, home_of, home_unanswered
     from workflows.tool_effects import ToolEffects
 
 
@@ -191,20 +192,21 @@ class EffectRunner:
     async def create_sandbox(self) -> SandboxRef:
         state, spec = self.task.state, self.task.valid_spec
         if state.sandbox is None:
-            state.sandbox = await self.placement.execute(
-                "sandbox",
-                SandboxActivities.create,
-                CreateSandboxInput(
-                    task_id=self.task.task_id,
-                    tenant=spec.tenant,
-                    spec=spec.sandbox,
-                    inputs=state.inputs,
-                    run_id=workflow.info().run_id,
-                    run_chain=state.run_chain,
-                ),
-                options.SANDBOX_CREATE,
-                summary=f"create the task's sandbox (backend {spec.sandbox.backend.value})",
+            create = CreateSandboxInput(
+                task_id=self.task.task_id,
+                tenant=spec.tenant,
+                spec=spec.sandbox,
+                inputs=state.inputs,
+                run_id=workflow.info().run_id,
+                run_chain=state.run_chain,
             )
+            summary = f"create the task's sandbox (backend {spec.sandbox.backend.value})"
+            if workflow.patched(SANDBOX_HOME_PATCH):
+                state.sandbox = await self.create_at_home(create, summary)
+            else:
+                state.sandbox = await self.placement.execute(
+                    "sandbox", SandboxActivities.create, create, options.SANDBOX_CREATE, summary=summary
+                )
             self.task.emit(
                 EventType.SANDBOX_CREATED,
                 sandbox_id=state.sandbox.sandbox_id,
@@ -213,6 +215,40 @@ class EffectRunner:
                 trusted_only=state.sandbox.trusted_only,
             )
         return state.sandbox
+
+    async def create_at_home(self, create: CreateSandboxInput, summary: str) -> SandboxRef:
+        """Ask a sandbox worker which host would hold the sandbox (``sandbox.place``), then create it
+        on that host's home queue. A create retried after its host died waits for that host (which
+        finds what it began), rather than making a second sandbox elsewhere and leaving the first
+        behind; a host that does not take it within its wait is given up, for another one."""
+        for tries in range(1, options.SANDBOX_PLACE_TRIES + 1):
+            placed = await self.placement.execute(
+                "sandbox",
+                SandboxActivities.place,
+                PlaceSandboxInput(task_id=create.task_id, spec=create.spec),
+                options.SANDBOX_PLACE,
+                summary="choose the sandbox's host",
+            )
+            home = home_of(placed.home_queue, placed.home_wait_seconds)
+            try:
+                return await self.placement.execute(
+                    "sandbox",
+                    SandboxActivities.create,
+                    create,
+                    options.SANDBOX_CREATE,
+                    summary=summary,
+                    home=home,
+                )
+            except ActivityError as err:
+                if home is None or not home_unanswered(err) or tries == options.SANDBOX_PLACE_TRIES:
+                    raise
+                self.task.emit(
+                    EventType.DISPATCH_MOVED,
+                    role="sandbox",
+                    reason=f"host {home.host} did not take the sandbox's create within {home.wait}; "
+                    "another host is chosen (what it began there is left to its reaper)",
+                )
+        raise AssertionError("unreachable")
 
     def sandbox_lost(self, sandbox: SandboxRef, error: str) -> None:
         """The sandbox vanished (removed from outside, its host died): forget it, so the next command

@@ -126,6 +126,15 @@ INGEST = ActivityConfig(
     heartbeat_timeout=HEARTBEAT,
     summary="store the task's inputs",
 )
+# Which host holds a new sandbox: a quick answer from whichever sandbox worker takes it.
+SANDBOX_PLACE = ActivityConfig(
+    start_to_close_timeout=timedelta(seconds=30),
+    retry_policy=_retry(10),
+    heartbeat_timeout=HEARTBEAT,
+    summary="choose the sandbox's host",
+)
+# Hosts asked in turn for a new sandbox when the chosen one does not take the create in time.
+SANDBOX_PLACE_TRIES = 3
 SANDBOX_CREATE = ActivityConfig(
     start_to_close_timeout=timedelta(minutes=5),
     retry_policy=_retry(5),

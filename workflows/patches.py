@@ -58,10 +58,10 @@ INTERRUPT_PATCH = "interrupt-on-input"
 # its tools could not be listed, a read tool's server was down) hands the task off, naming the
 # server, instead of failing it. 0.1.0, 2026-12-02, 00c722e.
 MCP_UNAVAILABLE_PATCH = "mcp-unavailable-hands-off"
-# The commands and the destroy of a host-local sandbox (process, docker) go to the home queue of the
-# host that made it (``SandboxRef.home_queue``), with a schedule-to-start timeout: a host that does not
-# answer in time loses the sandbox (rebuilt, ``sandbox.lost``) or leaves it to its reaper
-# (``sandbox.left``). 0.1.0, 2026-12-02, 8e5db05.
+# A sandbox is created on the home queue of the host ``sandbox.place`` names, and the commands and the
+# destroy of a host-local sandbox (process, docker) go to that queue (``SandboxRef.home_queue``), with
+# a schedule-to-start timeout: a host that does not answer in time loses the sandbox (rebuilt,
+# ``sandbox.lost``) or leaves it to its reaper (``sandbox.left``). 0.1.0, 2026-12-02, 8e5db05.
 SANDBOX_HOME_PATCH = "sandbox-home-queue"
 
 __all__ = [

@@ -67,10 +67,15 @@ def at_home(sandbox: SandboxRef) -> Home | None:
     an e2b sandbox, one made before sandboxes had homes, or a run from before the change)."""
     if sandbox.home_queue is None or not workflow.patched(SANDBOX_HOME_PATCH):
         return None
-    wait = options.SANDBOX_HOME_WAIT
-    if sandbox.home_wait_seconds is not None:
-        wait = timedelta(seconds=sandbox.home_wait_seconds)
-    return Home(sandbox.home_queue, wait)
+    return home_of(sandbox.home_queue, sandbox.home_wait_seconds)
+
+
+def home_of(queue: str | None, wait_seconds: float | None) -> Home | None:
+    """The home at ``queue`` (None: none), with its host's wait (None: ``SANDBOX_HOME_WAIT``)."""
+    if queue is None:
+        return None
+    wait = options.SANDBOX_HOME_WAIT if wait_seconds is None else timedelta(seconds=wait_seconds)
+    return Home(queue, wait)
 
 
 def home_unanswered(err: ActivityError) -> bool:

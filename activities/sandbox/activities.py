@@ -20,7 +20,9 @@ from schemas.sandbox import (
     DestroySandboxInput,
     DestroySandboxResult,
     ExecInput,
+    PlaceSandboxInput,
     SandboxBackend,
+    SandboxPlacement,
     SandboxRef,
 )
 from telemetry import metrics
@@ -81,6 +83,20 @@ class SandboxActivities:
                 operation=operation,
                 retryable="no",
             ) from None
+
+    @activity.defn(name="sandbox.place")
+    @activity_boundary
+    async def place(self, input: PlaceSandboxInput) -> SandboxPlacement:
+        """This host's home queue, when the task's sandbox would live here (a host-local backend).
+
+        The task asks this before ``sandbox.create`` and then creates the sandbox on that queue: a
+        create retried after its host died then waits for that host instead of making a second
+        sandbox on another one (the first would be left behind). Creates nothing.
+        """
+        backend = self._backend(input.spec.backend, "sandbox.place")
+        if backend.backend not in HOST_LOCAL or self.home_queue is None:
+            return SandboxPlacement()
+        return SandboxPlacement(home_queue=self.home_queue, home_wait_seconds=self.home_wait_seconds)
 
     @activity.defn(name="sandbox.create")
     @activity_boundary
