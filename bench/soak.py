@@ -269,7 +269,12 @@ async def _soak(
         envs = [{**base, "AGENT_WORKER_DATA_DIR": str(data_dirs[0])}] * args.workers
     else:  # a host per worker
         data_dirs = [work / f"data-{n + 1}" for n in range(args.workers)]
-        envs = [{**base, **stores.worker_env(d)} for d in data_dirs]
+        # Two hosts on one machine: each its own host id (its sandboxes' home queue), stated here
+        # rather than derived from the data dir, so that the report can name them.
+        envs = [
+            {**base, **stores.worker_env(d), "AGENT_WORKER_HOST_ID": f"soak-host-{n + 1}"}
+            for n, d in enumerate(data_dirs)
+        ]
     fleet: Fleet | None = None
     chaos = Chaos()
     started = time.monotonic()
@@ -313,8 +318,8 @@ async def _soak(
             shared = await soak_shared.check(
                 client, configs, outcomes, slot_of_pid, chaos.killed, data_dirs, work
             )
-            # A task that moved hosts had its sandbox destroyed where it was not: each host's reaper
-            # is what removes those (counted before and after).
+            # What is left in a data dir when the tasks closed (counted before), then what each
+            # host's reaper would not remove (after).
             shared.left_at_close = leftover
             shared.reaped = await asyncio.to_thread(soak_shared.reap_each_host, envs, work)
             leftover = leftover_sandboxes(data_dirs, task_ids, args.sandbox == "docker")

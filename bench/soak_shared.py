@@ -13,10 +13,10 @@ here read the outcome from the shared stores, not from a worker's disk:
   again with the other worker's config, which must answer all of its model calls from the shared
   journal and propose the same actions;
 - that no worker left shared state on its own disk (artifacts, journal, events, SQLite stores);
-- the process-tier sandboxes, which are local to a host: a task that moved to the other worker
-  (its worker was killed) has its sandbox destroyed where it is not, so it stays in the first
-  worker's data dir; those are counted, then each host's own reaper runs (``agent-worker reap``
-  with that worker's settings) and what is still left counts as leftover.
+- the process-tier sandboxes, which are local to a host: every command and destroy of a sandbox
+  goes to its host's home queue (each worker has its own host id), so none may be left in a data
+  dir when the tasks close; then each host's own reaper runs (``agent-worker reap`` with that
+  worker's settings) and what is still left counts as leftover.
 
 (The turns and the journal: ``bench.soak_journal``.)
 """
@@ -269,13 +269,17 @@ class SharedFindings:
     shown: soak_journal.JournalShown | None
     on_disk: list[str]
     left_at_close: int = 0  # sandboxes in the data dirs once the tasks closed, before the reapers
+    hosts: list[str] = field(default_factory=list)
     reaped: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         views = self.workers * self.workers
         verified = sum(self.evidence.verified.values()) == views * self.results and not self.evidence.failures
-        return verified and self.shown is not None and self.shown.ok and not self.on_disk
+        # Every sandbox operation reaches the host that holds the sandbox (its home queue), so none
+        # is left for a reaper when the tasks close.
+        left = self.left_at_close == 0 and len(set(self.hosts)) == self.workers
+        return verified and left and self.shown is not None and self.shown.ok and not self.on_disk
 
     def rows(self) -> list[tuple[str, str]]:
         by_slot = ", ".join(
@@ -295,6 +299,7 @@ class SharedFindings:
                 "worker data dirs",
                 f"{self.workers}, one per worker; shared state left on them: {len(self.on_disk)}",
             ),
+            ("worker host ids (sandbox home queues)", ", ".join(self.hosts) or "derived"),
             (
                 "evidence bundles verified (each task fetched and verified with each worker's config)",
                 f"{self.evidence.text(self.workers, self.results)}; failures {len(self.evidence.failures)}",
@@ -365,4 +370,8 @@ async def check(
         f"PostgreSQL (state stores, business writes), S3 bucket on moto (artifacts): "
         f"{configs[0].artifact_bucket}"
     )
-    return SharedFindings(len(configs), stores, len(results), views, placed, shown, local_state(data_dirs))
+    findings = SharedFindings(
+        len(configs), stores, len(results), views, placed, shown, local_state(data_dirs)
+    )
+    findings.hosts = [c.host for c in configs]
+    return findings
