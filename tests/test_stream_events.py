@@ -52,8 +52,12 @@ async def test_a_task_s_lifecycle_events_reach_its_stream_once_in_order(
     sunk = [e.model_dump(mode="json") for e in JsonlEventSink(config.events_dir).read_chain(handle.id, chain)]
     assert [e["event_id"] for e in streamed] == [e["event_id"] for e in sunk], "each event once, in order"
     assert streamed[-1]["type"] == EventType.TASK_FINISHED.value and streamed[-1]["phase"] == "completed"
-    assert {EventType.WRITE_CONFIRMED.value, EventType.APPROVAL_DECIDED.value} <= {e["type"] for e in streamed}
+    assert {EventType.WRITE_CONFIRMED.value, EventType.APPROVAL_DECIDED.value} <= {
+        e["type"] for e in streamed
+    }
     # The first turn's steps come before the events delivered after it.
-    first_turn_end = next(e.offset for e in entries if e.kind == "step" and e.data.get("step") == "turn.finished")
+    first_turn_end = next(
+        e.offset for e in entries if e.kind == "step" and e.data.get("step") == "turn.finished"
+    )
     decided = next(e.offset for e in entries if e.kind == "event" and e.data["type"] == "approval.decided")
     assert first_turn_end < decided
