@@ -32,11 +32,11 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, Header, HTTPException, Request, Response
 from fastapi.responses import PlainTextResponse, StreamingResponse
 from pydantic import BaseModel, Field
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client
 
 from activities.stores.streams import StreamBackend
 from agent_worker.client import AgentWorkerClient, AgentWorkerError, TaskNotFound
-from api.streams import follow_stream
+from api.streams import follow_task, resume_after
 from inbox.auth import Authenticator
 from inbox.service import InboxError, InboxService, may_view
 from schemas.approvals import ApprovalRequest, DecisionKind, DecisionOutcome
@@ -241,15 +241,9 @@ def build_api(client: Client, config: ApiConfig) -> FastAPI:
         await visible(task_id, who)
         if config.streams is None:
             raise HTTPException(404, "this API has no live stream (stream_backend=none)")
-        after = int(last_event_id) if last_event_id and last_event_id.isdigit() else 0
-        handle = tasks.handle(task_id)
-        chain = (await handle.describe()).raw_description.workflow_execution_info.first_run_id or None
-
-        async def closed() -> bool:
-            return (await handle.describe()).status is not WorkflowExecutionStatus.RUNNING
-
+        frames = await follow_task(config.streams, tasks.handle(task_id), resume_after(last_event_id))
         return StreamingResponse(
-            follow_stream(config.streams, task_id, chain, after, closed),
+            frames,
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )

@@ -15,6 +15,8 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
+
 from activities.stores.streams import StreamBackend
 
 # How long one read waits for a new entry; how often an idle stream sends a comment (so proxies
@@ -66,4 +68,22 @@ async def follow_stream(
             yield b": keepalive\n\n"
 
 
-__all__ = ["follow_stream", "frame"]
+def resume_after(last_event_id: str | None) -> int:
+    """The offset a ``Last-Event-ID`` header resumes after (0: from the start)."""
+    return int(last_event_id) if last_event_id and last_event_id.isdigit() else 0
+
+
+async def follow_task(
+    backend: StreamBackend, handle: WorkflowHandle[Any, Any], after: int
+) -> AsyncIterator[bytes]:
+    """``follow_stream`` of the task's current run chain, until its workflow has closed. The chain is
+    read here, before the response starts, so a task that cannot be described fails the request."""
+    chain = (await handle.describe()).raw_description.workflow_execution_info.first_run_id or None
+
+    async def closed() -> bool:
+        return (await handle.describe()).status is not WorkflowExecutionStatus.RUNNING
+
+    return follow_stream(backend, handle.id, chain, after, closed)
+
+
+__all__ = ["follow_stream", "follow_task", "frame", "resume_after"]
