@@ -249,7 +249,12 @@ async def cmd_inbox(args: argparse.Namespace, ctx: CliContext, out: TextIO | Non
     the rest of the inbox. ``--web`` serves the approval inbox pages instead (``inbox``).
     """
     if args.web:
-        from inbox import cmd_inbox_web
+        try:
+            from inbox import cmd_inbox_web
+        except ImportError as err:  # Starlette and uvicorn come with the extra
+            raise CliError(
+                f"the web inbox needs its extra: pip install 'agent-worker[api]' ({err})"
+            ) from None
 
         return await cmd_inbox_web(await ctx.temporal(), args, out, config=ctx.config)
     out = out or sys.stdout

@@ -1,9 +1,12 @@
-"""The inbox's HTML: server-rendered pages, no JavaScript.
+"""The inbox's HTML: server-rendered pages; no JavaScript but the task page's live stream
+(``inbox.live``).
 
 Every value that comes from a task, a request, a form or a header goes through ``html.escape``
 (``_e``) before it reaches a page, attribute values included; task ids in links are also
 percent-encoded. A task page that has nothing for the viewer to decide refreshes itself (a meta
 refresh) so a person can watch it finish; a page with forms never does, so typing is never lost.
+With the live stream, its script redraws the page once the task closes instead (the meta refresh
+stays, inside ``<noscript>``, for a browser without JavaScript).
 """
 
 from __future__ import annotations
@@ -43,6 +46,9 @@ color:#fff;border-color:#b42318}.badge{display:inline-block;padding:0 .5em;borde
 background:#e3e6ea;font-size:.85em}.ok{color:#1a7f37}.bad{color:#b42318}.muted{color:#5b6573}
 .phase-completed{background:#d3f0db}.phase-awaiting_approval{background:#fff1c2}
 .phase-failed,.phase-rejected,.phase-cancelled,.phase-handed_off{background:#f8d7d3}
+#live-log{max-height:36em;overflow:auto}#live-log pre.text{background:#fff;border-left:3px solid #1a7f37;
+max-height:none}#live-log p.entry{margin:.15em 0;font:13px/1.4 ui-monospace,monospace;color:#5b6573;
+word-break:break-word}#live-log p.event{color:#1d2430}
 """
 
 
@@ -66,8 +72,10 @@ def layout(
     principal: str | None = None,
     csrf: str | None = None,
     refresh: bool = False,
+    script: str | None = None,
 ) -> str:
-    """A full page around ``body`` (already HTML)."""
+    """A full page around ``body`` (already HTML); ``script``: the path of a same-origin script to
+    load (then a refresh only applies without JavaScript)."""
     who = ""
     if principal is not None:
         who = f'<span class="who">signed in as <b id="principal">{_e(principal)}</b></span>'
@@ -77,6 +85,9 @@ def layout(
                 f'<input type="hidden" name="csrf" value="{_e(csrf)}"><button>Log out</button></form>'
             )
     meta = f'<meta http-equiv="refresh" content="{REFRESH_SECONDS}">' if refresh else ""
+    if script is not None:
+        noscript = f"<noscript>{meta}</noscript>" if meta else ""
+        meta = noscript + f'<script src="{_e(script)}" defer></script>'
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         f'<meta name="viewport" content="width=device-width">{meta}<title>{_e(title)}</title>'
@@ -267,9 +278,15 @@ def outcome_page(principal: str, csrf: str, task_id: str, outcome: DecisionOutco
 
 
 def task_page(
-    principal: str, csrf: str, view: TaskView, previews: Callable[[ApprovalRequest], list[ArtifactPreview]]
+    principal: str,
+    csrf: str,
+    view: TaskView,
+    previews: Callable[[ApprovalRequest], list[ArtifactPreview]],
+    *,
+    live_script: str | None = None,
 ) -> str:
-    """A task as ``principal`` may see it; refreshes itself while it runs with nothing to decide."""
+    """A task as ``principal`` may see it; refreshes itself while it runs with nothing to decide.
+    With ``live_script`` (the inbox has a stream backend), it shows the task's live stream."""
     phase = _phase(view)
     parts = [
         f'<div class="card"><h1>{_e(view.task_id)}</h1>'
@@ -300,8 +317,22 @@ def task_page(
     parts += [
         f'<div class="card">{request_html(view.task_id, r, csrf, previews(r))}</div>' for r in view.decidable
     ]
+    if live_script is not None:
+        parts.append(live_html(view.task_id, view.running))
     refresh = view.running and not view.decidable
-    return layout(view.task_id, "".join(parts), principal=principal, csrf=csrf, refresh=refresh)
+    return layout(
+        view.task_id, "".join(parts), principal=principal, csrf=csrf, refresh=refresh, script=live_script
+    )
+
+
+def live_html(task_id: str, running: bool) -> str:
+    """The box the live stream's script writes into (``data-running``: redraw the page at the end)."""
+    return (
+        f'<div class="card" id="live" data-src="{_e(task_url(task_id) + "/stream")}" '
+        f'data-running="{1 if running else 0}"><h3>Live</h3>'
+        '<p class="muted" id="live-state">The live stream needs JavaScript.</p>'
+        '<div id="live-log"></div></div>'
+    )
 
 
 def _phase(view: TaskView) -> str:
