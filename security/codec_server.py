@@ -25,6 +25,11 @@ Without a token it only listens on a loopback address, and answers only requests
 names a loopback address or ``localhost`` (``421`` otherwise): a web page whose domain an attacker
 re-points at 127.0.0.1 (DNS rebinding) sends its own name as the ``Host``, so it cannot read decrypted
 payloads through the visitor's browser.
+
+It stays on the standard library rather than the HTTP API's framework (Starlette and uvicorn): its
+rules (the ``Host`` check, CORS for one origin, the token, the body limit) are the code either way,
+its blocking ``start()``/``stop()`` in a thread suits callers without an event loop, and decrypting
+payloads then needs no ``api`` extra.
 """
 
 from __future__ import annotations

@@ -1,6 +1,10 @@
 """The worker's health endpoint: ``GET /healthz`` answers 200 while the worker serves, 503 while it
 starts or drains (so a load balancer or orchestrator stops counting on it), with a JSON body naming
-its state, roles and task queues. Any other path is 404."""
+its state, roles and task queues. Any other path is 404.
+
+It stays a few lines of ``asyncio.start_server`` rather than moving onto the HTTP API's framework
+(Starlette and uvicorn): one fixed route has nothing for a router to simplify, and every worker
+would then need the ``api`` extra for it."""
 
 from __future__ import annotations
 
