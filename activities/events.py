@@ -17,21 +17,15 @@ import fcntl
 import hashlib
 import json
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-import structlog
 from temporalio import activity
 
 from activities.errors import activity_boundary
-from activities.stores.streams import WRITER, StreamBackend
 from schemas.events import Event, PublishEventsInput, PublishEventsResult
-from schemas.streams import StreamEntry
 from security.redact import redact_value
-
-log = structlog.get_logger(__name__)
 
 
 class EventSink(Protocol):
@@ -119,11 +113,10 @@ def _last_seq_in(lines: list[bytes], chain: str | None) -> int | None:
 
 
 class EventActivities:
-    """``events.publish`` over one sink, and the task's live stream when the worker has one."""
+    """``events.publish`` over one sink."""
 
-    def __init__(self, sink: EventSink, streams: StreamBackend | None = None) -> None:
+    def __init__(self, sink: EventSink) -> None:
         self.sink = sink
-        self.streams = streams
 
     @activity.defn(name="events.publish")
     @activity_boundary
@@ -132,29 +125,4 @@ class EventActivities:
         is redacted (``security.redact``) before any sink sees it."""
         events = [e.model_copy(update={"data": redact_value(e.data)}) for e in input.events]
         new = await asyncio.to_thread(self.sink.publish, input.task_id, events)
-        if self.streams is not None and new:
-            await self._stream(input.task_id, events[len(events) - new :])
         return PublishEventsResult(delivered=len(input.events), new=new)
-
-    async def _stream(self, task_id: str, events: list[Event]) -> None:
-        """The events the sink just took, as ``event`` entries of the task's live stream: after the
-        sink, so a retried delivery streams none twice (one lost between the two stays in the sink,
-        the audit record). Best effort: a stream that cannot be written fails nothing."""
-        now = time.time()
-        by_chain: dict[str | None, list[StreamEntry]] = {}
-        for event in events:
-            by_chain.setdefault(event.run_chain, []).append(
-                StreamEntry(
-                    task_id=task_id,
-                    run_chain=event.run_chain,
-                    kind="event",
-                    data=event.model_dump(mode="json"),
-                    at=now,
-                    writer=WRITER,
-                )
-            )
-        for chain, entries in by_chain.items():
-            try:
-                await asyncio.to_thread(self.streams.append, task_id, chain, entries)  # type: ignore[union-attr]
-            except Exception as err:  # the stream is best effort; the sink has the events
-                log.warning("events not streamed", task_id=task_id, error=f"{type(err).__name__}: {err}")

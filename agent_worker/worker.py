@@ -37,6 +37,7 @@ from activities.events import EventActivities, EventSink
 from activities.sandbox import ProcessSandbox, Sandbox, SandboxActivities
 from activities.sandbox.docker import DockerSandbox, docker_available
 from activities.sandbox.reaper import ReaperActivities, SandboxReaper
+from activities.stores import live_events
 from activities.stores import state as state_stores
 from activities.stores.artifacts import build_artifact_store
 from activities.tenants import TenantActivities
@@ -331,8 +332,10 @@ def build_workers(
     ]
     if "workflows" in roles:
         artifacts = ArtifactActivities(store)
-        # Lifecycle events go to the live stream too, as the sink takes them.
-        events = EventActivities(build_event_sink(config), state_stores.build_stream_backend(config))
+        events = EventActivities(build_event_sink(config))
+        streams = state_stores.build_stream_backend(config)
+        if streams is not None:  # lifecycle events into the live stream as the workflows emit them
+            live_events.register(queue, streams)
         # Tasks this worker admits schedule agent and sandbox work on the task queue itself when it
         # serves those roles there (``workflows.placement``): it then starts without a queue wait.
         colocated = [r for r in COLOCATABLE if r in roles] if config.colocate else []

@@ -6,11 +6,11 @@ answer in small chunks with a delay between them (as a real model does). A reade
 task's ``GET /v1/tasks/{id}/stream`` from the moment the task starts, on the real API (uvicorn) over
 the local stream backend, and notes when each frame arrives. Two latencies:
 
-- **entry**: a frame's arrival minus its entry's ``at`` (when ``agent.turn`` or ``events.publish``
-  wrote it down): tokens, tool calls, steps, lifecycle events;
+- **entry**: a frame's arrival minus its entry's ``at`` (when ``agent.turn``, or the worker's
+  live-event tap for lifecycle events, wrote it down): tokens, tool calls, steps, lifecycle events;
 - **lifecycle event, from the workflow**: an ``event`` frame's arrival minus the event's own ``at``
-  (the workflow's time when it emitted it): this includes the wait until the task delivers its
-  events to the sink (before each wait for a human, every 25 events, at the end).
+  (the workflow's time when it emitted it: the start of the workflow task that emitted it), so
+  the whole way from the workflow to the reader (``activities.stores.live_events``).
 
 The same tasks then run with ``stream_backend=none`` in the same run, on the same server, and the
 history bytes per turn of both are compared (the stream must not add to history).
@@ -179,7 +179,7 @@ async def main(tasks: int) -> str:
         ("every entry (written -> read)", latencies_ms(frames)),
         ("tokens", latencies_ms(frames, {"token"})),
         ("steps and tool calls", latencies_ms(frames, {"step", "tool_call", "tool_result"})),
-        ("lifecycle events (published -> read)", latencies_ms(frames, {"event"})),
+        ("lifecycle events (written by the tap -> read)", latencies_ms(frames, {"event"})),
         ("lifecycle events (emitted by the workflow -> read)", from_workflow_ms(frames)),
     ]
     ratio = streamed["bytes_per_turn"] / plain["bytes_per_turn"]
@@ -218,9 +218,9 @@ async def main(tasks: int) -> str:
         f"| bytes per turn | {streamed['bytes_per_turn']:.0f} | {plain['bytes_per_turn']:.0f} "
         f"| {ratio:.3f} |",
         "",
-        "Lifecycle events reach the stream when the task delivers them to the event sink (before each "
-        "wait for a human, every 25 events, at the end), so their latency from the workflow's emission "
-        "is up to a turn's length; once published they are read as fast as tokens.",
+        "Lifecycle events reach the stream as the workflow emits them (the worker's live-event tap, "
+        "outside history; `activities/stores/live_events.py`), not when the task delivers them to the "
+        "event sink, which stays the audit record.",
         "",
     ]
     return "\n".join(lines)

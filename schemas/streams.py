@@ -18,7 +18,8 @@ Kinds (``StreamKind``):
   the entries of that model call in its own attempt (a model that failed mid-answer, whose
   fallback answers next). Readers drop them (``assemble_text`` does), so two answers never read
   as one;
-- ``event``: a lifecycle event as the event sink received it (``data`` is the event).
+- ``event``: a lifecycle event as the workflow emitted it (``data`` is the event, redacted as the
+  sink's; ``activities.stores.live_events``); a repeat of an ``event_id`` is dropped by readers.
 """
 
 from __future__ import annotations

@@ -1,17 +1,20 @@
 """Lifecycle events in the live stream: phases, approvals, commands and writes reach a task's
-stream as the event sink takes them, each once and in order, beside the turns' own entries; a
-waiting task's events are in the stream while it waits."""
+stream as the workflow emits them (``activities.stores.live_events``), each once and in order,
+beside the turns' own entries; a waiting task's events are in the stream while it waits."""
 
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from pathlib import Path
 
 from temporalio.client import Client
 
 from activities.events import JsonlEventSink
+from activities.stores.live_events import LiveEventTap
 from activities.stores.state import build_stream_backend
-from schemas.events import EventType
+from activities.stores.streams import SqliteStreamBackend
+from schemas.events import Event, EventType
 from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.support import DevServer, TaskEnv, make_config, running_worker
 
@@ -61,3 +64,38 @@ async def test_a_task_s_lifecycle_events_reach_its_stream_once_in_order(
     )
     decided = next(e.offset for e in entries if e.kind == "event" and e.data["type"] == "approval.decided")
     assert first_turn_end < decided
+
+
+def _event(task_id: str, seq: int, chain: str = "chain-1") -> Event:
+    return Event(
+        event_id=f"{task_id}/{chain}/{seq}",
+        task_id=task_id,
+        seq=seq,
+        type=EventType.PHASE_CHANGED,
+        at=datetime.now(UTC),
+        phase="running",
+        data={"note": "token sk-live-abcdefghijklmnopqrstuvwx"},
+        run_chain=chain,
+    )
+
+
+def test_the_tap_streams_each_event_once_redacted_and_survives_a_store_that_is_down(tmp_path: Path) -> None:
+    """An event offered again (a failed workflow task's retry) is streamed once; data is redacted as
+    the sink's is; a store that raises loses the entries of that write, not the tap."""
+    backend = SqliteStreamBackend(tmp_path / "streams.db")
+    tap = LiveEventTap(backend)
+    for seq in (1, 2, 2, 1, 3):
+        tap.offer(_event("t-1", seq))
+    tap.close()
+    entries = backend.read("t-1", "chain-1", 0, 100)
+    assert [e.data["seq"] for e in entries] == [1, 2, 3]
+    assert all("sk-live" not in str(e.data) for e in entries)
+
+    class Down:
+        def append(self, *args: object) -> list[int]:
+            raise ConnectionError("stream store down")
+
+    broken = LiveEventTap(Down())  # type: ignore[arg-type]
+    broken.offer(_event("t-2", 1))
+    broken.close()
+    assert not broken._thread.is_alive()  # it ended on close, not on the error

@@ -22,6 +22,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.artifacts import ArtifactActivities
     from activities.events import EventActivities
     from activities.sandbox.activities import SandboxActivities
+    from activities.stores import live_events
     from activities.tenants import TenantActivities
     from activities.threads import ThreadActivities
     from schemas import visibility
@@ -880,6 +881,8 @@ class AgentTaskWorkflow:
         )
         self.state.events.append(event)
         self.trim_events()
+        if not workflow.unsafe.is_replaying():  # a side channel, like the log: never on replay
+            live_events.offer(workflow.info().task_queue, event)
         log = workflow.logger.info if type in _LOGGED_AT_INFO else workflow.logger.debug
         log("%s %s", type.value, data)
 

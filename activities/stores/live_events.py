@@ -1,0 +1,141 @@
+"""Lifecycle events into the live stream the moment the workflow emits them, outside history.
+
+The event sink gets a task's events in deliveries (``events.publish``: before each wait for a human,
+every 25 events, at the end), which is right for the audit record and cheap in history, but a reader
+following the task would see a phase change or an approval request up to a turn late. So the
+workflow also *offers* each event, as it emits it, to a tap of the worker process that runs it:
+like a log line or a metric, a side channel that changes nothing the workflow decides, skipped on
+replay (``workflow.unsafe.is_replaying``). The tap only enqueues (it never blocks the workflow
+thread); a thread of the worker writes the queue to the stream backend as ``event`` entries, their
+data redacted as the sink's is.
+
+An activation whose workflow task then fails is run again and emits its events again: the tap skips
+those it already streamed (by run chain and sequence number, in this process); a retry on another
+worker can repeat a few, which readers drop by ``data.event_id``. Best effort, like every stream
+entry: a full queue or a store that is down drops entries (counted in the log), never an event of
+the sink.
+
+Taps are per task queue, because tests (and ``agent_worker.testing``) run several workers with
+their own stores in one process.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+
+import structlog
+
+from activities.stores.streams import WRITER, StreamBackend
+from schemas.events import Event
+from schemas.streams import StreamEntry
+from security.redact import redact_value
+
+log = structlog.get_logger(__name__)
+
+# Events waiting for the stream store past this many are dropped (and counted).
+MAX_QUEUED = 50_000
+BATCH = 500
+# How long the writer waits for more events before it writes what it has.
+LINGER_SECONDS = 0.01
+# Run chains whose last streamed sequence number the tap remembers (for replays of failed tasks).
+REMEMBERED = 10_000
+
+
+class LiveEventTap:
+    """Writes offered events to one stream backend, from its own thread."""
+
+    def __init__(self, backend: StreamBackend) -> None:
+        self.backend = backend
+        self._queue: queue.Queue[Event | None] = queue.Queue(MAX_QUEUED)
+        self._last: dict[tuple[str, str | None], int] = {}
+        self.dropped = 0
+        self._thread = threading.Thread(target=self._run, name="live-events", daemon=True)
+        self._thread.start()
+
+    def offer(self, event: Event) -> None:
+        """Queue ``event`` for the stream; never waits."""
+        try:
+            self._queue.put_nowait(event)
+        except queue.Full:
+            self.dropped += 1
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Write what is queued (for up to ``timeout`` seconds), then stop the thread."""
+        try:
+            self._queue.put(None, timeout=timeout)
+        except queue.Full:
+            return
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            first = self._queue.get()
+            batch, stop = ([] if first is None else [first]), first is None
+            deadline = time.monotonic() + LINGER_SECONDS
+            while not stop and len(batch) < BATCH:
+                try:
+                    item = self._queue.get(timeout=max(deadline - time.monotonic(), 0))
+                except queue.Empty:
+                    break
+                if item is None:
+                    stop = True
+                else:
+                    batch.append(item)
+            if batch:
+                self._write(batch)
+            if stop:
+                return
+
+    def _write(self, events: list[Event]) -> None:
+        now = time.time()
+        by_stream: dict[tuple[str, str | None], list[StreamEntry]] = {}
+        for event in events:
+            key = (event.task_id, event.run_chain)
+            if event.seq <= self._last.get(key, 0):
+                continue  # a failed workflow task's events, emitted again by its retry
+            self._last[key] = event.seq
+            redacted = event.model_copy(update={"data": redact_value(event.data)})
+            by_stream.setdefault(key, []).append(
+                StreamEntry(
+                    task_id=event.task_id,
+                    run_chain=event.run_chain,
+                    kind="event",
+                    data=redacted.model_dump(mode="json"),
+                    at=now,
+                    writer=WRITER,
+                )
+            )
+        if len(self._last) > REMEMBERED:
+            for key in list(self._last)[: len(self._last) - REMEMBERED]:
+                del self._last[key]
+        for (task_id, chain), entries in by_stream.items():
+            try:
+                self.backend.append(task_id, chain, entries)
+            except Exception as err:  # best effort: the sink has every event
+                log.warning("events not streamed", task_id=task_id, count=len(entries), error=repr(err))
+
+
+_taps: dict[str, LiveEventTap] = {}
+
+
+def register(task_queue: str, backend: StreamBackend) -> LiveEventTap:
+    """Stream the events of the workflows that run on ``task_queue`` in this process to ``backend``
+    (a tap registered before for the queue is closed)."""
+    previous = _taps.pop(task_queue, None)
+    if previous is not None:
+        previous.close()
+    tap = _taps[task_queue] = LiveEventTap(backend)
+    return tap
+
+
+def offer(task_queue: str, event: Event) -> None:
+    """Called by the workflow (never on replay): queue ``event`` for the live stream, if this
+    process streams ``task_queue``'s events."""
+    tap = _taps.get(task_queue)
+    if tap is not None:
+        tap.offer(event)
+
+
+__all__ = ["LiveEventTap", "offer", "register"]
