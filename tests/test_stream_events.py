@@ -1,6 +1,7 @@
 """Lifecycle events in the live stream: phases, approvals, commands and writes reach a task's
 stream as the workflow emits them (``activities.stores.live_events``), each once and in order,
-beside the turns' own entries; a waiting task's events are in the stream while it waits."""
+beside the turns' own entries; a command's output is there as it finishes; a waiting task's events
+are in the stream while it waits."""
 
 from __future__ import annotations
 
@@ -46,6 +47,8 @@ async def test_a_task_s_lifecycle_events_reach_its_stream_once_in_order(
                 break
             await asyncio.sleep(0.05)
         assert EventType.SANDBOX_EXEC.value in waiting and EventType.APPROVAL_REQUESTED.value in waiting
+        [output] = [e.data for e in backend.read(handle.id, chain, 0, 1000) if e.kind == "tool_result"]
+        assert (output["name"], output["exit_code"], output["output"]) == ("run_shell", 0, "hi\n")
         await env.approve(handle)
         result: TaskResult = await asyncio.wait_for(handle.result(), 60)
     assert result.phase is TaskPhase.COMPLETED

@@ -16,6 +16,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.agent.turn import AgentActivities
     from activities.business import BusinessActivities
     from activities.sandbox.activities import SandboxActivities
+    from activities.stores import live_events
     from schemas.actions import (
         ActionResult,
         ActionStatus,
@@ -30,7 +31,8 @@ with workflow.unsafe.imports_passed_through():
     from schemas.approvals import ApprovalDecision, DecisionKind
     from schemas.artifacts import InputFile
     from schemas.events import EventType
-    from schemas.sandbox import CreateSandboxInput, ExecInput, PlaceSandboxInput, SandboxRef
+    from schemas.sandbox import CommandRecord, CreateSandboxInput, ExecInput, PlaceSandboxInput, SandboxRef
+    from schemas.streams import StreamEntry
     from schemas.tasks import (
         BatchItem,
         DelegationRecord,
@@ -325,6 +327,7 @@ class EffectRunner:
             duration_ms=record.duration_ms,
             stdout_digest=record.stdout_artifact.digest,
         )
+        self.stream_output(action, record)
         stdout, stderr = record.stdout, record.stderr
         if record.tool_output is not None and workflow.patched(BOUNDED_PATCH):
             # The model reads the full result by reference; the preview only travels in the next
@@ -339,6 +342,27 @@ class EffectRunner:
             "outputs": [o.model_dump(mode="json") for o in record.outputs],
         }
         return json.dumps(preview, sort_keys=True), record.tool_output.digest if record.tool_output else None
+
+    def stream_output(self, action: ProposedAction, record: CommandRecord) -> None:
+        """The command's output preview to the live stream, as it finishes (a side channel like
+        the log, never on replay: ``activities.stores.live_events``)."""
+        if workflow.unsafe.is_replaying():
+            return
+        entry = StreamEntry(
+            task_id=self.task.task_id,
+            run_chain=self.task.state.run_chain,
+            turn=self.task.state.turn,
+            kind="tool_result",
+            data={
+                "name": action.tool,
+                "call_id": action.call_id,
+                "exit_code": record.exit_code,
+                "output": cut(record.stdout, PREVIEW_CHARS),
+                "stderr": cut(record.stderr, PREVIEW_CHARS),
+                "chars": len(record.stdout),
+            },
+        )
+        live_events.offer(workflow.info().task_queue, entry)
 
     # ---- sub-tasks -----------------------------------------------------------------------------
 

@@ -5,7 +5,8 @@ every 25 events, at the end), which is right for the audit record and cheap in h
 following the task would see a phase change or an approval request up to a turn late. So the
 workflow also *offers* each event, as it emits it, to a tap of the worker process that runs it:
 like a log line or a metric, a side channel that changes nothing the workflow decides, skipped on
-replay (``workflow.unsafe.is_replaying``). The tap only enqueues (it never blocks the workflow
+replay (``workflow.unsafe.is_replaying``). A finished sandbox command's output preview goes the
+same way, as a ``tool_result`` entry. The tap only enqueues (it never blocks the workflow
 thread); a thread of the worker writes the queue to the stream backend as ``event`` entries, their
 data redacted as the sink's is.
 
@@ -48,16 +49,17 @@ class LiveEventTap:
 
     def __init__(self, backend: StreamBackend) -> None:
         self.backend = backend
-        self._queue: queue.Queue[Event | None] = queue.Queue(MAX_QUEUED)
+        self._queue: queue.Queue[Event | StreamEntry | None] = queue.Queue(MAX_QUEUED)
         self._last: dict[tuple[str, str | None], int] = {}
+        self._sent: dict[tuple[str, str | None, str], None] = {}  # entries' keys, oldest first
         self.dropped = 0
         self._thread = threading.Thread(target=self._run, name="live-events", daemon=True)
         self._thread.start()
 
-    def offer(self, event: Event) -> None:
-        """Queue ``event`` for the stream; never waits."""
+    def offer(self, item: Event | StreamEntry) -> None:
+        """Queue an event, or another entry (a command's output), for the stream; never waits."""
         try:
-            self._queue.put_nowait(event)
+            self._queue.put_nowait(item)
         except queue.Full:
             self.dropped += 1
 
@@ -88,11 +90,16 @@ class LiveEventTap:
             if stop:
                 return
 
-    def _write(self, events: list[Event]) -> None:
+    def _write(self, items: list[Event | StreamEntry]) -> None:
         now = time.time()
         by_stream: dict[tuple[str, str | None], list[StreamEntry]] = {}
-        for event in events:
-            key = (event.task_id, event.run_chain)
+        for item in items:
+            if isinstance(item, StreamEntry):
+                entry = self._entry(item, now)
+                if entry is not None:
+                    by_stream.setdefault((item.task_id, item.run_chain), []).append(entry)
+                continue
+            event, key = item, (item.task_id, item.run_chain)
             if event.seq <= self._last.get(key, 0):
                 continue  # a failed workflow task's events, emitted again by its retry
             self._last[key] = event.seq
@@ -107,14 +114,22 @@ class LiveEventTap:
                     writer=WRITER,
                 )
             )
-        if len(self._last) > REMEMBERED:
-            for key in list(self._last)[: len(self._last) - REMEMBERED]:
-                del self._last[key]
+        for seen in (self._last, self._sent):
+            for old in list(seen)[: max(len(seen) - REMEMBERED, 0)]:
+                del seen[old]
         for (task_id, chain), entries in by_stream.items():
             try:
                 self.backend.append(task_id, chain, entries)
             except Exception as err:  # best effort: the sink has every event
                 log.warning("events not streamed", task_id=task_id, count=len(entries), error=repr(err))
+
+    def _entry(self, entry: StreamEntry, now: float) -> StreamEntry | None:
+        """``entry`` redacted and stamped, or None when this process streamed it already."""
+        key = (entry.task_id, entry.run_chain, f"{entry.kind}/{entry.data.get('call_id')}")
+        if key in self._sent:
+            return None
+        self._sent[key] = None
+        return entry.model_copy(update={"data": redact_value(entry.data), "at": now, "writer": WRITER})
 
 
 _taps: dict[str, LiveEventTap] = {}
@@ -130,12 +145,13 @@ def register(task_queue: str, backend: StreamBackend) -> LiveEventTap:
     return tap
 
 
-def offer(task_queue: str, event: Event) -> None:
-    """Called by the workflow (never on replay): queue ``event`` for the live stream, if this
-    process streams ``task_queue``'s events."""
+def offer(task_queue: str, item: Event | StreamEntry) -> None:
+    """Called by the workflow (never on replay): queue an event, or a command's output as a
+    ``tool_result`` entry (keyed by its ``data.call_id``), for the live stream, if this process
+    streams ``task_queue``'s tasks."""
     tap = _taps.get(task_queue)
     if tap is not None:
-        tap.offer(event)
+        tap.offer(item)
 
 
 __all__ = ["LiveEventTap", "offer", "register"]
