@@ -32,13 +32,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import uvicorn
 
 from activities.stores.state import build_stream_backend
 from api import ApiConfig, build_api
 from bench.common import agent_worker, bench_config, dev_server, load, machine, percentile, run_sizes, scratch
-from cli.devserver import free_port
 from inbox.auth import Authenticator
+from inbox.serve import serving
 from schemas.streams import StreamEntry, assemble_text
 from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.openai_stub import OpenAIStub
@@ -59,20 +58,8 @@ async def serve_api(client: Any, config: Any) -> AsyncIterator[str]:
         tenants={PRINCIPAL: ["acme"]},
         streams=build_stream_backend(config),
     )
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(build_api(client, api), host="127.0.0.1", port=port, log_level="warning")
-    )
-    serving = asyncio.create_task(server.serve())
-    while not server.started:
-        if serving.done():
-            raise RuntimeError("the API server did not start")
-        await asyncio.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await serving
+    async with serving(build_api(client, api), "127.0.0.1:0") as url:
+        yield url
 
 
 async def follow(http: httpx.AsyncClient, task_id: str) -> list[tuple[float, StreamEntry]]:

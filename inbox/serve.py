@@ -1,5 +1,6 @@
-"""Serving the inbox: ``build_app`` (an ``InboxApp`` from the CLI's settings), ``running_inbox``
-(uvicorn on the caller's event loop, for as long as a block runs) and ``agent-worker inbox --web``."""
+"""Serving the inbox: ``build_app`` (an ``InboxApp`` from the CLI's settings), ``serving`` (alias
+``running_inbox``: uvicorn on the caller's event loop, for as long as a block runs; for any ASGI app,
+the HTTP API's too) and ``agent-worker inbox --web``."""
 
 from __future__ import annotations
 
@@ -61,8 +62,9 @@ class _Server(uvicorn.Server):
 
 
 @contextlib.asynccontextmanager
-async def running_inbox(app: InboxApp, bind: str = DEFAULT_BIND) -> AsyncIterator[str]:
-    """Serve ``app`` on ``bind`` for the block (port 0 picks a free one); yields the base URL.
+async def serving(app: Any, bind: str = DEFAULT_BIND) -> AsyncIterator[str]:
+    """Serve the ASGI application ``app`` (the inbox's, or the HTTP API's) on ``bind`` for the
+    block (port 0 picks a free one); yields the base URL.
 
     Raises:
         InboxConfigError: ``bind`` is not ``host:port``.
@@ -101,6 +103,10 @@ async def running_inbox(app: InboxApp, bind: str = DEFAULT_BIND) -> AsyncIterato
         server.should_exit = True
         await serving
         sock.close()
+
+
+# The inbox's callers (tests, the CLI) know it by this name.
+running_inbox = serving
 
 
 def build_app(
@@ -189,4 +195,4 @@ async def cmd_inbox_web(
     return 0
 
 
-__all__ = ["DEFAULT_BIND", "build_app", "cmd_inbox_web", "parse_bind", "running_inbox"]
+__all__ = ["DEFAULT_BIND", "build_app", "cmd_inbox_web", "parse_bind", "running_inbox", "serving"]

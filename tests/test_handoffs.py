@@ -7,8 +7,6 @@ Real dev server, real worker processes."""
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +32,11 @@ from tests.helpers.support import (
     DevServer,
     TaskEnv,
     assert_replays,
+    decision,
     make_config,
     running_worker,
-    spawn_worker,
+    sigkill,
+    worker_process,
 )
 from workflows import AgentTaskWorkflow
 
@@ -125,8 +125,7 @@ async def test_a_specialist_reached_by_handoff_proposes_the_write_and_a_killed_w
     specialist (not triage) reads the receipt; the evidence's approval names the specialist; the
     history replays."""
     env = handoff_env(client, dev_server, tmp_path)
-    first = spawn_worker(env, tmp_path / "worker-1.log")
-    try:
+    async with worker_process(env, tmp_path / "worker-1.log") as first:
         handle = await env.start(handoff_spec("book: 1200"))
         status = await env.awaiting_approval(handle)
         [request] = status.pending
@@ -144,31 +143,17 @@ async def test_a_specialist_reached_by_handoff_proposes_the_write_and_a_killed_w
         assert page.status == 200 and request.version in page.body, page.body
         assert f'proposed by</dt><dd class="agent">{SPECIALIST}</dd>' in page.body
 
-        os.kill(first.pid, signal.SIGKILL)
-        assert await asyncio.to_thread(first.wait, 10) == -signal.SIGKILL
-    finally:
-        if first.poll() is None:
-            first.kill()
+        await sigkill(first)
 
     # The edit waits in history while no worker runs; triage has no book_entry tool, so only the
     # specialist's can plan it.
     await handle.signal(
         AgentTaskWorkflow.submit_decision,
-        {
-            "request_id": request.request_id,
-            "version": request.version,
-            "decision": "edit",
-            "edited_args": {"amount": 4200},
-            "principal": "finance-lead",
-        },
+        decision(request, "edit", "finance-lead", edited_args={"amount": 4200}),
     )
-    second = spawn_worker(env, tmp_path / "worker-2.log")
-    try:
+    async with worker_process(env, tmp_path / "worker-2.log"):
         result: TaskResult = await asyncio.wait_for(handle.result(), 90)
         final_status = await handle.query(AgentTaskWorkflow.status)
-    finally:
-        second.send_signal(signal.SIGTERM)
-        await asyncio.to_thread(second.wait, 30)
     log = (tmp_path / "worker-2.log").read_text()[-3000:]
     assert result.phase is TaskPhase.COMPLETED, (result.reason, log)
     [write] = result.evidence.writes

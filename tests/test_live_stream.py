@@ -17,7 +17,6 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 
@@ -25,9 +24,9 @@ from activities.stores.state import build_stream_backend
 from activities.stores.streams import StreamBackend
 from api import ApiConfig, build_api
 from cli.context import CliContext
-from cli.devserver import free_port
 from cli.events import cmd_events
 from inbox.auth import Authenticator
+from inbox.serve import serving
 from schemas.streams import StreamEntry, assemble_text
 from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.openai_stub import OpenAIStub
@@ -136,19 +135,8 @@ async def served(env: TaskEnv) -> AsyncIterator[str]:
         tenants={"finance-lead": ["acme"], "mallory": ["acme"], "globex-lead": ["globex"]},
         streams=backend_of(env),
     )
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(build_api(env.client, config), host="127.0.0.1", port=port, log_level="warning")
-    )
-    serving = asyncio.create_task(server.serve())
-    while not server.started:
-        assert not serving.done(), "the API server did not start"
-        await asyncio.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await serving
+    async with serving(build_api(env.client, config), "127.0.0.1:0") as url:
+        yield url
 
 
 async def read_sse(

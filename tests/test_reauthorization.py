@@ -11,7 +11,7 @@ from activities.authz import SqliteAuthorizer
 from activities.sandbox import sandbox_id_for
 from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.matrix import Record, leftover_sandboxes, record
-from tests.helpers.support import TaskEnv, assert_replays
+from tests.helpers.support import TaskEnv, assert_replays, decision
 from workflows import AgentTaskWorkflow
 
 
@@ -31,15 +31,7 @@ def approved_write_after_slow_command(on_revoked: str) -> dict:
 
 async def approve_then_revoke(env: TaskEnv, handle, principal: str) -> None:  # type: ignore[no-untyped-def]
     [request] = (await env.awaiting_approval(handle)).pending
-    await handle.execute_update(
-        AgentTaskWorkflow.decide,
-        {
-            "request_id": request.request_id,
-            "version": request.version,
-            "decision": "approve",
-            "principal": principal,
-        },
-    )
+    await handle.execute_update(AgentTaskWorkflow.decide, decision(request, "approve", principal))
     started = (
         env.config.sandbox_root
         / sandbox_id_for(handle.id, handle.first_execution_run_id)
@@ -69,15 +61,7 @@ async def test_revoked_after_approval_blocks_the_write_and_asks_again(
     [revoked] = [e for e in status.last_events if e.type.value == "authz.revoked"]
     assert revoked.data["principal"] == "clerk" and "left the finance team" in revoked.data["reason"]
     [request] = status.pending
-    await handle.signal(
-        AgentTaskWorkflow.submit_decision,
-        {
-            "request_id": request.request_id,
-            "version": request.version,
-            "decision": "approve",
-            "principal": "supervisor",
-        },
-    )
+    await handle.signal(AgentTaskWorkflow.submit_decision, decision(request, "approve", "supervisor"))
     result: TaskResult = await asyncio.wait_for(handle.result(), 60)
     assert result.phase is TaskPhase.COMPLETED
     assert env.business().count() == 1

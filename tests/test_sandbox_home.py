@@ -26,7 +26,7 @@ from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.home_agents import MARK
 from tests.helpers.matrix import Record, record
 from tests.helpers.postgres_server import PostgresServer
-from tests.helpers.support import TEST_AGENTS, TaskEnv, assert_replays, spawn_worker
+from tests.helpers.support import TEST_AGENTS, TaskEnv, assert_replays, decision, spawn_worker
 from workflows import AgentTaskWorkflow
 from workflows.options import home_queue
 
@@ -235,14 +235,7 @@ async def test_a_destroy_its_host_never_takes_leaves_the_sandbox_to_that_host_s_
     handle, status, _ = await sandbox_made_on_a_then_a_killed(a, b, fleet)
     [request] = status.pending
     await handle.execute_update(
-        AgentTaskWorkflow.decide,
-        {
-            "request_id": request.request_id,
-            "version": request.version,
-            "decision": "reject",
-            "principal": "clerk",
-            "reason": "not now",
-        },
+        AgentTaskWorkflow.decide, decision(request, "reject", "clerk", reason="not now")
     )
     result: TaskResult = await asyncio.wait_for(handle.result(), 120)
 

@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,7 +19,7 @@ from schemas.streams import StreamEntry, assemble_text, voided
 from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.openai_stub import OpenAIStub, response_json
 from tests.helpers.redis_server import redis_server
-from tests.helpers.support import TaskEnv, spawn_worker
+from tests.helpers.support import TaskEnv, sigkill, worker_process
 
 PARTIAL = " ".join(f"draft{i}" for i in range(60))  # 60 words, 0.15 s apart: killed midway
 ANSWER = "The command printed streamed, so the check passed and nothing else needs doing."
@@ -72,16 +69,6 @@ def draft_started(seen: list[StreamEntry]) -> bool:
     return sum(e.turn == 2 and e.kind == "token" for e in seen) >= 3
 
 
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 @pytest.mark.parametrize("backend_name", ["local", "redis"])
 async def test_sigkill_mid_stream_the_retry_streams_on_and_the_partial_answer_is_superseded(
     config_env: TaskEnv, tmp_path: Path, backend_name: str, request: pytest.FixtureRequest
@@ -107,21 +94,14 @@ async def test_sigkill_mid_stream_the_retry_streams_on_and_the_partial_answer_is
         stub.reply(body=shell_call())
         stub.reply_text(PARTIAL, chunk_delay=0.15)
         stub.always(text=ANSWER, chunk_delay=0.02)
-        first = spawn_worker(env, tmp_path / "worker-1.log", **extra)
-        second: subprocess.Popen[bytes] | None = None
-        try:
+        async with worker_process(env, tmp_path / "worker-1.log", **extra) as first:
             handle = await env.start(SPEC)
             chain = (await handle.describe()).raw_description.workflow_execution_info.first_run_id
             seen: list[StreamEntry] = []
             await read_until(backend, handle.id, chain, seen, draft_started)
-            os.kill(first.pid, signal.SIGKILL)
-            assert await asyncio.to_thread(first.wait, 10) == -signal.SIGKILL
-            second = spawn_worker(env, tmp_path / "worker-2.log", **extra)
+            await sigkill(first)
+        async with worker_process(env, tmp_path / "worker-2.log", **extra) as second:
             result: TaskResult = await asyncio.wait_for(handle.result(), 60)
-        finally:
-            stop(first)
-            if second is not None:
-                await asyncio.to_thread(stop, second)
     assert result.phase is TaskPhase.COMPLETED and result.final_output == ANSWER
 
     entries = await asyncio.to_thread(backend.read, handle.id, chain, 0, 10_000)

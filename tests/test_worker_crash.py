@@ -4,13 +4,11 @@ process takes over, the approval completes the task, and the write happens exact
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 from pathlib import Path
 
 from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.matrix import Record, leftover_sandboxes, record
-from tests.helpers.support import TaskEnv, example_spec, spawn_worker
+from tests.helpers.support import TaskEnv, decision, example_spec, sigkill, worker_process
 from workflows import AgentTaskWorkflow
 
 
@@ -19,32 +17,15 @@ async def test_sigkill_while_awaiting_approval_then_new_worker_completes_once(
 ) -> None:
     """Kill -9 the worker mid-wait; start another process; approve; exactly one business row."""
     env = config_env
-    first = spawn_worker(env, tmp_path / "worker-1.log")
-    try:
+    async with worker_process(env, tmp_path / "worker-1.log") as first:
         handle = await env.start(example_spec())
         [request] = (await env.awaiting_approval(handle)).pending
-        os.kill(first.pid, signal.SIGKILL)
-        assert await asyncio.to_thread(first.wait, 10) == -signal.SIGKILL
-    finally:
-        if first.poll() is None:
-            first.kill()
+        await sigkill(first)
 
     # The approval arrives while no worker runs at all; it waits in history.
-    await handle.signal(
-        AgentTaskWorkflow.submit_decision,
-        {
-            "request_id": request.request_id,
-            "version": request.version,
-            "decision": "approve",
-            "principal": "finance-lead",
-        },
-    )
-    second = spawn_worker(env, tmp_path / "worker-2.log")
-    try:
+    await handle.signal(AgentTaskWorkflow.submit_decision, decision(request, "approve", "finance-lead"))
+    async with worker_process(env, tmp_path / "worker-2.log") as second:
         result: TaskResult = await asyncio.wait_for(handle.result(), 90)
-    finally:
-        second.send_signal(signal.SIGTERM)
-        await asyncio.to_thread(second.wait, 30)
     assert second.returncode == 0, (tmp_path / "worker-2.log").read_text()[-2000:]
     assert result.phase is TaskPhase.COMPLETED
     assert [a.version for a in result.evidence.approvals] == [request.version]

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -27,6 +28,7 @@ from activities.stores.artifacts import build_artifact_store
 from agent_worker.client import WORKFLOW_TASK_TIMEOUT
 from cli.devserver import free_port, start_dev_server, stop_process_group
 from examples import EXAMPLES
+from schemas.approvals import ApprovalRequest
 from schemas.config import EXAMPLE_AGENT, WorkerConfig
 from schemas.tasks import TaskPhase, TaskResult, TaskStatus
 from worker import build_workers
@@ -221,6 +223,46 @@ def spawn_worker(env: TaskEnv, log: Path, **extra_env: str) -> subprocess.Popen[
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+
+
+def stop_worker(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a worker process the way an operator does (SIGTERM, then SIGKILL after 30 s)."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextlib.asynccontextmanager
+async def worker_process(env: TaskEnv, log: Path, **extra_env: str) -> AsyncIterator[subprocess.Popen[bytes]]:
+    """A worker process (``spawn_worker``) for the block, stopped at its end if still running
+    (its ``returncode`` is there afterwards)."""
+    proc = spawn_worker(env, log, **extra_env)
+    try:
+        yield proc
+    finally:
+        await asyncio.to_thread(stop_worker, proc)
+
+
+async def sigkill(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL a worker process (as a host loss does) and wait until it is gone."""
+    os.kill(proc.pid, signal.SIGKILL)
+    assert await asyncio.to_thread(proc.wait, 10) == -signal.SIGKILL
+
+
+def decision(request: ApprovalRequest, kind: str, principal: str, **fields: Any) -> dict[str, Any]:
+    """A decision on ``request`` as any client sends it (``submit_decision`` or ``decide``), plain
+    JSON; ``fields``: ``edited_args``, ``reason``, ``signature``."""
+    return {
+        "request_id": request.request_id,
+        "version": request.version,
+        "decision": kind,
+        "principal": principal,
+        **fields,
+    }
 
 
 async def run_ids(client: Client, workflow_id: str) -> list[str]:
