@@ -5,8 +5,6 @@ durable is refused by name; the in-sandbox patch applier is all-or-nothing and i
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -36,7 +34,15 @@ from schemas.config import ConfigError
 from schemas.events import EventType
 from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.agents import CODER_PATCH
-from tests.helpers.support import DevServer, TaskEnv, assert_replays, make_config, spawn_worker
+from tests.helpers.support import (
+    DevServer,
+    TaskEnv,
+    assert_replays,
+    decision,
+    make_config,
+    sigkill,
+    worker_process,
+)
 from workflows import AgentTaskWorkflow
 
 CALC = "def add(a, b):\n    return a - b\n"
@@ -139,6 +145,18 @@ def test_shell_and_filesystem_become_sandbox_effect_tools_and_the_rest_stays() -
     assert durable_agent(plain) is plain
 
 
+def test_a_handoff_cycle_through_a_sandbox_agent_is_copied_whole() -> None:
+    """Triage and a sandbox agent that hands back to it: the copies point at each other, and the
+    registration's agents are left as they were."""
+    coder = SandboxAgent(name="coder", capabilities=[Shell()])
+    triage = Agent(name="triage", handoffs=[coder])
+    coder.handoffs = [triage]
+    durable = durable_agent(triage)
+    [specialist] = durable.handoffs
+    assert specialist.handoffs == [durable] and set(_tools(specialist)) == {"exec_command"}
+    assert triage.handoffs == [coder] and coder.handoffs == [triage] and coder.tools == []
+
+
 def test_exec_command_plans_a_shell_command_and_refuses_interactive_sessions() -> None:
     """A command runs under sh -c (cd'ing to its workdir first); tty=true is refused as not durable."""
     agent = durable_agent(SandboxAgent(name="coder", capabilities=[Shell()]))
@@ -194,7 +212,7 @@ def test_the_compaction_capability_sets_the_worker_s_compaction_threshold() -> N
     ],
     ids=["memory", "skills", "configure_tools", "run_as", "manifest", "handoff-object"],
 )
-def test_what_cannot_be_made_durable_is_refused_by_name(agent: Agent, named: str) -> None:
+def test_what_cannot_be_made_durable_is_refused_by_name(agent: Agent, named: str, tmp_path: Path) -> None:
     """Each refusal names the agent and what cannot run durably, and the worker refuses to start
     with such an agent rather than fail its tasks."""
     with pytest.raises(SandboxAgentRefused, match=named):
@@ -204,9 +222,7 @@ def test_what_cannot_be_made_durable_is_refused_by_name(agent: Agent, named: str
     from activities.artifacts import LocalArtifactStore
 
     with pytest.raises(ConfigError, match=f"agent 'bad'.*{named}"):
-        AgentActivities(
-            registry, LocalArtifactStore(Path("/tmp/aw-unused")), make_config(Path("/tmp/aw-unused"))
-        )
+        AgentActivities(registry, LocalArtifactStore(tmp_path / "artifacts"), make_config(tmp_path / "data"))
 
 
 # ---- end to end, hardened Docker tier ---------------------------------------------------------
@@ -233,34 +249,17 @@ async def test_a_sandbox_agent_patches_and_tests_in_docker_and_a_killed_worker_l
         "inputs": [{"name": "calc.py", "content": CALC}, {"name": "test_calc.py", "content": TEST_CALC}],
         "policy": {"rules": [{"tool": "apply_patch", "decision": "require_approval", "approvers": ["lead"]}]},
     }
-    first = spawn_worker(env, tmp_path / "worker-1.log")
-    try:
+    async with worker_process(env, tmp_path / "worker-1.log") as first:
         handle = await env.start(spec)
         status = await env.awaiting_approval(handle)
         [request] = status.pending
         assert request.action.tool == "apply_patch" and request.action.arguments == {"patch": CODER_PATCH}
         [container] = containers_of(handle.id)
         container_name = docker.from_env().containers.get(container).name
-        os.kill(first.pid, signal.SIGKILL)
-        assert await asyncio.to_thread(first.wait, 10) == -signal.SIGKILL
-    finally:
-        if first.poll() is None:
-            first.kill()
-    await handle.signal(
-        AgentTaskWorkflow.submit_decision,
-        {
-            "request_id": request.request_id,
-            "version": request.version,
-            "decision": "approve",
-            "principal": "lead",
-        },
-    )
-    second = spawn_worker(env, tmp_path / "worker-2.log")
-    try:
+        await sigkill(first)
+    await handle.signal(AgentTaskWorkflow.submit_decision, decision(request, "approve", "lead"))
+    async with worker_process(env, tmp_path / "worker-2.log"):
         result: TaskResult = await asyncio.wait_for(handle.result(), 120)
-    finally:
-        second.send_signal(signal.SIGTERM)
-        await asyncio.to_thread(second.wait, 30)
     log = (tmp_path / "worker-2.log").read_text()[-3000:]
     assert result.phase is TaskPhase.COMPLETED, (result.reason, log)
     assert result.final_output == "Fixed: add() adds."

@@ -881,8 +881,7 @@ class AgentTaskWorkflow:
         )
         self.state.events.append(event)
         self.trim_events()
-        if not workflow.unsafe.is_replaying():  # a side channel, like the log: never on replay
-            live_events.offer(workflow.info().task_queue, event)
+        live_events.offer(event)  # a side channel, like the log: never on replay
         log = workflow.logger.info if type in _LOGGED_AT_INFO else workflow.logger.debug
         log("%s %s", type.value, data)
 

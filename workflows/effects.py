@@ -346,8 +346,6 @@ class EffectRunner:
     def stream_output(self, action: ProposedAction, record: CommandRecord) -> None:
         """The command's output preview to the live stream, as it finishes (a side channel like
         the log, never on replay: ``activities.stores.live_events``)."""
-        if workflow.unsafe.is_replaying():
-            return
         entry = StreamEntry(
             task_id=self.task.task_id,
             run_chain=self.task.state.run_chain,
@@ -362,7 +360,7 @@ class EffectRunner:
                 "chars": len(record.stdout),
             },
         )
-        live_events.offer(workflow.info().task_queue, entry)
+        live_events.offer(entry)
 
     # ---- sub-tasks -----------------------------------------------------------------------------
 

@@ -115,13 +115,20 @@ def agent_graph(agent: Agent) -> list[Agent]:
         seen.add(id(current))
         found.append(current)
         for item in current.handoffs:
-            target: Any = item
-            if isinstance(item, Handoff):
-                ref = getattr(item, "_agent_ref", None)
-                target = ref() if callable(ref) else getattr(item, "agent", None)
+            target = handoff_target(item)
             if isinstance(target, Agent):
                 queue.append(target)
     return found
+
+
+def handoff_target(item: Any) -> Any:
+    """The agent a handoff entry leads to: the entry itself when it is an ``Agent``; for a
+    ``Handoff`` (from ``handoff()``, which holds its target by a weak reference) that target, or
+    None when it cannot be resolved."""
+    if not isinstance(item, Handoff):
+        return item
+    ref = getattr(item, "_agent_ref", None)
+    return ref() if callable(ref) else getattr(item, "agent", None)
 
 
 def find_agent(agent: Agent, name: str) -> Agent | None:

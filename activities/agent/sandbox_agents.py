@@ -44,11 +44,12 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from agents import Agent, Handoff
+from agents import Agent
 from agents.sandbox import SandboxAgent
 from agents.sandbox.capabilities import Capability, Compaction, Filesystem, Shell, StaticCompactionPolicy
 from agents.sandbox.manifest import Manifest
 
+from activities.agent.registry import agent_graph, handoff_target
 from activities.agent.tools import sandbox_tool
 from activities.errors import AgentError, ToolPlanError
 from schemas.actions import SandboxCommand
@@ -126,20 +127,22 @@ def apply_patch(patch: str) -> SandboxCommand:
     return SandboxCommand(argv=["python3", "-c", APPLY_PATCH_SOURCE], stdin=patch)
 
 
-def is_sandbox_agent(agent: Agent[Any]) -> bool:
-    """Whether ``agent`` is an SDK ``SandboxAgent``."""
-    return isinstance(agent, SandboxAgent)
-
-
 def durable_agent(agent: Agent[Any]) -> Agent[Any]:
     """``agent`` with every ``SandboxAgent`` it is or reaches by handoff replaced by a plain
     ``Agent`` whose capabilities are durable effect tools (see the module docstring). An agent graph
-    without one is returned as it is.
+    without one is returned as it is; one with one is copied whole (cycles included), so the
+    registration's agents stay as they were.
 
     Raises:
         SandboxAgentRefused: a capability, manifest or setting that cannot be made durable, named.
     """
-    return _convert(agent, {})
+    graph = agent_graph(agent)
+    if not any(isinstance(a, SandboxAgent) for a in graph):
+        return agent
+    copies = {id(a): _plain(a) if isinstance(a, SandboxAgent) else a.clone() for a in graph}
+    for original in graph:
+        copies[id(original)].handoffs = [_handoff(original, item, copies) for item in original.handoffs]
+    return copies[id(agent)]
 
 
 def compact_after_tokens(agent: Agent[Any]) -> int | None:
@@ -147,41 +150,18 @@ def compact_after_tokens(agent: Agent[Any]) -> int | None:
     return getattr(agent, COMPACT_ATTR, None)
 
 
-def _convert(agent: Agent[Any], done: dict[int, Agent[Any]]) -> Agent[Any]:
-    if id(agent) in done:
-        return done[id(agent)]
-    converted = _plain(agent) if isinstance(agent, SandboxAgent) else agent
-    done[id(agent)] = converted
-    handoffs: list[Any] = []
-    changed = converted is not agent
-    for item in agent.handoffs:
-        if isinstance(item, Agent):
-            target = _convert(item, done)
-            changed = changed or target is not item
-            handoffs.append(target)
-            continue
-        target = _handoff_target(item)
-        if isinstance(target, SandboxAgent):
-            raise SandboxAgentRefused(
-                f"agent {agent.name!r} reaches sandbox agent {target.name!r} through handoff(); list "
-                "the agent itself in handoffs, so the worker can run its capabilities durably",
-                operation="agent.turn",
-            )
-        handoffs.append(item)
-    if not changed:
-        return agent
-    if converted is agent:  # a plain agent whose handoffs reach a sandbox agent
-        converted = agent.clone()
-        done[id(agent)] = converted
-    converted.handoffs = handoffs
-    return converted
-
-
-def _handoff_target(item: Any) -> Any:
-    if not isinstance(item, Handoff):
-        return None
-    ref = getattr(item, "_agent_ref", None)
-    return ref() if callable(ref) else getattr(item, "agent", None)
+def _handoff(owner: Agent[Any], item: Any, copies: dict[int, Agent[Any]]) -> Any:
+    """A handoff entry of ``owner`` pointing at the copies."""
+    if isinstance(item, Agent):
+        return copies[id(item)]
+    target = handoff_target(item)
+    if isinstance(target, SandboxAgent):
+        raise SandboxAgentRefused(
+            f"agent {owner.name!r} reaches sandbox agent {target.name!r} through handoff(); list "
+            "the agent itself in handoffs, so the worker can run its capabilities durably",
+            operation="agent.turn",
+        )
+    return item
 
 
 def _plain(agent: SandboxAgent[Any]) -> Agent[Any]:
@@ -268,5 +248,4 @@ __all__ = [
     "compact_after_tokens",
     "durable_agent",
     "exec_command",
-    "is_sandbox_agent",
 ]

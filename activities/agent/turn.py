@@ -117,7 +117,7 @@ class AgentActivities:
         registration = self.registry.get(input.agent)
         stream = TurnStream.for_attempt(self.streams, input.task_id, input.run_chain, input.turn)
         try:
-            async with self._with_mcp(registration, input.mcp_catalog_ref) as (agent, catalog_ref):
+            async with self._durable_agent(registration, input.mcp_catalog_ref) as (agent, catalog_ref):
                 result = await self._turn(input, registration, agent, stream)
         except BaseException as err:
             stream.step("turn.failed", error=type(err).__name__)
@@ -127,7 +127,7 @@ class AgentActivities:
         await stream.close()
         return result.model_copy(update={"mcp_catalog_ref": catalog_ref})
 
-    def _with_mcp(
+    def _durable_agent(
         self, registration: AgentRegistration, catalog_ref: str | None
     ) -> contextlib.AbstractAsyncContextManager[tuple[Agent, str | None]]:
         """The registration's agent, its sandbox capabilities (``SandboxAgent``) and MCP servers
@@ -356,7 +356,7 @@ class AgentActivities:
     @activity_boundary
     async def plan(self, input: PlanInput) -> PlanResult:
         """Plan an effectful call with (edited) arguments; invalid arguments are an answer, not an error."""
-        async with self._with_mcp(self.registry.get(input.agent), input.mcp_catalog_ref) as (agent, _):
+        async with self._durable_agent(self.registry.get(input.agent), input.mcp_catalog_ref) as (agent, _):
             try:
                 tool = find_tool(agent, input.tool, owner=input.owner or None)
                 return PlanResult(operation=plan_call(tool, input.arguments))

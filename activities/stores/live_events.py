@@ -27,6 +27,7 @@ import threading
 import time
 
 import structlog
+from temporalio import workflow
 
 from activities.stores.streams import WRITER, StreamBackend
 from schemas.events import Event
@@ -53,6 +54,7 @@ class LiveEventTap:
         self._last: dict[tuple[str, str | None], int] = {}
         self._sent: dict[tuple[str, str | None, str], None] = {}  # entries' keys, oldest first
         self.dropped = 0
+        self._reported = 0
         self._thread = threading.Thread(target=self._run, name="live-events", daemon=True)
         self._thread.start()
 
@@ -117,6 +119,9 @@ class LiveEventTap:
         for seen in (self._last, self._sent):
             for old in list(seen)[: max(len(seen) - REMEMBERED, 0)]:
                 del seen[old]
+        if self.dropped > self._reported:  # counted in the workflow thread, logged from here
+            log.warning("live events dropped: the queue was full", count=self.dropped - self._reported)
+            self._reported = self.dropped
         for (task_id, chain), entries in by_stream.items():
             try:
                 self.backend.append(task_id, chain, entries)
@@ -145,11 +150,13 @@ def register(task_queue: str, backend: StreamBackend) -> LiveEventTap:
     return tap
 
 
-def offer(task_queue: str, item: Event | StreamEntry) -> None:
-    """Called by the workflow (never on replay): queue an event, or a command's output as a
-    ``tool_result`` entry (keyed by its ``data.call_id``), for the live stream, if this process
-    streams ``task_queue``'s tasks."""
-    tap = _taps.get(task_queue)
+def offer(item: Event | StreamEntry) -> None:
+    """From workflow code: queue an event, or a command's output as a ``tool_result`` entry (keyed
+    by its ``data.call_id``), for the live stream, if this process streams the tasks of the
+    workflow's task queue. Nothing happens on replay: what a replay emits was streamed already."""
+    if workflow.unsafe.is_replaying():
+        return
+    tap = _taps.get(workflow.info().task_queue)
     if tap is not None:
         tap.offer(item)
 
