@@ -166,3 +166,26 @@ def test_the_factory_builds_the_configured_backend(tmp_path: Path, redis_url: st
     assert isinstance(build_stream_backend(redis), RedisStreamBackend)
     with pytest.raises(ConfigError, match="AGENT_WORKER_STREAM_URL"):
         WorkerConfig.from_env({"AGENT_WORKER_STREAM_BACKEND": "redis"})
+
+
+def test_clients_opening_a_new_local_stream_file_at_once_all_get_in(tmp_path: Path) -> None:
+    """Eight clients (a worker's turn streams, its live-event tap, readers) opening a new SQLite
+    stream file at the same moment all append: none is refused with "database is locked" while the
+    file switches to WAL (before, about one in twenty such starts here lost a client)."""
+    errors: list[BaseException] = []
+
+    def first_append(path: Path, writer: int) -> None:
+        try:
+            SqliteStreamBackend(path).append("t", "c", [token(f"{writer}")])
+        except BaseException as err:
+            errors.append(err)
+
+    for attempt in range(40):
+        path = tmp_path / f"streams-{attempt}.db"
+        threads = [threading.Thread(target=first_append, args=(path, w)) for w in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert not errors, errors[0]
+        assert len(SqliteStreamBackend(path).read("t", "c", limit=100)) == 8

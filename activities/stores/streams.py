@@ -60,6 +60,21 @@ def stream_key(task_id: str, run_chain: str | None) -> str:
     return f"{task_id}\x00{run_chain or ''}"
 
 
+def _wal(conn: sqlite3.Connection) -> None:
+    """Switch the file to WAL. Several connections opening a new file at once (a worker's turn
+    streams, its live-event tap, a reader) can be refused the switch with "database is locked" at
+    once, without the busy timeout's wait: so ask again for as long as that timeout."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as err:
+            if "locked" not in str(err) or time.monotonic() > deadline:
+                raise
+            time.sleep(_POLL_SECONDS)
+
+
 class SqliteStreamBackend:
     """Streams in one SQLite file (WAL, so readers never wait for a writer)."""
 
@@ -73,7 +88,7 @@ class SqliteStreamBackend:
         if self._conn is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(self.path, timeout=10, check_same_thread=False, isolation_level=None)
-            conn.execute("PRAGMA journal_mode=WAL")
+            _wal(conn)
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute(
                 "CREATE TABLE IF NOT EXISTS stream_entries (stream TEXT NOT NULL, "
