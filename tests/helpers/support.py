@@ -20,6 +20,7 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Replayer
 
 from activities.artifacts import ArtifactStore
@@ -156,7 +157,15 @@ class TaskEnv:
         """Poll the ``status`` query until ``until`` holds."""
         deadline = time.monotonic() + within
         while True:
-            status = await handle.query(AgentTaskWorkflow.status)
+            try:
+                status = await handle.query(AgentTaskWorkflow.status)
+            except RPCError as err:
+                # A query no worker answered in time (a loaded machine, a worker starting): ask again.
+                if err.status not in (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED):
+                    raise
+                assert time.monotonic() < deadline, f"task {handle.id}: status query kept failing: {err}"
+                await asyncio.sleep(0.5)
+                continue
             if until(status):
                 return status
             if time.monotonic() > deadline:
