@@ -365,7 +365,8 @@ def build_workers(
                     *served_here,
                 ],
                 max_concurrent_workflow_tasks=config.max_concurrent_workflow_tasks,
-                max_cached_workflows=config.max_cached_workflows,
+                # Sized to the memory budget (workflow_cache_mb); misses are on /metrics.
+                max_cached_workflows=config.workflow_cache_size,
                 # A dead worker's tasks move to another worker after this (the SDK's default is 10 s).
                 sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
                 **common,

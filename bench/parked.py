@@ -271,9 +271,9 @@ async def run(quick: bool = False, tasks: int | None = None, bare_tasks: int | N
             if bare_n != n
             else []
         ),
-        "One agent-worker process with the product's defaults (64 activity and workflow-task slots, 250 "
-        f"cached workflows); the client keeps {IN_FLIGHT} starts or signals, or {QUERY_IN_FLIGHT} queries, "
-        "in flight. Latency is from the signal "
+        "One agent-worker process with the product's defaults (64 activity and workflow-task slots, the "
+        f"workflow cache at its default budget); the client keeps {IN_FLIGHT} starts or signals, or "
+        f"{QUERY_IN_FLIGHT} queries, in flight. Latency is from the signal "
         "leaving the client to the business row's commit time (same clock).",
     ]
     section.figures = {k: float(v) for k, v in ours.items()}

@@ -22,6 +22,10 @@ ENV_PREFIX = "AGENT_WORKER_"
 DEFAULT_TASK_QUEUE = "agent-tasks"
 # The example agent: the demo registers it itself (`agent-worker demo`); a worker's default is none.
 EXAMPLE_AGENT = "examples.monthly_report.agent:registration"
+# Worker RSS per workflow in the SDK's cache (a task parked for approval), measured by
+# `python -m bench.cache_memory` (bench/results/cache_memory.md); it turns workflow_cache_mb into a count.
+MB_PER_CACHED_WORKFLOW = 0.35
+DEFAULT_WORKFLOW_CACHE_MB = 150.0
 
 
 class ConfigError(ValueError):
@@ -272,11 +276,23 @@ class WorkerConfig(BaseModel):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     max_concurrent_activities: int = Field(default=64, ge=1)
     max_concurrent_workflow_tasks: int = Field(default=64, ge=1)
-    max_cached_workflows: int = Field(
-        default=250,
+    workflow_cache_mb: float = Field(
+        default=DEFAULT_WORKFLOW_CACHE_MB,
+        gt=0,
+        description="Memory budget of the workflow cache, in MB: the worker keeps as many workflows in "
+        f"memory as fit at {MB_PER_CACHED_WORKFLOW} MB each (measured by bench/cache_memory.py; the "
+        f"default, {DEFAULT_WORKFLOW_CACHE_MB:g} MB, holds "
+        f"{int(DEFAULT_WORKFLOW_CACHE_MB / MB_PER_CACHED_WORKFLOW)}). A task out of the cache replays "
+        "from history at its next step, which costs 2-3x the CPU of a cached one: watch "
+        "temporal_sticky_cache_miss on /metrics, and raise the budget while misses are frequent and "
+        "memory allows. max_cached_workflows, when set, wins.",
+    )
+    max_cached_workflows: int | None = Field(
+        default=None,
         ge=0,
-        description="Workflows kept in memory (about 0.3 MB each); others replay from history at their "
-        "next step, so tasks parked for approval do not pin memory. 0 replays every workflow task.",
+        description="Workflows kept in memory, as a count (unset: as many as workflow_cache_mb "
+        "allows); others replay from history at their next step. 0 replays every workflow task (and "
+        "the SDK re-runs the local activities each eviction cuts short): for tests, not production.",
     )
     agents_tracing: bool = Field(
         default=False, description="Export OpenAI Agents SDK traces (needs OPENAI_API_KEY)."
@@ -342,6 +358,14 @@ class WorkerConfig(BaseModel):
         if self.stream_backend == "redis" and self.stream_url is None:
             raise ValueError("AGENT_WORKER_STREAM_BACKEND=redis needs AGENT_WORKER_STREAM_URL")
         return self
+
+    @property
+    def workflow_cache_size(self) -> int:
+        """Workflows the worker caches: ``max_cached_workflows`` when set, else as many as
+        ``workflow_cache_mb`` holds at ``MB_PER_CACHED_WORKFLOW`` each."""
+        if self.max_cached_workflows is not None:
+            return self.max_cached_workflows
+        return int(self.workflow_cache_mb / MB_PER_CACHED_WORKFLOW)
 
     @property
     def artifact_postgres_dsn(self) -> SecretStr | None:

@@ -22,6 +22,11 @@ agent_worker_sandbox_exec_milliseconds     histogram  backend, outcome
 agent_worker_writes                        counter    outcome (committed | rejected | unknown | conflict)
 agent_worker_reconciliations               counter    found
 ========================================  =========  ==========================================
+
+The workflow cache is the SDK's own (``temporal_`` prefix, label ``task_queue``), sized by
+``workflow_cache_mb``: ``temporal_sticky_cache_miss`` (a workflow task found its workflow evicted and
+replayed its history), ``temporal_sticky_cache_hit``, ``temporal_sticky_cache_size`` (a gauge: workflows
+cached now) and ``temporal_sticky_cache_total_forced_eviction`` (evicted to make room).
 """
 
 from __future__ import annotations

@@ -122,3 +122,40 @@ async def test_activity_log_lines_carry_the_task_context(config_env: TaskEnv, tm
     assert from_activities, "no activity logged anything"
     assert all(line["task_id"] == handle.id and line["run_id"] for line in from_activities)
     assert {"sandbox.create"} <= {line["activity"] for line in from_activities}
+
+
+async def test_metrics_endpoint_reports_workflow_cache_misses_and_size(
+    config_env: TaskEnv, tmp_path: Path
+) -> None:
+    """With room for one cached workflow and two tasks parked for approval, approving the evicted
+    one misses the cache: the endpoint reports the SDK's cache misses, hits, evictions and size."""
+    env, port = config_env, free_port()
+    worker = spawn_worker(
+        env,
+        tmp_path / "worker.log",
+        AGENT_WORKER_METRICS_BIND=f"127.0.0.1:{port}",
+        AGENT_WORKER_MAX_CACHED_WORKFLOWS="1",
+    )
+    try:
+        first = await env.start(example_spec())
+        await env.awaiting_approval(first)
+        second = await env.start(example_spec())
+        await env.awaiting_approval(second)
+        for handle in (first, second):  # the first was evicted to make room for the second
+            await env.approve(handle)
+            result: TaskResult = await asyncio.wait_for(handle.result(), 60)
+            assert result.phase is TaskPhase.COMPLETED
+        text = ""
+        for _ in range(50):  # the SDK exports on an interval
+            text = await asyncio.to_thread(scrape, port)
+            if value(text, "temporal_sticky_cache_miss") >= 1:
+                break
+            await asyncio.sleep(0.2)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(worker.wait, 30)
+    assert value(text, "temporal_sticky_cache_miss") >= 1, text
+    assert value(text, "temporal_sticky_cache_total_forced_eviction") >= 1
+    assert "temporal_sticky_cache_hit" in text
+    sizes = [line for line in text.splitlines() if line.startswith("temporal_sticky_cache_size{")]
+    assert sizes and all(float(line.rsplit(" ", 1)[1]) <= 1 for line in sizes), sizes
