@@ -26,6 +26,9 @@ OURS = [
     "agent_worker_writes",
     "agent_worker_reconciliations",
 ]
+# SDK counters a worker exports only once they first count (no miss, no series): the dashboard may
+# name them because test_metrics_endpoint_reports_workflow_cache_misses_and_size finds them.
+ON_OCCURRENCE = {"temporal_sticky_cache_miss", "temporal_sticky_cache_total_forced_eviction"}
 
 
 def scrape(port: int) -> str:
@@ -92,7 +95,11 @@ async def test_metrics_endpoint_serves_task_and_sdk_metrics(config_env: TaskEnv,
     }
     for path in (MONITORING / "alerts.yml", MONITORING / "dashboard.json"):
         named = set(re.findall(r"\b((?:agent_worker|temporal)_[a-z_]+)", path.read_text()))
-        unknown = sorted(n for n in named if re.sub(r"(_total|_bucket|_sum|_count)$", "", n) not in exported)
+        unknown = sorted(
+            n
+            for n in named - ON_OCCURRENCE
+            if re.sub(r"(_total|_bucket|_sum|_count)$", "", n) not in exported
+        )
         assert unknown == [], f"{path.name} names metrics no worker exports: {unknown}"
     assert value(text, "agent_worker_tasks_started", agent="monthly-report", tenant="acme") == 1
     assert value(text, "agent_worker_tasks_finished", phase="completed") == 1
@@ -154,8 +161,7 @@ async def test_metrics_endpoint_reports_workflow_cache_misses_and_size(
     finally:
         worker.send_signal(signal.SIGTERM)
         await asyncio.to_thread(worker.wait, 30)
-    assert value(text, "temporal_sticky_cache_miss") >= 1, text
-    assert value(text, "temporal_sticky_cache_total_forced_eviction") >= 1
+    assert all(value(text, name) >= 1 for name in ON_OCCURRENCE), text
     assert "temporal_sticky_cache_hit" in text
     sizes = [line for line in text.splitlines() if line.startswith("temporal_sticky_cache_size{")]
     assert sizes and all(float(line.rsplit(" ", 1)[1]) <= 1 for line in sizes), sizes
