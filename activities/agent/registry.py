@@ -23,7 +23,9 @@ class AgentRegistration:
 
     Attributes:
         name: The name a ``TaskSpec.agent`` refers to.
-        build: Returns a fresh ``Agent`` (called once per turn, so turns share no state).
+        build: Returns the ``Agent``. A worker calls it once and shares the agent among all its
+            turns, as an Agents SDK agent is meant to be shared (``activities.agent.prepared``): it
+            must keep no state of one run (MCP servers are connected afresh per turn).
         scripted_model: Returns a deterministic model, used when no real provider is configured.
         max_model_calls: Model calls one turn may make before it must stop.
         model: The agent's model: a model string (``local/qwen2``: provider ``local``; no prefix:

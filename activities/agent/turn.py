@@ -17,7 +17,7 @@ import json
 from typing import Any
 
 import structlog
-from agents import Agent, RunConfig, Runner
+from agents import Agent, Runner
 from agents.exceptions import MaxTurnsExceeded
 from agents.items import ToolApprovalItem
 from agents.run_state import RunState
@@ -25,16 +25,11 @@ from temporalio import activity
 
 from activities.agent import compaction
 from activities.agent.journal import JournaledModel, ModelCallJournal
-from activities.agent.provider_errors import no_sdk_retries, provider_failure
-from activities.agent.providers import (
-    SCRIPTED,
-    AgentRoutedModel,
-    ModelChain,
-    check_models,
-    resolve_chain,
-)
-from activities.agent.registry import AgentRegistration, AgentRegistry, find_agent, find_tool
-from activities.agent.sandbox_agents import SandboxAgentRefused, compact_after_tokens, durable_agent
+from activities.agent.prepared import PreparedAgent, PreparedAgents
+from activities.agent.provider_errors import provider_failure
+from activities.agent.providers import SCRIPTED, AgentRoutedModel, ModelChain, check_models
+from activities.agent.registry import AgentRegistry, find_agent, find_tool
+from activities.agent.sandbox_agents import compact_after_tokens
 from activities.agent.streaming import StreamingModel, TurnStream
 from activities.agent.tool_records import ReadToolRecorder
 from activities.agent.tools import (
@@ -97,13 +92,11 @@ class AgentActivities:
         live stream (the worker passes the configured ``stream_backend``; None: no live stream).
 
         Raises ``ConfigError`` (naming the agent and the setting) when an agent's model cannot be
-        resolved under ``config``: the worker refuses to start rather than fail its first task."""
+        resolved under ``config``, or cannot run durably here: the worker refuses to start rather
+        than fail its first task. Each agent is built here, once; its turns share it
+        (``activities.agent.prepared``)."""
         check_models((registry.get(name) for name in registry.names()), config)
-        for name in registry.names():
-            try:
-                durable_agent(registry.get(name).build())
-            except SandboxAgentRefused as err:
-                raise ConfigError(f"agent {name!r}: {err}") from None
+        self.agents = PreparedAgents(registry, config)
         self.registry = registry
         self.store = store
         self.config = config
@@ -114,11 +107,11 @@ class AgentActivities:
     @activity_boundary
     async def turn(self, input: TurnInput) -> TurnResult:
         """Run the agent until it answers or proposes effectful calls."""
-        registration = self.registry.get(input.agent)
+        prepared = self.agents.get(input.agent)
         stream = TurnStream.for_attempt(self.streams, input.task_id, input.run_chain, input.turn)
         try:
-            async with self._durable_agent(registration, input.mcp_catalog_ref) as (agent, catalog_ref):
-                result = await self._turn(input, registration, agent, stream)
+            async with self._durable_agent(prepared, input.mcp_catalog_ref) as (agent, catalog_ref):
+                result = await self._turn(input, prepared, agent, stream)
         except BaseException as err:
             stream.step("turn.failed", error=type(err).__name__)
             await stream.close()
@@ -128,23 +121,28 @@ class AgentActivities:
         return result.model_copy(update={"mcp_catalog_ref": catalog_ref})
 
     def _durable_agent(
-        self, registration: AgentRegistration, catalog_ref: str | None
+        self, prepared: PreparedAgent, catalog_ref: str | None
     ) -> contextlib.AbstractAsyncContextManager[tuple[Agent, str | None]]:
-        """The registration's agent, its sandbox capabilities (``SandboxAgent``) and MCP servers
-        replaced by durable tools, the MCP ones from the task's catalog (listed now when the task has
-        none yet)."""
-        agent = durable_agent(registration.build())
+        """The prepared agent (its sandbox capabilities, ``SandboxAgent``, already durable tools),
+        with its MCP servers replaced by durable tools from the task's catalog (listed now when the
+        task has none yet): a copy for this turn, the shared agent untouched."""
+        agent = prepared.agent
         if not agent.mcp_servers:
             return contextlib.nullcontext((agent, None))
         return mcp_tools.durable_mcp_tools(
-            agent, registration.mcp, self.store, catalog_ref, unsafe_dev=self.config.sandbox_unsafe_dev
+            agent,
+            prepared.registration.mcp,
+            self.store,
+            catalog_ref,
+            unsafe_dev=self.config.sandbox_unsafe_dev,
         )
 
     async def _turn(
-        self, input: TurnInput, registration: AgentRegistration, agent: Agent, stream: TurnStream
+        self, input: TurnInput, prepared: PreparedAgent, agent: Agent, stream: TurnStream
     ) -> TurnResult:
+        registration = prepared.registration
         try:
-            chain = resolve_chain(registration, agent, self.config)
+            chain = self.agents.chain(prepared)
         except ConfigError as err:  # checked at worker start; a retry would not fix it
             raise AgentError(str(err), operation="agent.turn", retryable="no") from None
         model = JournaledModel(
@@ -154,15 +152,7 @@ class AgentActivities:
             input.turn,
             stream=stream,
         )
-        run_config = RunConfig(
-            model=model,
-            model_settings=no_sdk_retries(),  # Temporal owns retries
-            # A tool the agent does not have (a model's slip) goes back to the model as a tool error,
-            # as invalid arguments do; raised, it would fail every retry over the journaled response.
-            tool_not_found_behavior="return_error_to_model",
-            # The worker decides, process-wide, whether agent spans go anywhere (OTel, OpenAI).
-            workflow_name=f"agent-worker:{input.agent}",
-        )
+        run_config = prepared.run_config_for(model)
         outputs = await asyncio.to_thread(self._tool_outputs, input.results)
         services = TurnServices(
             store=self.store, inputs={ref.name: ref for ref in input.inputs}, outputs=outputs
@@ -356,7 +346,7 @@ class AgentActivities:
     @activity_boundary
     async def plan(self, input: PlanInput) -> PlanResult:
         """Plan an effectful call with (edited) arguments; invalid arguments are an answer, not an error."""
-        async with self._durable_agent(self.registry.get(input.agent), input.mcp_catalog_ref) as (agent, _):
+        async with self._durable_agent(self.agents.get(input.agent), input.mcp_catalog_ref) as (agent, _):
             try:
                 tool = find_tool(agent, input.tool, owner=input.owner or None)
                 return PlanResult(operation=plan_call(tool, input.arguments))
