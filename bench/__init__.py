@@ -1,7 +1,7 @@
 """Benchmarks: each measures agent-worker against a baseline run in the same process, on the same dev
-server, and reports ratios. ``python -m bench`` (``make bench``) runs all eight and writes
-``bench/RESULTS.md``; each module also runs alone (``python -m bench.<module> [--quick]``) and keeps
-its latest full-size result in ``bench/results/``.
+server, and reports ratios. ``python -m bench`` (``make bench``) runs all ten and writes
+``bench/RESULTS.md``, headed by issue 21's targets table (``targets``); each module also runs alone
+(``python -m bench.<module> [--quick]``) and keeps its latest full-size result in ``bench/results/``.
 
 1. ``step_overhead``: one agent step vs one bare activity doing the same work.
 2. ``vs_plugin``: the same scripted agent through the official ``temporalio-openai-agents`` plugin
@@ -12,6 +12,10 @@ its latest full-size result in ``bench/results/``.
 6. ``sandbox``: ``sandbox.exec`` vs raw ``docker exec`` (``sandbox_exec``).
 7. ``fleet``: tasks/s with 1, 2, 4 worker processes, model latency 200 ms.
 8. ``embedded``: the dev server with WAL vs SQLite's default file mode.
+9. ``round_trips``: workflow tasks, activities and local activities in the example task's history,
+   whole and after its approval signal.
+10. ``approval_cpu``: worker CPU per approval with every task cached, against bare, and with more
+    active tasks than the cache holds.
 
 Shared: ``script`` (the scripted conversation both sides follow, dependency-free), ``agents`` (the
 agents registered on agent-worker), ``bare`` (the baseline workflows and activities), ``common``

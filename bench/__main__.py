@@ -1,9 +1,11 @@
-"""``python -m bench``: run the eight benchmarks, print a table, and write ``bench/RESULTS.md`` (with the
-figures as JSON beside it, ``bench/RESULTS.json``).
+"""``python -m bench``: run the ten benchmarks, print a table, and write ``bench/RESULTS.md`` (with the
+figures as JSON beside it, ``bench/RESULTS.json``), headed by issue 21's targets table (``bench.targets``).
 
 ``--quick`` runs every benchmark at a size that only proves it works (CI runs it once through
 ``tests/test_bench_quick.py``), side by side to save time, and writes ``bench/results/quick.md``
-unless ``--out`` says where. ``--only step_overhead,parked`` picks benchmarks by key. Worker logs
+unless ``--out`` says where. ``--only step_overhead,parked`` picks benchmarks by key (the report keeps
+the other sections from the last one). ``--parked-tasks``, ``--active-tasks`` and ``--long-turns``
+set the sizes the default run keeps small enough for about 45 minutes on 2 cores. Worker logs
 go to ``bench/results/bench.log``. Exits 1 when a benchmark failed (the report says which and why).
 """
 
@@ -21,7 +23,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import crash, embedded, fleet, long_task, parked, sandbox, step_overhead, vs_plugin
+from bench import (
+    approval_cpu,
+    crash,
+    embedded,
+    fleet,
+    long_task,
+    parked,
+    round_trips,
+    sandbox,
+    step_overhead,
+    targets,
+    vs_plugin,
+)
 from bench.common import Section, load
 from bench.report import LOG, RESULTS, RESULTS_DIR, logs_to, render, write
 
@@ -40,6 +54,8 @@ def benchmarks(args: argparse.Namespace) -> dict[str, Callable[[], Coroutine[Any
         "sandbox": lambda: sandbox.run(quick),
         "fleet": lambda: fleet.run(quick),
         "embedded": lambda: embedded.run(quick),
+        "round_trips": lambda: round_trips.run(quick),
+        "approval_cpu": lambda: approval_cpu.run(quick, args.active_tasks),
     }
 
 
@@ -52,6 +68,8 @@ TITLES = {
     "sandbox": "6. Sandbox",
     "fleet": "7. Fleet",
     "embedded": "8. Embedded default",
+    "round_trips": "9. Round trips of the example task",
+    "approval_cpu": "10. Worker CPU per approval",
 }
 
 
@@ -89,6 +107,12 @@ def main(argv: list[str] | None = None) -> int:
         "--out", type=Path, help="the report (default bench/RESULTS.md; quick: bench/results/quick.md)"
     )
     parser.add_argument("--parked-tasks", type=int, help=f"tasks to park (default {parked.DEFAULT_TASKS})")
+    parser.add_argument(
+        "--active-tasks",
+        type=int,
+        help=f"tasks of the over-full-cache approval run (default {approval_cpu.DEFAULT_ACTIVE}, on a cache "
+        f"cut in proportion; {approval_cpu.ISSUE_ACTIVE} is the issue's size, on the default cache)",
+    )
     parser.add_argument("--long-turns", type=int, help="turns of the long task (default 1000)")
     parser.add_argument(
         "--sequential", action="store_true", help="in quick mode too, one benchmark at a time"
@@ -126,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     write(sections, out, quick=args.quick, started=started, seconds=seconds, start_load=start_load,
           command=command.strip())  # fmt: skip
+    print(targets.text(sections))
     print(f"\n{len(sections)} benchmarks in {seconds / 60:.1f} min; report: {out}")
     failed = [s.key for s in sections if s.skipped and s.skipped.startswith("FAILED")]
     if failed:

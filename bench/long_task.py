@@ -118,6 +118,8 @@ async def run(quick: bool = False, turns: int | None = None) -> Section:
         "ours_max_bytes": ours_big[1],
         "bare_max_events": bare_big[0],
         "bare_max_bytes": bare_big[1],
+        "ours_all_bytes": sum(r.bytes for r in ours_runs),
+        "bare_all_bytes": sum(r.bytes for r in bare_runs),
         "ours_max_carried_bytes": max(carried[1:], default=0),
         "ours_last_carried_bytes": carried[-1] if len(carried) > 1 else 0,
     }

@@ -1,5 +1,5 @@
-"""The report: ``bench/RESULTS.md`` (date, machine, load, every section's table, the targets), a JSON
-copy of the figures, and the terminal table."""
+"""The report: ``bench/RESULTS.md`` (date, machine, load, issue 21's targets table (``bench.targets``),
+each section's targets, every section's table), a JSON copy of the figures, and the terminal table."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench import targets
 from bench.common import Section, load, machine
 from schemas.config import WorkerConfig
 from telemetry import configure_logging
@@ -24,9 +25,11 @@ RESULTS_DIR = BENCH / "results"
 LOG = RESULTS_DIR / "bench.log"
 # Hand-written reading of the figures (why targets are missed, what to act on), included in the report.
 FINDINGS = BENCH / "findings.md"
-# The parked-approvals benchmark at the issue's full size (10,000 tasks), run on its own
-# (``python -m bench.parked --tasks 10000 --out bench/results/parked-10000.md``): included in the report.
-FULL_SIZE = {"parked": "parked-10000.md"}
+# Benchmarks at the issue's full size, run on their own, included in the report below their section:
+# parked approvals with 10,000 tasks (``python -m bench.parked --tasks 10000 --out
+# bench/results/parked-10000.md``) and CPU per approval with 3,000 active tasks on the default cache
+# (``python -m bench.approval_cpu --active-tasks 3000 --out bench/results/approval_cpu-3000.md``).
+FULL_SIZE = {"parked": "parked-10000.md", "approval_cpu": "approval_cpu-3000.md"}
 # Load average per core above which the figures are called noisy.
 BUSY_PER_CORE = 0.5
 
@@ -89,7 +92,8 @@ def markdown(
         "",
         noise_note(sections, start_load),
         "",
-        "## Targets",
+        *targets.markdown(sections),
+        "## Targets of each section",
         "",
         "| target | goal | measured | verdict |",
         "| --- | --- | --- | --- |",

@@ -195,6 +195,11 @@ async def run(quick: bool = False, turns: list[int] | None = None, rounds: int |
         "ours_bytes_per_turn": b_ours,
         "ours_growth": ours_growth,
         "plugin_growth": their_growth,
+        "ours_bytes_per_added_turn_first": marginal(ours, *first),
+        "ours_bytes_per_added_turn_last": marginal(ours, *last),
+        "plugin_bytes_per_added_turn_last": marginal(theirs, *last),
+        "last_from_turns": last[0],
+        "last_to_turns": last[1],
     }
     return section
 

@@ -1,6 +1,6 @@
-"""The benchmarks keep working: ``python -m bench --quick`` runs all eight at toy sizes and writes a
-report whose every section has its table and figures. Nothing here judges speed (figures from a
-quick run mean nothing); ``make bench`` measures."""
+"""The benchmarks keep working: ``python -m bench --quick`` runs all ten at toy sizes and writes a
+report whose every section has its table and figures, headed by issue 21's targets table. Nothing
+here judges speed (figures from a quick run mean nothing); ``make bench`` measures."""
 
 from __future__ import annotations
 
@@ -13,13 +13,25 @@ import pytest
 
 from tests.helpers.support import REPO
 
-SECTIONS = ["step_overhead", "vs_plugin", "parked", "crash", "long_task", "sandbox", "fleet", "embedded"]
+SECTIONS = [
+    "step_overhead",
+    "vs_plugin",
+    "parked",
+    "crash",
+    "long_task",
+    "sandbox",
+    "fleet",
+    "embedded",
+    "round_trips",
+    "approval_cpu",
+]
 
 
 @pytest.mark.timeout(900)
 def test_quick_benchmarks_run_end_to_end_and_report_every_section(tmp_path: Path) -> None:
     """Every benchmark runs in quick mode, the command exits 0, and RESULTS.md and its JSON hold a
-    table with sane, non-zero figures for each of the eight."""
+    table with sane, non-zero figures for each of the ten, and the issue's targets table has a verdict
+    (met or missed) on every row."""
     out = tmp_path / "RESULTS.md"
     done = subprocess.run(
         [sys.executable, "-m", "bench", "--quick", "--out", str(out)],
@@ -38,6 +50,10 @@ def test_quick_benchmarks_run_end_to_end_and_report_every_section(tmp_path: Path
         assert section["rows"] and all(len(row) == len(section["headers"]) for row in section["rows"]), key
         assert section["title"] in report
     assert "## Targets" in report and "at start: load " in report
+    issue_table = report.split("## Targets of issue 21", 1)[1].split("\n## ", 1)[0]
+    issue_rows = [line for line in issue_table.splitlines() if line.startswith("| ") and "---" not in line]
+    assert len(issue_rows) == 1 + 8, issue_table  # the header and the issue's eight measures
+    assert all("not measured" not in line for line in issue_rows), issue_table
 
     f = {key: s["figures"] for key, s in sections.items()}
     # Per-step times are differences of two runs, so noise can push them anywhere: only structure here.
@@ -57,3 +73,12 @@ def test_quick_benchmarks_run_end_to_end_and_report_every_section(tmp_path: Path
     assert f["sandbox"]["ours_ms"] > 0 and f["sandbox"]["docker_exec_ms"] > 0
     assert f["fleet"]["tasks_per_s_1"] > 0 and f["fleet"]["tasks_per_s_2"] > 0
     assert all(value > 0 for value in f["embedded"].values())
+    trips = f["round_trips"]
+    assert trips["workflow_tasks"] >= trips["after_signal_workflow_tasks"] >= 1
+    assert trips["activities"] >= trips["after_signal_activities"] >= 1  # the write, at least
+    cpu = f["approval_cpu"]
+    assert (
+        cpu["ours_cpu_ms_approve"] > 0 and cpu["bare_cpu_ms_approve"] > 0 and cpu["cold_cpu_ms_approve"] > 0
+    )
+    assert cpu["active_tasks"] > cpu["cold_cache"]  # the over-full run outnumbers its cache
+    assert cpu["cold_misses_approve"] > 0
