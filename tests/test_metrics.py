@@ -9,7 +9,7 @@ import urllib.request
 from pathlib import Path
 
 from schemas.tasks import TaskPhase, TaskResult
-from tests.helpers.support import TaskEnv, example_spec, free_port, spawn_worker
+from tests.helpers.support import TaskEnv, example_spec, free_port, spawn_worker, worker_process
 from workflows import AgentTaskWorkflow
 
 MONITORING = Path(__file__).resolve().parent.parent / "monitoring"
@@ -34,6 +34,18 @@ ON_OCCURRENCE = {"temporal_sticky_cache_miss", "temporal_sticky_cache_total_forc
 def scrape(port: int) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         return response.read().decode()
+
+
+async def scrape_until(port: int, name: str, **labels: str) -> str:
+    """The endpoint's text once ``name`` (with ``labels``) counts at least 1, or after 10 s (the SDK
+    exports on an interval), for the test's assertions to say what is missing."""
+    text = ""
+    for _ in range(50):
+        text = await asyncio.to_thread(scrape, port)
+        if value(text, name, **labels) >= 1:
+            break
+        await asyncio.sleep(0.2)
+    return text
 
 
 def value(text: str, name: str, **labels: str) -> float:
@@ -76,12 +88,7 @@ async def test_metrics_endpoint_serves_task_and_sdk_metrics(config_env: TaskEnv,
         )
         result: TaskResult = await asyncio.wait_for(handle.result(), 60)
         assert result.phase is TaskPhase.COMPLETED
-        text = ""
-        for _ in range(50):  # the SDK exports on an interval
-            text = await asyncio.to_thread(scrape, port)
-            if value(text, "agent_worker_tasks_finished", phase="completed") >= 1:
-                break
-            await asyncio.sleep(0.2)
+        text = await scrape_until(port, "agent_worker_tasks_finished", phase="completed")
     finally:
         worker.send_signal(signal.SIGTERM)
         await asyncio.to_thread(worker.wait, 30)
@@ -137,13 +144,12 @@ async def test_metrics_endpoint_reports_workflow_cache_misses_and_size(
     """With room for one cached workflow and two tasks parked for approval, approving the evicted
     one misses the cache: the endpoint reports the SDK's cache misses, hits, evictions and size."""
     env, port = config_env, free_port()
-    worker = spawn_worker(
+    async with worker_process(
         env,
         tmp_path / "worker.log",
         AGENT_WORKER_METRICS_BIND=f"127.0.0.1:{port}",
         AGENT_WORKER_MAX_CACHED_WORKFLOWS="1",
-    )
-    try:
+    ):
         first = await env.start(example_spec())
         await env.awaiting_approval(first)
         second = await env.start(example_spec())
@@ -152,15 +158,7 @@ async def test_metrics_endpoint_reports_workflow_cache_misses_and_size(
             await env.approve(handle)
             result: TaskResult = await asyncio.wait_for(handle.result(), 60)
             assert result.phase is TaskPhase.COMPLETED
-        text = ""
-        for _ in range(50):  # the SDK exports on an interval
-            text = await asyncio.to_thread(scrape, port)
-            if value(text, "temporal_sticky_cache_miss") >= 1:
-                break
-            await asyncio.sleep(0.2)
-    finally:
-        worker.send_signal(signal.SIGTERM)
-        await asyncio.to_thread(worker.wait, 30)
+        text = await scrape_until(port, "temporal_sticky_cache_miss")
     assert all(value(text, name) >= 1 for name in ON_OCCURRENCE), text
     assert "temporal_sticky_cache_hit" in text
     sizes = [line for line in text.splitlines() if line.startswith("temporal_sticky_cache_size{")]

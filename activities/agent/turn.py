@@ -123,9 +123,9 @@ class AgentActivities:
     def _durable_agent(
         self, prepared: PreparedAgent, catalog_ref: str | None
     ) -> contextlib.AbstractAsyncContextManager[tuple[Agent, str | None]]:
-        """The prepared agent (its sandbox capabilities, ``SandboxAgent``, already durable tools),
-        with its MCP servers replaced by durable tools from the task's catalog (listed now when the
-        task has none yet): a copy for this turn, the shared agent untouched."""
+        """The prepared agent (its sandbox capabilities, ``SandboxAgent``, already durable tools).
+        One with MCP servers comes as a copy for this turn, its servers replaced by durable tools from
+        the task's catalog (listed now when the task has none yet); the shared agent stays untouched."""
         agent = prepared.agent
         if not agent.mcp_servers:
             return contextlib.nullcontext((agent, None))
