@@ -34,7 +34,7 @@ from activities.authz import Authorizer, AuthzActivities
 from activities.business import BusinessActivities, BusinessWriter, SqliteBusinessStore, load_writer
 from activities.errors import ArtifactUnavailable, SandboxError
 from activities.events import EventActivities, EventSink
-from activities.sandbox import ProcessSandbox, Sandbox, SandboxActivities
+from activities.sandbox import ProcessSandbox, Sandbox, SandboxActivities, SandboxRelease
 from activities.sandbox.docker import DockerSandbox, docker_available
 from activities.sandbox.reaper import ReaperActivities, SandboxReaper
 from activities.stores import live_events
@@ -292,6 +292,7 @@ def build_workers(
         )
         tools = ToolActivities(registry, store, config)
         role_activities[AGENT_QUEUE_SUFFIX] = [agent.turn, agent.plan, tools.call_function, tools.call_mcp]
+    sandbox: SandboxActivities | None = None
     if "sandbox" in roles:
         backends, default, unavailable = build_sandboxes(config, client.namespace)
         # This host's own queue: the sandboxes it makes live here, and their tasks send their
@@ -315,8 +316,11 @@ def build_workers(
         ]
         role_activities[home[len(queue) :]] = [sandbox.create, sandbox.exec, sandbox.destroy]
     if "business" in roles:
-        business = BusinessActivities(build_writer(config), build_systems(config))
-        authz = AuthzActivities(build_authorizer(config))
+        authorizer = build_authorizer(config)
+        # The writes check their approval themselves (``WriteInput.authz``); ``authz.check`` stays for
+        # the other effects and for runs from before that.
+        business = BusinessActivities(build_writer(config), build_systems(config), authorizer)
+        authz = AuthzActivities(authorizer)
         # Own functions declared with ``effect_tool`` (role ``business``) run here, beside the writes.
         assert registry is not None
         own_tools = ToolActivities(registry, store, config)
@@ -359,6 +363,8 @@ def build_workers(
                     artifacts.ingest,
                     artifacts.archive,
                     events.publish,
+                    # Asked first at a task's end: this worker usually holds the task's sandbox.
+                    SandboxRelease(sandbox).destroy_here,
                     tenants.admit,
                     tenants.release,
                     threads.resume,

@@ -109,9 +109,16 @@ class ExecInput(BaseModel):
 
     task_id: str
     call_id: str
-    sandbox: SandboxRef
+    sandbox: SandboxRef | None = Field(
+        description="The task's sandbox; None with ``create``: the command's worker creates it first."
+    )
     spec: SandboxSpec
     command: SandboxCommand
+    create: CreateSandboxInput | None = Field(
+        default=None,
+        description="When the task has no sandbox yet: the sandbox to create (or find) on the worker "
+        "that takes the command, before running it. The record then carries it (``CommandRecord.sandbox``).",
+    )
 
 
 class CommandRecord(BaseModel):
@@ -133,6 +140,11 @@ class CommandRecord(BaseModel):
     missing_outputs: list[str] = Field(default_factory=list)
     tool_output: ArtifactRef | None = Field(
         default=None, description="The command's result as the model sees it (JSON), by reference."
+    )
+    sandbox: SandboxRef | None = Field(
+        default=None,
+        description="The sandbox this command created (``ExecInput.create``); None when it ran in the "
+        "task's sandbox. The task takes it into its state and clears it here.",
     )
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from schemas.authz import AuthzRequest
 from schemas.digests import DIGEST_PATTERN, digest_bytes
 
 
@@ -37,6 +38,11 @@ class WriteInput(BaseModel):
     record_type: str
     payload: dict[str, Any]
     system: str | None = Field(default=None, description="The business system by name (None: the default).")
+    authz: AuthzRequest | None = Field(
+        default=None,
+        description="The approval to check again right before the write, in the write's own activity: "
+        "a revoked permission refuses the write (``authz_revoked``) and nothing is written.",
+    )
 
 
 class WriteReceipt(BaseModel):
@@ -77,3 +83,9 @@ class WriteEvidence(BaseModel):
     receipt: WriteReceipt
     system: str | None = Field(default=None, description="The business system by name (None: the default).")
     confirmed: bool | None = Field(default=None, description="True/False once looked up; None means unknown.")
+    confirmed_by: str | None = Field(
+        default=None,
+        description="What confirmed it: 'write' (the write's own receipt, returned once its transaction "
+        "committed), 'lookup' (a lookup after an unknown outcome or at completion); None: older runs, "
+        "where a completion lookup always confirmed it.",
+    )

@@ -24,8 +24,9 @@ OURS = [
     "agent_worker_model_tokens",
     "agent_worker_sandbox_exec_milliseconds",
     "agent_worker_writes",
-    "agent_worker_reconciliations",
 ]
+# (``agent_worker_reconciliations`` counts lookups, which the example no longer makes: its write's own
+# receipt confirms it, a lookup follows only an unknown outcome.)
 # SDK counters a worker exports only once they first count (no miss, no series): the dashboard may
 # name them because test_metrics_endpoint_reports_workflow_cache_misses_and_size finds them.
 ON_OCCURRENCE = {"temporal_sticky_cache_miss", "temporal_sticky_cache_total_forced_eviction"}
@@ -135,7 +136,9 @@ async def test_activity_log_lines_carry_the_task_context(config_env: TaskEnv, tm
     from_activities = [line for line in lines if line.get("activity")]
     assert from_activities, "no activity logged anything"
     assert all(line["task_id"] == handle.id and line["run_id"] for line in from_activities)
-    assert {"sandbox.create"} <= {line["activity"] for line in from_activities}
+    # The task's first command creates its sandbox (``ExecInput.create``), and logs it.
+    assert {"sandbox.exec"} <= {line["activity"] for line in from_activities}
+    assert "sandbox ready" in {line.get("event") for line in from_activities}
 
 
 async def test_metrics_endpoint_reports_workflow_cache_misses_and_size(

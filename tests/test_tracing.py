@@ -18,6 +18,9 @@ from temporalio.contrib.opentelemetry import ReplaySafeTracerProvider
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, Worker
 
+from activities.artifacts import ArtifactActivities, LocalArtifactStore
+from activities.events import EventActivities, JsonlEventSink
+from activities.sandbox import SandboxRelease
 from activities.tenants import TenantActivities, TenantAdmission
 from schemas.config import WorkerConfig
 from schemas.tasks import TaskPhase, TaskResult
@@ -161,13 +164,22 @@ async def test_replaying_a_finished_task_exports_no_spans(
     assert_one_tree(before)
 
     # A fresh worker keeping no workflow in cache must replay all of the history for every task. Local
-    # activities (tenant admission) are resolved from their markers, but must be registered.
+    # activities (admission, ingest, event delivery, the sandbox's destroy) are resolved from their
+    # markers, but must be registered.
     tenants = TenantActivities(TenantAdmission(tmp_path / "admission.db", {}, traced_client))
+    artifacts = ArtifactActivities(LocalArtifactStore(tmp_path / "unused-artifacts"))
+    events = EventActivities(JsonlEventSink(tmp_path / "unused-events"))
     async with Worker(
         traced_client,
         task_queue=env.task_queue,
         workflows=[AgentTaskWorkflow],
-        activities=[tenants.admit, tenants.release],
+        activities=[
+            tenants.admit,
+            tenants.release,
+            artifacts.ingest,
+            events.publish,
+            SandboxRelease(None).destroy_here,
+        ],
         max_cached_workflows=0,
     ):
         status = await handle.query(AgentTaskWorkflow.status)

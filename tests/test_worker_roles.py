@@ -19,6 +19,7 @@ from temporalio.client import WorkflowHandle, WorkflowHistory
 from activities.events import JsonlEventSink
 from activities.sandbox.base import sandbox_id_for
 from schemas.tasks import TaskPhase, TaskResult
+from tests.helpers.histories import events_of, round_trips
 from tests.helpers.support import (
     TaskEnv,
     assert_replays,
@@ -119,8 +120,13 @@ async def test_two_workers_with_different_roles_complete_the_example(
     # Each activity ran in the process holding its role (the history names the worker that started it).
     ran_by = await activity_workers(handle)
     assert ran_by["agent.turn"] == ran_by["sandbox.exec"] == {hands.pid}
-    assert ran_by["business.write"] == ran_by["authz.check"] == {control.pid}
-    assert ran_by["artifacts.ingest"] == {control.pid}
+    assert ran_by["business.write"] == {control.pid}
+    # The write checked its approval itself, and the inputs were stored by a local activity of the
+    # workflows worker; the sandbox's destroy, refused there (it holds no sandbox), went to its home.
+    assert "authz.check" not in ran_by and "artifacts.ingest" not in ran_by
+    assert ran_by["sandbox.destroy"] == {hands.pid}
+    local = round_trips(events_of(await handle.fetch_history())).local_activities
+    assert {"artifacts.ingest", "events.publish", "sandbox.destroy_here"} <= set(local)
 
 
 async def test_sigterm_drains_a_busy_worker_without_losing_or_repeating_work(
@@ -190,14 +196,13 @@ def not_registered_failures(history: WorkflowHistory) -> list[str]:
 async def test_a_worker_with_every_role_runs_turns_and_commands_on_the_task_queue(
     config_env: TaskEnv,
 ) -> None:
-    """With every role in one process, agent turns and the choice of the sandbox's host are
-    scheduled on the task queue itself (where they start without waiting for another queue's
-    dispatch), and the task says so in its state; the sandbox is then created, and its commands and
-    destroy run, on the home queue of the host that answered. With ``colocate`` off turns and the
-    choice go to the role queues, as in a split fleet."""
+    """With every role in one process, agent turns and the first command (which creates the sandbox
+    where it runs) are scheduled on the task queue itself (where they start without waiting for
+    another queue's dispatch), and the task says so in its state; the sandbox's destroy is a local
+    activity of that worker, which holds it. With ``colocate`` off turns and the first command go to
+    the role queues, as in a split fleet."""
     env = config_env
     queue = env.task_queue
-    home = home_queue(queue, env.config.host)
     prompt = {"agent": "shell", "prompt": "run: echo placed"}
     async with running_worker(env.client, env.config):
         handle = await env.start(prompt)
@@ -205,11 +210,12 @@ async def test_a_worker_with_every_role_runs_turns_and_commands_on_the_task_queu
         status = await handle.query(AgentTaskWorkflow.status)
     assert result.phase is TaskPhase.COMPLETED
     assert status.colocated == ["agent", "sandbox"]
-    placed = scheduled_on(await handle.fetch_history())
-    for activity in ("agent.turn", "sandbox.place"):
+    history = await handle.fetch_history()
+    placed = scheduled_on(history)
+    for activity in ("agent.turn", "sandbox.exec"):
         assert set(placed[activity]) == {queue}, (activity, placed[activity])
-    for activity in ("sandbox.create", "sandbox.exec", "sandbox.destroy"):
-        assert set(placed[activity]) == {home}, (activity, placed[activity])
+    assert not {"sandbox.place", "sandbox.create", "sandbox.destroy"} & set(placed), placed
+    assert "sandbox.destroy_here" in round_trips(events_of(history)).local_activities
     await assert_replays(env.client, handle.id)
 
     apart = env.config.model_copy(update={"colocate": False})
@@ -217,10 +223,12 @@ async def test_a_worker_with_every_role_runs_turns_and_commands_on_the_task_queu
         handle = await env.start(prompt)
         result = await asyncio.wait_for(handle.result(), 60)
     assert result.phase is TaskPhase.COMPLETED
-    placed = scheduled_on(await handle.fetch_history())
+    history = await handle.fetch_history()
+    placed = scheduled_on(history)
     assert set(placed["agent.turn"]) == {f"{queue}.agent"}
-    assert set(placed["sandbox.place"]) == {f"{queue}.sandbox"}
-    assert set(placed["sandbox.create"]) == set(placed["sandbox.exec"]) == {home}
+    assert set(placed["sandbox.exec"]) == {f"{queue}.sandbox"}
+    assert not {"sandbox.place", "sandbox.create", "sandbox.destroy"} & set(placed), placed
+    assert "sandbox.destroy_here" in round_trips(events_of(history)).local_activities
 
 
 async def test_a_task_moves_its_work_back_to_the_role_queues_when_the_fleet_is_split(

@@ -21,7 +21,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.agent.turn import AgentActivities
     from activities.artifacts import ArtifactActivities
     from activities.events import EventActivities
-    from activities.sandbox.activities import SandboxActivities
+    from activities.sandbox.activities import SandboxActivities, SandboxRelease
     from activities.stores import live_events
     from activities.tenants import TenantActivities
     from activities.threads import ThreadActivities
@@ -32,9 +32,9 @@ with workflow.unsafe.imports_passed_through():
         DecisionKind,
         DecisionOutcome,
     )
-    from schemas.artifacts import IngestInput
+    from schemas.artifacts import ArtifactRef, IngestInput
     from schemas.events import Event, EventType, PublishEventsInput
-    from schemas.sandbox import DestroySandboxInput
+    from schemas.sandbox import DestroySandboxInput, SandboxRef
     from schemas.tasks import (
         BatchItem,
         FollowUp,
@@ -67,6 +67,7 @@ with workflow.unsafe.imports_passed_through():
         DELIVER_EVENTS_PATCH,
         INTERRUPT_PATCH,
         MCP_UNAVAILABLE_PATCH,
+        MINIMUM_ROUND_TRIPS_PATCH,
         RUN_CHAIN_PATCH,
         TENANT_ADMISSION_PATCH,
         THREADS_PATCH,
@@ -89,18 +90,6 @@ MAX_PENDING_FOLLOW_UPS = 100
 MAX_PENDING_FOLLOW_UP_BYTES = 400_000
 # One ``events.publish`` input at most (a delivery of more is split).
 DELIVERY_BYTES = 400_000
-# What a person reading the worker's log wants to see; every event is in the status query anyway.
-_LOGGED_AT_INFO = frozenset(
-    {
-        EventType.TASK_STARTED,
-        EventType.PHASE_CHANGED,
-        EventType.APPROVAL_REQUESTED,
-        EventType.APPROVAL_DECIDED,
-        EventType.APPROVAL_IGNORED,
-        EventType.BUDGET_EXHAUSTED,
-        EventType.TASK_FINISHED,
-    }
-)
 
 
 UNDECODABLE = "payload is not JSON this worker can decode (nested too deeply, or not JSON at all)"
@@ -167,6 +156,10 @@ class AgentTaskWorkflow:
         self.batch_runner = BatchRunner(context, approvals=self.approvals, effects=self.effects)
         self.evidence_keeper = EvidenceKeeper(context)
         self.delivering = False
+        # The minimum of round trips (``MINIMUM_ROUND_TRIPS_PATCH``; decided in ``run``).
+        self.lean = False
+        # What the search attributes were last set to (``publish``): only changes are upserted.
+        self.published: dict[str, Any] = {}
         # On a thread, with the code that knows threads (decided in ``run``).
         self.threaded = False
 
@@ -192,6 +185,8 @@ class AgentTaskWorkflow:
             return self.result()
         # Tasks that started before event delivery existed keep running as they began.
         self.delivering = workflow.patched(DELIVER_EVENTS_PATCH)
+        # Decided here, in the first workflow task, so every later check of it answers the same.
+        self.lean = workflow.patched(MINIMUM_ROUND_TRIPS_PATCH)
         self.threaded = spec.thread is not None and workflow.patched(THREADS_PATCH)
         if self.state.phase is TaskPhase.RECEIVED:
             self.state.started_at = workflow.now()
@@ -213,6 +208,12 @@ class AgentTaskWorkflow:
                     await self.next_turn()
         except HandOff as err:
             await self.end(TaskPhase.HANDED_OFF, str(err))
+        except ApplicationError as err:
+            # A local activity that failed for good (ingest, event delivery) comes as its own error,
+            # not an ActivityError: the task ends ``failed``, explained, as for any activity.
+            if not self.lean:
+                raise
+            await self.fail(err)
         except (asyncio.CancelledError, ActivityError, ChildWorkflowError) as err:
             reason = workflow.cancellation_reason()
             if isinstance(err, asyncio.CancelledError) and reason is None:
@@ -224,7 +225,7 @@ class AgentTaskWorkflow:
             raise
         return self.result()
 
-    async def fail(self, err: ActivityError | ChildWorkflowError) -> NoReturn:
+    async def fail(self, err: ActivityError | ChildWorkflowError | ApplicationError) -> NoReturn:
         """An activity failed for good: end the task ``failed`` and fail the workflow, explained."""
         await self.end(TaskPhase.FAILED, f"{err.message}: {_cause(err)}")
         raise ApplicationError(
@@ -254,15 +255,30 @@ class AgentTaskWorkflow:
     async def initialize(self) -> None:
         assert self.spec is not None
         self.set_phase(TaskPhase.INITIALIZING)
-        ingest = await workflow.execute_activity_method(
-            ArtifactActivities.ingest,
-            IngestInput(task_id=self.task_id, files=self.spec.inputs),
-            **options.config(options.INGEST, summary=f"store the task's {len(self.spec.inputs)} inputs"),
-        )
-        self.state.inputs = ingest.inputs
+        self.state.inputs = await self.ingest()
         if self.threaded and self.state.turn == 0 and not await self.resume_thread():
             return
         self.set_phase(TaskPhase.RUNNING)
+
+    async def ingest(self) -> list[ArtifactRef]:
+        """Store the task's inputs (``artifacts.ingest``): the input manifest. Since the minimum of
+        round trips, in a local activity of the first workflow task, and not at all without inputs."""
+        assert self.spec is not None
+        ingest = IngestInput(task_id=self.task_id, files=self.spec.inputs)
+        summary = f"store the task's {len(self.spec.inputs)} inputs"
+        if not self.lean:
+            found = await workflow.execute_activity_method(
+                ArtifactActivities.ingest, ingest, **options.config(options.INGEST, summary=summary)
+            )
+        elif not self.spec.inputs:
+            return []
+        else:
+            found = await workflow.execute_local_activity_method(
+                ArtifactActivities.ingest,
+                ingest,
+                **options.local_config(options.INGEST_LOCAL, summary=summary),
+            )
+        return found.inputs
 
     async def resume_thread(self) -> bool:
         """Start from the conversation of the thread's latest finished task (``threads.resume``), the
@@ -676,6 +692,10 @@ class AgentTaskWorkflow:
         sandbox = self.state.sandbox
         if sandbox is None:
             return
+        if self.lean and await asyncio.shield(self.destroy_here(sandbox)):
+            self.state.sandbox = None
+            self.emit(EventType.SANDBOX_DESTROYED, sandbox_id=sandbox.sandbox_id)
+            return
         home = at_home(sandbox)
         try:
             # Shielded: a cancellation arriving now must not skip the cleanup.
@@ -705,6 +725,24 @@ class AgentTaskWorkflow:
             return
         self.state.sandbox = None
         self.emit(EventType.SANDBOX_DESTROYED, sandbox_id=sandbox.sandbox_id)
+
+    async def destroy_here(self, sandbox: SandboxRef) -> bool:
+        """Destroy ``sandbox`` in a local activity, when this worker holds it (the usual case: the
+        worker running the task also serves the sandbox role and made it). False when it does not, or
+        could not: the destroy then goes to the sandbox's home as before."""
+        try:
+            await workflow.execute_local_activity_method(
+                SandboxRelease.destroy_here,
+                DestroySandboxInput(task_id=self.task_id, sandbox=sandbox),
+                **options.local_config(
+                    options.SANDBOX_DESTROY_LOCAL, summary=f"destroy sandbox {sandbox.sandbox_id}"
+                ),
+            )
+        except (ActivityError, ApplicationError) as err:  # a local activity's failure comes as itself
+            if is_cancelled_exception(err):
+                raise
+            return False
+        return True
 
     def result(self) -> TaskResult:
         """The task's result, with its evidence. One that would still be too large for Temporal
@@ -756,16 +794,20 @@ class AgentTaskWorkflow:
         spec = self.spec
         pending = self.approvals.pending()
         approvers = sorted({p for r in pending for p in r.approvers})
-        workflow.upsert_search_attributes(
-            [
-                visibility.PHASE.value_set(self.state.phase.value),
-                visibility.TENANT.value_set(spec.tenant if spec else ""),
-                visibility.AGENT.value_set(spec.agent if spec else ""),
-                visibility.AWAITING_APPROVAL.value_set(self.state.phase is TaskPhase.AWAITING_APPROVAL),
-                visibility.APPROVERS.value_set(approvers),
-                *([visibility.THREAD.value_set(spec.thread)] if self.threaded and spec else []),
-            ]
-        )
+        values: list[tuple[Any, Any]] = [
+            (visibility.PHASE, self.state.phase.value),
+            (visibility.TENANT, spec.tenant if spec else ""),
+            (visibility.AGENT, spec.agent if spec else ""),
+            (visibility.AWAITING_APPROVAL, self.state.phase is TaskPhase.AWAITING_APPROVAL),
+            (visibility.APPROVERS, approvers),
+            *([(visibility.THREAD, spec.thread)] if self.threaded and spec else []),
+        ]
+        if self.lean:
+            # Only what changed (each upsert is an event in the history; most set one attribute).
+            values = [(key, value) for key, value in values if self.published.get(key.name, ()) != value]
+            self.published.update((key.name, value) for key, value in values)
+        if values:
+            workflow.upsert_search_attributes([key.value_set(value) for key, value in values])
         if self.state.phase is TaskPhase.AWAITING_APPROVAL and pending:
             lines = [f"**Waiting for approval** of {len(pending)} action(s):"]
             lines += [
@@ -795,13 +837,19 @@ class AgentTaskWorkflow:
             return
         events = [e for e in self.state.events if e.seq > self.state.delivered_seq]
         for part in self.delivery_parts(events):
-            await asyncio.shield(
-                workflow.execute_activity_method(
+            delivery = PublishEventsInput(task_id=self.task_id, events=part)
+            summary = f"deliver events {part[0].seq}-{part[-1].seq}"
+            if self.lean:  # in the workflow task that runs anyway: no round trip of its own
+                sending = workflow.execute_local_activity_method(
                     EventActivities.publish,
-                    PublishEventsInput(task_id=self.task_id, events=part),
-                    **options.config(options.EVENTS, summary=f"deliver events {part[0].seq}-{part[-1].seq}"),
+                    delivery,
+                    **options.local_config(options.EVENTS_LOCAL, summary=summary),
                 )
-            )
+            else:
+                sending = workflow.execute_activity_method(
+                    EventActivities.publish, delivery, **options.config(options.EVENTS, summary=summary)
+                )
+            await asyncio.shield(sending)
             self.state.delivered_seq = part[-1].seq
         self.trim_events()
 
@@ -882,8 +930,9 @@ class AgentTaskWorkflow:
         self.state.events.append(event)
         self.trim_events()
         live_events.offer(event)  # a side channel, like the log: never on replay
-        log = workflow.logger.info if type in _LOGGED_AT_INFO else workflow.logger.debug
-        log("%s %s", type.value, data)
+        # At DEBUG: every event is in the event stream, the sink and ``status`` already; an INFO line
+        # for each cost 5-10% of the worker's CPU per task (issue 21's profile).
+        workflow.logger.debug("%s %s", type.value, data)
 
 
 def _cause(err: BaseException) -> str:

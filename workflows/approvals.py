@@ -10,6 +10,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from activities.authz import AuthzActivities
+    from schemas.actions import BusinessWrite
     from schemas.approvals import (
         ApprovalDecision,
         ApprovalRequest,
@@ -26,7 +27,12 @@ with workflow.unsafe.imports_passed_through():
     from workflows.context import TaskContext
     from workflows.decisions import expiry_problem, find_request, why_not
     from workflows.handoff import HandOff
-    from workflows.patches import DECISION_EXPIRY_PATCH, REAUTHORIZE_PATCH, REOPEN_WITHOUT_REVOKED_PATCH
+    from workflows.patches import (
+        DECISION_EXPIRY_PATCH,
+        MINIMUM_ROUND_TRIPS_PATCH,
+        REAUTHORIZE_PATCH,
+        REOPEN_WITHOUT_REVOKED_PATCH,
+    )
 
 # Ignored decisions kept in the state (and shown by ``status``); the event sink has all of them.
 IGNORED_KEPT = 100
@@ -69,50 +75,75 @@ class ApprovalDesk:
 
     async def reauthorize(self, item: BatchItem) -> bool:
         """Ask the authorizer, right before ``item`` runs, whether its approver still holds the
-        permission. False when revoked: the request is open again (or the task hands off)."""
-        record = self.decision_for(item)
-        if record is None or record.decision is DecisionKind.REJECT or item.authorized:
+        permission. False when revoked: the request is open again (or the task hands off). A business
+        write asks in its own activity instead, since the minimum of round trips (``write_authz``)."""
+        request = self.authz_request(item)
+        if request is None or (
+            isinstance(item.action.operation, BusinessWrite) and workflow.patched(MINIMUM_ROUND_TRIPS_PATCH)
+        ):
             return True
-        # Tasks that started before re-authorization existed keep running as they began.
-        if not workflow.patched(REAUTHORIZE_PATCH):
-            return True
-        task = self.task
-        assert task.spec is not None
         answer = await workflow.execute_activity_method(
             AuthzActivities.check,
-            AuthzRequest(
-                task_id=task.task_id,
-                tenant=task.spec.tenant,
-                principal=record.principal,
-                tool=item.action.tool,
-                version=record.version,
-                effect=item.action.effect.value,
-            ),
+            request,
             **options.config(
                 options.AUTHZ,
-                summary=f"may {record.principal} still approve {item.action.tool}?",
+                summary=f"may {request.principal} still approve {item.action.tool}?",
                 task_queue=options.business_queue(),
             ),
         )
+        return self.authorization(item, answer.allowed, answer.reason)
+
+    def write_authz(self, item: BatchItem) -> AuthzRequest | None:
+        """What a business write checks in its own activity before it writes (``WriteInput.authz``),
+        or None: nothing to check (not approved by a person, or checked already)."""
+        if not workflow.patched(MINIMUM_ROUND_TRIPS_PATCH):
+            return None
+        return self.authz_request(item)
+
+    def authz_request(self, item: BatchItem) -> AuthzRequest | None:
+        """The authorizer's question for ``item``'s approval, or None when there is none to ask."""
+        record = self.decision_for(item)
+        if record is None or record.decision is DecisionKind.REJECT or item.authorized:
+            return None
+        # Tasks that started before re-authorization existed keep running as they began.
+        if not workflow.patched(REAUTHORIZE_PATCH):
+            return None
+        task = self.task
+        assert task.spec is not None
+        return AuthzRequest(
+            task_id=task.task_id,
+            tenant=task.spec.tenant,
+            principal=record.principal,
+            tool=item.action.tool,
+            version=record.version,
+            effect=item.action.effect.value,
+        )
+
+    def authorization(self, item: BatchItem, allowed: bool, reason: str) -> bool:
+        """Take the authorizer's answer for ``item``: True when it still holds; False when revoked,
+        and the request is open again (or the task hands off, raising ``HandOff``)."""
+        task = self.task
+        record = self.decision_for(item)
+        assert record is not None and task.spec is not None
         task.emit(
             EventType.AUTHZ_CHECKED,
             request_id=record.request_id,
             principal=record.principal,
-            allowed=answer.allowed,
-            reason=answer.reason,
+            allowed=allowed,
+            reason=reason,
         )
-        if answer.allowed:
+        if allowed:
             item.authorized = True
             return True
-        record.revoked_at, record.revoked_reason = workflow.now(), answer.reason
+        record.revoked_at, record.revoked_reason = workflow.now(), reason
         task.emit(
             EventType.AUTHZ_REVOKED,
             request_id=record.request_id,
             principal=record.principal,
-            reason=answer.reason,
+            reason=reason,
         )
         if task.spec.policy.on_revoked == "hand_off":
-            raise HandOff(f"approval of {record.request_id} no longer holds: {answer.reason}")
+            raise HandOff(f"approval of {record.request_id} no longer holds: {reason}")
         request = find_request(task.state.requests, record.request_id)
         assert request is not None
         approvers = request.approvers
@@ -122,7 +153,7 @@ class ApprovalDesk:
             approvers = [a for a in approvers if a != record.principal]
             if not approvers:
                 raise HandOff(
-                    f"approval of {record.request_id} no longer holds: {answer.reason}; "
+                    f"approval of {record.request_id} no longer holds: {reason}; "
                     f"no approver other than {record.principal!r} is left to decide it"
                 )
         self.request(item, approvers)

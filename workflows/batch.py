@@ -23,7 +23,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.approvals import ApprovalDesk
     from workflows.context import TaskContext
     from workflows.effects import EffectRunner
-    from workflows.patches import PARALLEL_BATCH_PATCH
+    from workflows.patches import MINIMUM_ROUND_TRIPS_PATCH, PARALLEL_BATCH_PATCH
 
 # What ``status`` shows of each batch result.
 STATUS_OUTPUT_CHARS = 2_000
@@ -66,6 +66,12 @@ class BatchRunner:
         tool refuses)."""
         limit = asyncio.Semaphore(self.task.valid_spec.policy.parallel_actions)
         reopened: list[str] = []
+        if self.task.state.sandbox is None and workflow.patched(MINIMUM_ROUND_TRIPS_PATCH):
+            # A lone first command creates the sandbox itself; several would queue behind it, so the
+            # sandbox is made first for them all to run at once.
+            commands = [i for i in items if self.effects.runs_command(i)]
+            if len(commands) > 1:
+                await self.effects.ensure_sandbox()
 
         async def run(item: BatchItem) -> None:
             async with limit:

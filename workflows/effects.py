@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from schemas.approvals import ApprovalDecision, DecisionKind
     from schemas.artifacts import InputFile
+    from schemas.authz import AuthzRequest
     from schemas.events import EventType
     from schemas.sandbox import CommandRecord, CreateSandboxInput, ExecInput, PlaceSandboxInput, SandboxRef
     from schemas.streams import StreamEntry
@@ -57,17 +58,26 @@ with workflow.unsafe.imports_passed_through():
     from workflows.bounds import cut
     from workflows.context import TaskContext
     from workflows.decisions import find_request
-    from workflows.failures import failure_code, failure_message
+    from workflows.failures import failure_code, failure_message, failure_operation
     from workflows.handoff import HandOff
     from workflows.patches import (
         BOUNDED_PATCH,
         CHECK_EDITS_PATCH,
+        MINIMUM_ROUND_TRIPS_PATCH,
         REBUILD_SANDBOX_PATCH,
         SANDBOX_HOME_PATCH,
         SETTLE_CANCELLED_WRITE_PATCH,
     )
     from workflows.placement import Placement, at_home, home_of, home_unanswered
     from workflows.tool_effects import ToolEffects
+
+
+class _Revoked(Exception):
+    """The write refused to run: its approver no longer holds the permission (``authz_revoked``)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class _CancelledWrite(Exception):
@@ -137,7 +147,17 @@ class EffectRunner:
             if called.is_error:
                 status = ActionStatus.FAILED
         else:
-            output = await self.write(action, operation)
+            authz = self.approvals.write_authz(item)
+            try:
+                output = await self.write(action, operation, authz)
+            except _Revoked as revoked:
+                # Nothing was written: the action did not run, and waits for a decision again.
+                state.usage.actions -= 1
+                self.task.set_phase(TaskPhase.RUNNING)
+                self.approvals.authorization(item, False, revoked.reason)
+                return None
+            if authz is not None:
+                self.approvals.authorization(item, True, "checked by business.write before it wrote")
         if output is None:
             return _result(action, ActionStatus.FAILED, "error: the business write did not happen")
         return ActionResult(
@@ -187,6 +207,15 @@ class EffectRunner:
 
     # ---- sandbox -------------------------------------------------------------------------------
 
+    def runs_command(self, item: BatchItem) -> bool:
+        """Whether ``item`` will run a sandbox command once decided (allowed, or approved)."""
+        if not isinstance(item.action.operation, SandboxCommand) or item.verdict is PolicyVerdict.DENY:
+            return False
+        record = self.approvals.decision_for(item)
+        return item.verdict is PolicyVerdict.ALLOW or (
+            record is not None and record.decision is not DecisionKind.REJECT
+        )
+
     async def ensure_sandbox(self) -> SandboxRef:
         async with self.sandbox_lock:
             return await self.create_sandbox()
@@ -194,14 +223,7 @@ class EffectRunner:
     async def create_sandbox(self) -> SandboxRef:
         state, spec = self.task.state, self.task.valid_spec
         if state.sandbox is None:
-            create = CreateSandboxInput(
-                task_id=self.task.task_id,
-                tenant=spec.tenant,
-                spec=spec.sandbox,
-                inputs=state.inputs,
-                run_id=workflow.info().run_id,
-                run_chain=state.run_chain,
-            )
+            create = self.create_input()
             summary = f"create the task's sandbox (backend {spec.sandbox.backend.value})"
             if workflow.patched(SANDBOX_HOME_PATCH):
                 state.sandbox = await self.create_at_home(create, summary)
@@ -209,13 +231,7 @@ class EffectRunner:
                 state.sandbox = await self.placement.execute(
                     "sandbox", SandboxActivities.create, create, options.SANDBOX_CREATE, summary=summary
                 )
-            self.task.emit(
-                EventType.SANDBOX_CREATED,
-                sandbox_id=state.sandbox.sandbox_id,
-                backend=state.sandbox.backend.value,
-                isolation=state.sandbox.isolation,
-                trusted_only=state.sandbox.trusted_only,
-            )
+            self.created(state.sandbox)
         return state.sandbox
 
     async def create_at_home(self, create: CreateSandboxInput, summary: str) -> SandboxRef:
@@ -252,6 +268,62 @@ class EffectRunner:
                 )
         raise AssertionError("unreachable")
 
+    def exec_input(
+        self, action: ProposedAction, command: SandboxCommand, sandbox: SandboxRef | None
+    ) -> ExecInput:
+        return ExecInput(
+            task_id=self.task.task_id,
+            call_id=action.call_id,
+            sandbox=sandbox,
+            spec=self.task.valid_spec.sandbox,
+            command=command,
+            create=self.create_input() if sandbox is None else None,
+        )
+
+    def create_input(self) -> CreateSandboxInput:
+        state, spec = self.task.state, self.task.valid_spec
+        return CreateSandboxInput(
+            task_id=self.task.task_id,
+            tenant=spec.tenant,
+            spec=spec.sandbox,
+            inputs=state.inputs,
+            run_id=workflow.info().run_id,
+            run_chain=state.run_chain,
+        )
+
+    async def exec_creating(
+        self, action: ProposedAction, command: SandboxCommand, *, seconds: float
+    ) -> CommandRecord:
+        """The task's first command, which creates the sandbox on the worker that takes it
+        (``ExecInput.create``): one activity where place, create and exec were three. Commands that
+        come meanwhile wait for the sandbox it makes (``sandbox_lock``)."""
+        async with self.sandbox_lock:
+            state = self.task.state
+            record = await self.placement.execute(
+                "sandbox",
+                SandboxActivities.exec,
+                self.exec_input(action, command, None),
+                options.SANDBOX_EXEC,
+                summary=f"{action.tool} ({action.call_id}) in a new sandbox "
+                f"(backend {self.task.valid_spec.sandbox.backend.value})",
+                start_to_close=timedelta(seconds=seconds) + options.SANDBOX_CREATE_GRACE + options.EXEC_GRACE,
+            )
+            sandbox, record.sandbox = record.sandbox, None
+            if sandbox is None:  # an older worker took it and ran it in a sandbox it had
+                raise AssertionError("sandbox.exec with a create returned no sandbox")
+            state.sandbox = sandbox
+            self.created(sandbox)
+            return record
+
+    def created(self, sandbox: SandboxRef) -> None:
+        self.task.emit(
+            EventType.SANDBOX_CREATED,
+            sandbox_id=sandbox.sandbox_id,
+            backend=sandbox.backend.value,
+            isolation=sandbox.isolation,
+            trusted_only=sandbox.trusted_only,
+        )
+
     def sandbox_lost(self, sandbox: SandboxRef, error: str) -> None:
         """The sandbox vanished (removed from outside, its host died): forget it, so the next command
         gets a new one built from the task's inputs, and record that the work done in it is gone."""
@@ -279,19 +351,23 @@ class EffectRunner:
         timeout = command.timeout_seconds or spec.sandbox.command_timeout_seconds
         rebuilt = False
         while True:
+            if state.sandbox is None and workflow.patched(MINIMUM_ROUND_TRIPS_PATCH):
+                try:
+                    record = await self.exec_creating(action, command, seconds=timeout)
+                    break
+                except ActivityError as err:
+                    # A create that failed fails the task, as it did when it was an activity of its own.
+                    if is_cancelled_exception(err) or failure_operation(err) == "sandbox.create":
+                        raise
+                    self.task.emit(EventType.SANDBOX_EXEC, call_id=action.call_id, error=failure_message(err))
+                    return json.dumps({"error": failure_message(err)}), None
             sandbox = await self.ensure_sandbox()
             home = at_home(sandbox)
             try:
                 record = await self.placement.execute(
                     "sandbox",
                     SandboxActivities.exec,
-                    ExecInput(
-                        task_id=self.task.task_id,
-                        call_id=action.call_id,
-                        sandbox=sandbox,
-                        spec=spec.sandbox,
-                        command=command,
-                    ),
+                    self.exec_input(action, command, sandbox),
                     options.SANDBOX_EXEC,
                     summary=f"{action.tool} ({action.call_id}) in sandbox {sandbox.sandbox_id}",
                     start_to_close=timedelta(seconds=timeout) + options.EXEC_GRACE,
@@ -431,7 +507,9 @@ class EffectRunner:
 
     # ---- business writes -----------------------------------------------------------------------
 
-    async def write(self, action: ProposedAction, plan: BusinessWrite) -> str | None:
+    async def write(
+        self, action: ProposedAction, plan: BusinessWrite, authz: AuthzRequest | None = None
+    ) -> str | None:
         """Write once under the action's operation key. An unknown outcome is looked up before
         anything else: found, it is recorded; not found, the write is sent again under the same key.
         A conflict, a system that stays down, or a lookup that stays unavailable hands the task off.
@@ -446,13 +524,14 @@ class EffectRunner:
             record_type=plan.record_type,
             payload=plan.payload,
             system=plan.system,
+            authz=authz,
         )
         if workflow.patched(BOUNDED_PATCH):
             bounds.check(f"write {key}'s input", write_input)
         self.task.set_phase(TaskPhase.COMMITTING)
         settle = workflow.patched(SETTLE_CANCELLED_WRITE_PATCH)
         try:
-            receipt = await self.write_rounds(action, key, write_input, settle)
+            receipt, by_lookup = await self.write_rounds(action, key, write_input, settle)
         except _CancelledWrite as cancelled:
             await self.settle_cancelled(action, key, cancelled.receipt, plan.system)
             raise asyncio.CancelledError from None
@@ -463,13 +542,19 @@ class EffectRunner:
             await self.settle_cancelled(action, key, None, plan.system)  # cancelled during a lookup
             raise
         self.task.set_phase(TaskPhase.RUNNING)
-        return self.record_write(action, key, receipt, system=plan.system)
+        return self.record_write(action, key, receipt, system=plan.system, by_lookup=by_lookup)
 
     async def write_rounds(
         self, action: ProposedAction, key: str, write_input: WriteInput, settle: bool
-    ) -> WriteReceipt:
-        """Write, and look up after an unknown outcome, until the write settles (or hand off)."""
+    ) -> tuple[WriteReceipt, bool]:
+        """Write, and look up after an unknown outcome, until the write settles (or hand off). The
+        receipt, and whether a lookup gave it.
+
+        Raises:
+            _Revoked: the write checked its approval (``WriteInput.authz``) and found it revoked.
+        """
         receipt: WriteReceipt | None = None
+        by_lookup = False
         for round_ in range(1, options.MAX_WRITE_ROUNDS + 1):
             self.task.emit(EventType.WRITE_ATTEMPTED, call_id=action.call_id, operation_key=key, round=round_)
             try:
@@ -479,6 +564,8 @@ class EffectRunner:
                 if is_cancelled_exception(err):
                     raise
                 code, message = failure_code(err), failure_message(err)
+            if code == "authz_revoked":
+                raise _Revoked(message)
             if code == "write_conflict":
                 self.task.emit(EventType.WRITE_CONFLICT, operation_key=key, error=message)
                 metrics.workflow_counter("agent_worker_writes", outcome="conflict")
@@ -492,12 +579,12 @@ class EffectRunner:
             if found is None:
                 raise HandOff(f"write {key}: outcome unknown and the lookup stayed unavailable")
             if found.outcome is WriteOutcome.COMMITTED:
-                receipt = found
+                receipt, by_lookup = found, True
                 break
             self.task.set_phase(TaskPhase.COMMITTING)  # not found: send it again, same key
         if receipt is None:
             raise HandOff(f"write {key} did not settle after {options.MAX_WRITE_ROUNDS} rounds")
-        return receipt
+        return receipt, by_lookup
 
     async def send_write(self, write_input: WriteInput, settle: bool) -> WriteReceipt:
         """One ``business.write``. With ``settle``, a cancellation of the task does not abandon the
@@ -527,10 +614,11 @@ class EffectRunner:
     ) -> None:
         """The task is being cancelled during the write: whatever committed under ``key`` goes into
         the events and the evidence all the same (looked up when the write's own answer is lost)."""
-        if receipt is None or receipt.outcome is WriteOutcome.UNKNOWN:
+        by_lookup = receipt is None or receipt.outcome is WriteOutcome.UNKNOWN
+        if by_lookup:
             receipt = await asyncio.shield(self.lookup(key, options.CONFIRM_LOOKUP, system=system))
         if receipt is not None and receipt.outcome is not WriteOutcome.UNKNOWN:
-            self.record_write(action, key, receipt, during_cancel=True, system=system)
+            self.record_write(action, key, receipt, during_cancel=True, system=system, by_lookup=by_lookup)
 
     def record_write(
         self,
@@ -539,8 +627,11 @@ class EffectRunner:
         receipt: WriteReceipt,
         during_cancel: bool = False,
         system: str | None = None,
+        by_lookup: bool = False,
     ) -> str:
-        """Record a settled write as evidence and an event; returns the model-visible receipt."""
+        """Record a settled write as evidence and an event; returns the model-visible receipt. Since
+        the minimum of round trips a committed receipt confirms the write (``confirmed_by``: the
+        write's own, or the lookup's that found it), so completion looks up only what is unknown."""
         extra = {"during_cancel": True} if during_cancel else {}
         metrics.workflow_counter("agent_worker_writes", outcome=receipt.outcome.value)
         if receipt.outcome is WriteOutcome.REJECTED:
@@ -548,9 +639,14 @@ class EffectRunner:
             return json.dumps(
                 {"outcome": "rejected", "operation_key": key, "detail": receipt.detail}, sort_keys=True
             )
-        self.task.state.writes.append(
-            WriteEvidence(call_id=action.call_id, operation_key=key, receipt=receipt, system=system)
-        )
+        evidence = WriteEvidence(call_id=action.call_id, operation_key=key, receipt=receipt, system=system)
+        if (
+            receipt.outcome is WriteOutcome.COMMITTED
+            and receipt.payload_digest is not None
+            and workflow.patched(MINIMUM_ROUND_TRIPS_PATCH)
+        ):
+            evidence.confirmed, evidence.confirmed_by = True, "lookup" if by_lookup else "write"
+        self.task.state.writes.append(evidence)
         self.task.emit(
             EventType.WRITE_CONFIRMED,
             operation_key=key,
@@ -600,6 +696,8 @@ class EffectRunner:
                     found.outcome is WriteOutcome.COMMITTED
                     and found.payload_digest == evidence.receipt.payload_digest
                 )
+                if workflow.patched(MINIMUM_ROUND_TRIPS_PATCH):
+                    evidence.confirmed_by = "lookup"
 
 
 def _result(action: ProposedAction, status: ActionStatus, output: str) -> ActionResult:

@@ -18,3 +18,11 @@ def failure_code(err: ActivityError) -> str | None:
     """The error type of the failure's cause (``write_unknown``, ``sandbox_missing``, ...)."""
     cause = err.cause
     return cause.type if isinstance(cause, ApplicationError) else None
+
+
+def failure_operation(err: ActivityError) -> str | None:
+    """The operation the failure's cause names (``sandbox.create``, ...; ``activities.errors``)."""
+    cause = err.cause
+    if isinstance(cause, ApplicationError) and cause.details and isinstance(cause.details[0], dict):
+        return cause.details[0].get("operation") or None
+    return None

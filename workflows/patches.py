@@ -63,6 +63,13 @@ MCP_UNAVAILABLE_PATCH = "mcp-unavailable-hands-off"
 # a schedule-to-start timeout: a host that does not answer in time loses the sandbox (rebuilt,
 # ``sandbox.lost``) or leaves it to its reaper (``sandbox.left``). 0.1.0, 2026-12-02, 8e5db05.
 SANDBOX_HOME_PATCH = "sandbox-home-queue"
+# The design's minimum of round trips (issue 21): input ingest, event delivery and the sandbox's
+# destroy as local activities in a workflow task that already runs (the destroy goes to the sandbox's
+# home when this worker does not hold it); no ingest without inputs; the first command creates the
+# sandbox (``ExecInput.create``); a write checks its approval in its own activity (``WriteInput.authz``)
+# and its committed receipt confirms it (a lookup only after an unknown outcome); search attributes
+# upserted only when they change. 0.1.0, 2026-12-02, the commit that adds this line.
+MINIMUM_ROUND_TRIPS_PATCH = "minimum-round-trips"
 
 __all__ = [
     "ARCHIVE_EVIDENCE_PATCH",
@@ -72,6 +79,7 @@ __all__ = [
     "DELIVER_EVENTS_PATCH",
     "INTERRUPT_PATCH",
     "MCP_UNAVAILABLE_PATCH",
+    "MINIMUM_ROUND_TRIPS_PATCH",
     "PARALLEL_BATCH_PATCH",
     "REAUTHORIZE_PATCH",
     "REBUILD_SANDBOX_PATCH",

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 import structlog
 from temporalio import activity
 
+from activities.authz import Authorizer
 from activities.business.base import BusinessWriter
 from activities.errors import WriteError, activity_boundary
 from schemas.writes import LookupInput, LookupResult, WriteInput, WriteReceipt
@@ -20,11 +21,22 @@ class BusinessActivities:
     operation key up, so a write that committed before the failure is reported, not repeated.
 
     ``writer`` is the default business system; ``systems`` the others, by name (a write or lookup
-    names its system; one no worker registers fails for good, naming the systems there are)."""
+    names its system; one no worker registers fails for good, naming the systems there are).
 
-    def __init__(self, writer: BusinessWriter, systems: Mapping[str, BusinessWriter] | None = None) -> None:
+    ``authorizer`` answers a write that carries its approval (``WriteInput.authz``): the permission is
+    checked again in the write's own activity, right before its transaction, instead of in an
+    ``authz.check`` activity of its own (one round trip less, and a shorter window for a revocation
+    to slip between the check and the effect)."""
+
+    def __init__(
+        self,
+        writer: BusinessWriter,
+        systems: Mapping[str, BusinessWriter] | None = None,
+        authorizer: Authorizer | None = None,
+    ) -> None:
         self.writer = writer
         self.systems = dict(systems or {})
+        self.authorizer = authorizer
 
     def writer_for(self, system: str | None) -> BusinessWriter:
         """The writer of ``system`` (None: the default).
@@ -54,6 +66,7 @@ class BusinessActivities:
             if found is not None:
                 log.info("retried write was already committed", operation_key=input.operation_key)
                 return found.model_copy(update={"replayed": True})
+        await self.authorize(input)
         receipt = await asyncio.to_thread(writer.write, input)
         log.info(
             "write done",
@@ -63,6 +76,27 @@ class BusinessActivities:
             replayed=receipt.replayed,
         )
         return receipt
+
+    async def authorize(self, input: WriteInput) -> None:
+        """Check the write's approval (``input.authz``; nothing to check without one).
+
+        Raises:
+            WriteError: ``authz_revoked`` (not retried) when the approver no longer holds the
+                permission, or ``authz_unavailable`` when this worker has no authorizer to ask
+                (fail closed: nothing is written unchecked).
+        """
+        if input.authz is None:
+            return
+        if self.authorizer is None:
+            raise WriteError(
+                "this worker has no authorizer to check the write's approval; nothing was written",
+                code="authz_unavailable",
+                retryable="no",
+            )
+        decision = await asyncio.to_thread(self.authorizer.check, input.authz)
+        if not decision.allowed:
+            log.info("write refused: approval revoked", operation_key=input.operation_key)
+            raise WriteError(decision.reason, code="authz_revoked", retryable="no")
 
     @activity.defn(name="business.lookup")
     @activity_boundary

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Mapping
@@ -102,7 +103,10 @@ class SandboxActivities:
     @activity_boundary
     async def create(self, input: CreateSandboxInput) -> SandboxRef:
         """Create the task's sandbox with its inputs copied in (digests verified), or find it."""
-        backend = self._backend(input.spec.backend, "sandbox.create")
+        return await self._create(input, "sandbox.create")
+
+    async def _create(self, input: CreateSandboxInput, operation: str) -> SandboxRef:
+        backend = self._backend(input.spec.backend, operation)
         files = {ref.name: await asyncio.to_thread(self.store.get, ref.digest) for ref in input.inputs}
         ref = await backend.create(input, files)
         if ref.backend in HOST_LOCAL and self.home_queue is not None:
@@ -121,8 +125,47 @@ class SandboxActivities:
     @activity.defn(name="sandbox.exec")
     @activity_boundary
     async def exec(self, input: ExecInput) -> CommandRecord:
-        """Run one command; full output becomes artifacts, the record keeps a capped copy."""
-        backend = self._backend(input.sandbox.backend, "sandbox.exec")
+        """Run one command; full output becomes artifacts, the record keeps a capped copy.
+
+        With ``input.create`` and no sandbox, the sandbox is created (or found) here first, so a
+        task's first command costs one activity, not three (place, create, exec); the record carries
+        the new sandbox, whose home is this host. A failure after the create removes it again: the
+        task never learnt of it (a retry creates it afresh; a worker killed in between leaves it to
+        its host's reaper, by label).
+        """
+        if input.sandbox is not None:
+            return await self._exec(input, input.sandbox)
+        if input.create is None:
+            raise SandboxError(
+                "sandbox.exec needs a sandbox or a create", code="sandbox_missing", operation="sandbox.exec"
+            )
+        sandbox = await self._creating(input.create)
+        try:
+            record = await self._exec(input, sandbox)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await self.backends[sandbox.backend].destroy(sandbox)
+            raise
+        return record.model_copy(update={"sandbox": sandbox})
+
+    async def _creating(self, create: CreateSandboxInput) -> SandboxRef:
+        """``_create`` for a command, its failures named as the create's (``operation``
+        ``sandbox.create``), so the task treats them as before: a failed create is not a failed command."""
+        try:
+            return await self._create(create, "sandbox.create")
+        except SandboxError as err:
+            err.operation = err.operation or "sandbox.create"
+            raise
+        except Exception as err:
+            raise SandboxError(
+                f"creating the sandbox failed: {err}",
+                code="sandbox_create_failed",
+                operation="sandbox.create",
+            ) from err
+
+    async def _exec(self, input: ExecInput, sandbox: SandboxRef) -> CommandRecord:
+        input = input.model_copy(update={"sandbox": sandbox}) if input.sandbox is None else input
+        backend = self._backend(sandbox.backend, "sandbox.exec")
         started = time.monotonic()
         outcome = await backend.exec(input)
         exit_code, timed_out, out, err = outcome.exit_code, outcome.timed_out, outcome.stdout, outcome.stderr
@@ -132,13 +175,13 @@ class SandboxActivities:
         metrics.activity_histogram(
             "agent_worker_sandbox_exec_milliseconds",
             duration_ms,
-            backend=input.sandbox.backend.value,
+            backend=sandbox.backend.value,
             outcome=result,
         )
         limit = input.spec.output_limit_bytes
         outputs, missing = [], []
         for name in input.command.collect:
-            data = await backend.read_file(input.sandbox, name)
+            data = await backend.read_file(sandbox, name)
             if data is None:
                 missing.append(name)
             else:
@@ -167,7 +210,7 @@ class SandboxActivities:
         )
         return CommandRecord(
             call_id=input.call_id,
-            sandbox_id=input.sandbox.sandbox_id,
+            sandbox_id=sandbox.sandbox_id,
             argv=input.command.argv,
             exit_code=exit_code,
             timed_out=timed_out,
@@ -187,9 +230,48 @@ class SandboxActivities:
     @activity_boundary
     async def destroy(self, input: DestroySandboxInput) -> DestroySandboxResult:
         """Remove the task's sandbox. Idempotent: destroying a gone sandbox is not an error."""
-        backend = self._backend(input.sandbox.backend, "sandbox.destroy")
+        sandbox = input.sandbox
+        backend = self._backend(sandbox.backend, "sandbox.destroy")
         existed = await backend.destroy(input.sandbox)
         return DestroySandboxResult(sandbox_id=input.sandbox.sandbox_id, existed=existed)
+
+    def holds(self, sandbox: SandboxRef) -> bool:
+        """Whether this worker can remove ``sandbox``: it lives on this host (its home queue is this
+        worker's), or its backend is reached from anywhere and this worker has it (e2b)."""
+        if sandbox.backend in HOST_LOCAL:
+            return sandbox.home_queue is not None and sandbox.home_queue == self.home_queue
+        return sandbox.backend in self.backends
+
+
+class SandboxRelease:
+    """``sandbox.destroy_here``, the local activity a task asks first at its end: the worker running
+    the task usually made its sandbox, so the destroy costs no round trip. Registered on every
+    workflow worker (``sandboxes`` None: it serves no sandbox role), so a task can always ask; a
+    sandbox this worker does not hold is refused (``sandbox_elsewhere``), and the task then sends the
+    destroy to the sandbox's home as before."""
+
+    def __init__(self, sandboxes: SandboxActivities | None) -> None:
+        self.sandboxes = sandboxes
+
+    @activity.defn(name="sandbox.destroy_here")
+    @activity_boundary
+    async def destroy_here(self, input: DestroySandboxInput) -> DestroySandboxResult:
+        """Remove the task's sandbox if this worker holds it.
+
+        Raises:
+            SandboxError: ``sandbox_elsewhere`` (not retried): another host holds it, or this worker
+                has no sandbox role.
+        """
+        sandbox = input.sandbox
+        if self.sandboxes is None or not self.sandboxes.holds(sandbox):
+            where = sandbox.home_queue or f"a worker with the {sandbox.backend.value} backend"
+            raise SandboxError(
+                f"sandbox {sandbox.sandbox_id} is not held by this worker (it lives on {where})",
+                code="sandbox_elsewhere",
+                operation="sandbox.destroy",
+                retryable="no",
+            )
+        return await self.sandboxes.destroy(input)
 
 
 def _fit_json(text: str, budget: int) -> str:
