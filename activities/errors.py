@@ -149,9 +149,11 @@ class SandboxError(AgentWorkerError):
         code: str = "sandbox_error",
         operation: str = "",
         retryable: Retryable = "unknown",
+        sandbox_id: str = "",
     ) -> None:
         super().__init__(message, operation=operation, retryable=retryable)
         self.code = code
+        self.sandbox_id = sandbox_id  # the sandbox it is about, when the task may not know it yet
 
 
 class WriteError(AgentWorkerError):
@@ -221,7 +223,8 @@ def activity_boundary(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]
         except AgentWorkerError as err:
             translated = ApplicationError(
                 str(err),
-                {"code": err.code, "operation": err.operation, "retryable": err.retryable},
+                {"code": err.code, "operation": err.operation, "retryable": err.retryable}
+                | ({"sandbox_id": err.sandbox_id} if getattr(err, "sandbox_id", "") else {}),
                 type=err.code,
                 non_retryable=err.retryable == "no",
             )

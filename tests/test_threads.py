@@ -6,14 +6,13 @@ whose running turn stops and starts again with it. Real dev server, real worker.
 
 from __future__ import annotations
 
-import base64
-import json
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
+from activities.events import JsonlEventSink
 from schemas import visibility
 from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.support import TEST_AGENTS, TaskEnv, assert_replays, make_config, run_cli, running_worker
@@ -44,18 +43,10 @@ def new_thread() -> str:
     return f"th-{uuid.uuid4().hex[:10]}"
 
 
-def event_data(history: str, type: str) -> list[dict[str, Any]]:
-    """The data of each ``type`` event recorded in a history (as JSON): the workflow's state is not
-    queryable once closed, so the tests read the events from the run's activity inputs."""
-    found = []
-    for event in json.loads(history)["events"]:
-        attrs = event.get("activityTaskScheduledEventAttributes")
-        if not attrs or attrs["activityType"]["name"] != "events.publish":
-            continue
-        for payload in attrs["input"]["payloads"]:
-            body = json.loads(base64.b64decode(payload["data"]))
-            found += [e["data"] for e in body["events"] if e["type"] == type]
-    return found
+def event_data(env: TaskEnv, task_id: str, type: str) -> list[dict[str, Any]]:
+    """The data of each ``type`` event the task published (the workflow's state is not queryable
+    once closed; its events travel in local activities, whose inputs no history records)."""
+    return [e.data for e in JsonlEventSink(env.config.events_dir).read(task_id) if e.type.value == type]
 
 
 async def test_a_second_task_on_the_thread_answers_from_the_first_tasks_conversation(
@@ -78,7 +69,7 @@ async def test_a_second_task_on_the_thread_answers_from_the_first_tasks_conversa
 
     history = await assert_replays(env.client, second.id)
     assert "Remember: the code word" not in history  # the conversation crossed by reference only
-    [continued] = event_data(history, "thread.continued")
+    [continued] = event_data(env, second.id, "thread.continued")
     assert continued["from_task"] == first.id and continued["thread"] == thread
     described = await second.describe()
     assert described.typed_search_attributes.get(visibility.THREAD) == thread
@@ -95,8 +86,9 @@ async def test_a_task_on_a_thread_with_no_earlier_task_starts_fresh(threads_env:
     result = await handle.result()
     assert result.phase is TaskPhase.COMPLETED, result.reason
     assert result.final_output == "I do not know the code word"
-    history = await assert_replays(env.client, handle.id)
-    assert event_data(history, "thread.started") and not event_data(history, "thread.continued")
+    await assert_replays(env.client, handle.id)
+    assert event_data(env, handle.id, "thread.started")
+    assert not event_data(env, handle.id, "thread.continued")
 
 
 async def test_a_task_on_a_thread_whose_last_task_still_runs_is_refused_with_the_reason(
@@ -158,14 +150,15 @@ async def test_say_to_an_unknown_task_fails_naming_it(
 async def say_during_the_first_turn(
     env: TaskEnv, on_input: str, capsys: pytest.CaptureFixture[str]
 ) -> tuple[TaskResult, str]:
-    """Start a ``chatter`` task, say "stop now" once its first turn runs; its result and history."""
+    """Start a ``chatter`` task, say "stop now" once its first turn runs; its result and id."""
     handle = await env.start({"agent": "chatter", "prompt": "take notes", "policy": {"on_input": on_input}})
     await env.wait_status(handle, lambda s: any(e.type.value == "turn.started" for e in s.last_events))
     code, _, err = await run_cli(capsys, "--address", env.address, "say", handle.id, "stop now")
     assert code == 0, err
     result = await handle.result()
     assert result.phase is TaskPhase.COMPLETED, result.reason
-    return result, await assert_replays(env.client, handle.id)
+    await assert_replays(env.client, handle.id)
+    return result, handle.id
 
 
 async def test_input_interrupts_the_running_turn_when_the_policy_says_so(
@@ -173,11 +166,11 @@ async def test_input_interrupts_the_running_turn_when_the_policy_says_so(
 ) -> None:
     """With `on_input: interrupt`, input said while the first turn takes its 40 notes cancels that
     turn; the turn starts again with the input and the agent stops before its 40th note."""
-    result, history = await say_during_the_first_turn(threads_env, "interrupt", capsys)
+    result, task_id = await say_during_the_first_turn(threads_env, "interrupt", capsys)
     assert result.final_output is not None and result.final_output.startswith("stopped after")
     assert int(result.final_output.split()[2]) < 40
     assert result.usage.turns == 1  # the interrupted turn is not counted; it left nothing behind
-    assert event_data(history, "turn.interrupted") == [{"turn": 1, "follow_ups": 1}]
+    assert event_data(threads_env, task_id, "turn.interrupted") == [{"turn": 1, "follow_ups": 1}]
 
 
 async def test_input_waits_for_the_next_turn_by_default(
@@ -185,7 +178,7 @@ async def test_input_waits_for_the_next_turn_by_default(
 ) -> None:
     """With the default `on_input: next_turn`, the first turn takes all 40 notes and the next turn
     sees the input."""
-    result, history = await say_during_the_first_turn(threads_env, "next_turn", capsys)
+    result, task_id = await say_during_the_first_turn(threads_env, "next_turn", capsys)
     assert result.final_output == "stopped after 40 notes"
     assert result.usage.turns == 2
-    assert not event_data(history, "turn.interrupted")
+    assert not event_data(threads_env, task_id, "turn.interrupted")

@@ -58,7 +58,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.bounds import cut
     from workflows.context import TaskContext
     from workflows.decisions import find_request
-    from workflows.failures import failure_code, failure_message, failure_operation
+    from workflows.failures import failure_code, failure_detail, failure_message, failure_operation
     from workflows.handoff import HandOff
     from workflows.patches import (
         BOUNDED_PATCH,
@@ -327,16 +327,17 @@ class EffectRunner:
     def sandbox_lost(self, sandbox: SandboxRef, error: str) -> None:
         """The sandbox vanished (removed from outside, its host died): forget it, so the next command
         gets a new one built from the task's inputs, and record that the work done in it is gone."""
+        self.forget_sandbox(sandbox.sandbox_id, error)
+
+    def forget_sandbox(self, sandbox_id: str, error: str) -> None:
         state = self.task.state
-        lost_after = [c.call_id for c in state.commands if c.sandbox_id == sandbox.sandbox_id]
+        lost_after = [c.call_id for c in state.commands if c.sandbox_id == sandbox_id]
         state.sandbox = None
         state.lost_sandboxes.append(
-            f"sandbox {sandbox.sandbox_id} was lost after {len(lost_after)} command(s) "
+            f"sandbox {sandbox_id} was lost after {len(lost_after)} command(s) "
             f"({', '.join(lost_after) or 'none'}): files they made there are gone"
         )
-        self.task.emit(
-            EventType.SANDBOX_LOST, sandbox_id=sandbox.sandbox_id, commands=lost_after, error=error
-        )
+        self.task.emit(EventType.SANDBOX_LOST, sandbox_id=sandbox_id, commands=lost_after, error=error)
 
     async def exec(self, action: ProposedAction, command: SandboxCommand) -> tuple[str, str | None]:
         """Run the command; returns the model-visible result (a preview) and its full version's digest."""
@@ -359,6 +360,12 @@ class EffectRunner:
                     # A create that failed fails the task, as it did when it was an activity of its own.
                     if is_cancelled_exception(err) or failure_operation(err) == "sandbox.create":
                         raise
+                    lost = failure_detail(err, "sandbox_id")
+                    if failure_code(err) == "sandbox_missing" and lost and not rebuilt:
+                        # The sandbox made for this command vanished under it: as for a known one.
+                        self.forget_sandbox(lost, failure_message(err))
+                        rebuilt = True
+                        continue
                     self.task.emit(EventType.SANDBOX_EXEC, call_id=action.call_id, error=failure_message(err))
                     return json.dumps({"error": failure_message(err)}), None
             sandbox = await self.ensure_sandbox()

@@ -22,7 +22,12 @@ def failure_code(err: ActivityError) -> str | None:
 
 def failure_operation(err: ActivityError) -> str | None:
     """The operation the failure's cause names (``sandbox.create``, ...; ``activities.errors``)."""
+    return failure_detail(err, "operation")
+
+
+def failure_detail(err: ActivityError, key: str) -> str | None:
+    """One field of the details the failure's cause carries (``activities.errors``), if any."""
     cause = err.cause
     if isinstance(cause, ApplicationError) and cause.details and isinstance(cause.details[0], dict):
-        return cause.details[0].get("operation") or None
+        return cause.details[0].get(key) or None
     return None

@@ -142,9 +142,11 @@ class SandboxActivities:
         sandbox = await self._creating(input.create)
         try:
             record = await self._exec(input, sandbox)
-        except BaseException:
+        except BaseException as err:
             with contextlib.suppress(Exception):
                 await self.backends[sandbox.backend].destroy(sandbox)
+            if isinstance(err, SandboxError):
+                err.sandbox_id = err.sandbox_id or sandbox.sandbox_id  # the task never learnt of it
             raise
         return record.model_copy(update={"sandbox": sandbox})
 
