@@ -137,6 +137,16 @@ def started_by(history_json: str) -> list[tuple[str, str]]:
     ]
 
 
+def scheduled_kinds(history_json: str) -> list[str]:
+    """The sandbox activity types scheduled, in order (started or not)."""
+    return [
+        kind
+        for e in json.loads(history_json)["events"]
+        if (a := e.get("activityTaskScheduledEventAttributes"))
+        and (kind := a["activityType"]["name"]).startswith("sandbox.")
+    ]
+
+
 async def sandbox_made_on_a_then_a_killed(
     a: TaskEnv, b: TaskEnv, fleet: Fleet, home_wait: float | None = HOME_WAIT_SECONDS
 ) -> tuple[Any, Any, subprocess.Popen[bytes]]:
@@ -176,8 +186,13 @@ async def test_after_a_sigkill_and_restart_the_task_s_next_command_and_destroy_r
     assert write.sandbox_id == read.sandbox_id and read.exit_code == 0
     history = await assert_replays(a.client, handle.id)
     ran = started_by(history)
-    assert ran[:2] == [("sandbox.place", str(first_a.pid)), ("sandbox.create", str(first_a.pid))]
-    assert ran[-2:] == [("sandbox.exec", str(second_a.pid)), ("sandbox.destroy", str(second_a.pid))]
+    # The first command made the sandbox (no separate place or create); the second ran on A again.
+    assert ran[0] == ("sandbox.exec", str(first_a.pid))
+    assert [run for run in ran if run[0] == "sandbox.exec"][-1] == ("sandbox.exec", str(second_a.pid))
+    # The destroy ran on A: in a local activity when A ran that workflow task, else on A's queue.
+    assert [pid for kind, pid in ran if kind == "sandbox.destroy"] in ([], [str(second_a.pid)])
+    status = await handle.query(AgentTaskWorkflow.status)
+    assert [e.type.value for e in status.last_events].count("sandbox.destroyed") == 1
     assert "sandbox.lost" not in history and sandboxes_on(a) == [] and sandboxes_on(b) == []
     record(
         record_property,
@@ -212,9 +227,13 @@ async def test_a_host_that_never_comes_back_loses_its_sandbox_and_the_task_compl
     [lost_event] = [e for e in status.last_events if e.type.value == "sandbox.lost"]
     assert f"host {a.config.host}" in lost_event.data["error"], lost_event.data
     assert home_queue(a.task_queue, a.config.host) != home_queue(b.task_queue, b.config.host)
-    ran = [kind for kind, _ in started_by(history)]
-    placed_and_made = ["sandbox.place", "sandbox.create"]
-    assert ran == [*placed_and_made, "sandbox.exec", *placed_and_made, "sandbox.exec", "sandbox.destroy"]
+    # Each sandbox is made by its first command: one on A, the one after the loss on B. The second
+    # command, sent to A's queue, never started; B, the only worker left, destroys its own sandbox
+    # in a local activity.
+    assert scheduled_kinds(history) == ["sandbox.exec"] * 3
+    ran = started_by(history)
+    assert [kind for kind, _ in ran] == ["sandbox.exec"] * 2 and ran[0][1] != ran[1][1]
+    assert [e.type.value for e in status.last_events].count("sandbox.destroyed") == 1
     assert sandboxes_on(b) == [] and len(sandboxes_on(a)) == 1
     record(
         record_property,
@@ -247,7 +266,9 @@ async def test_a_destroy_its_host_never_takes_leaves_the_sandbox_to_that_host_s_
     )
     assert not [e for e in status.last_events if e.type.value == "sandbox.destroyed"]
     history = await assert_replays(a.client, handle.id)
-    assert [kind for kind, _ in started_by(history)] == ["sandbox.place", "sandbox.create", "sandbox.exec"]
+    # B refuses the destroy here (the sandbox is A's); the destroy sent to A's queue never starts.
+    assert [kind for kind, _ in started_by(history)] == ["sandbox.exec"]
+    assert "sandbox.destroy" in scheduled_kinds(history)
     assert len(sandboxes_on(a)) == 1 and sandboxes_on(b) == []
     record(
         record_property,
