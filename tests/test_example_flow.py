@@ -46,6 +46,7 @@ async def test_approval_by_temporal_cli_completes_with_evidence(env: TaskEnv) ->
     result carries input digests, the report artifact, the sandbox record, the approval and a write
     receipt confirmed by lookup."""
     handle = await env.start(example_spec())
+    await env.parked(handle)  # before the first query: its committed history counts round trips
     status = await env.awaiting_approval(handle)
     [request] = status.pending
     assert request.approvers == ["finance-lead"]

@@ -29,6 +29,7 @@ from activities.stores.artifacts import build_artifact_store
 from agent_worker.client import WORKFLOW_TASK_TIMEOUT
 from cli.devserver import free_port, start_dev_server, stop_process_group
 from examples import EXAMPLES
+from schemas import visibility
 from schemas.approvals import ApprovalRequest
 from schemas.config import EXAMPLE_AGENT, WorkerConfig
 from schemas.tasks import TaskPhase, TaskResult, TaskStatus
@@ -170,6 +171,15 @@ class TaskEnv:
                 return status
             if time.monotonic() > deadline:
                 raise AssertionError(f"task {handle.id} never reached the condition; last status: {status}")
+            await asyncio.sleep(0.1)
+
+    async def parked(self, handle: WorkflowHandle[Any, Any], within: float = 60.0) -> None:
+        """Wait until the task's search attributes say it waits for an approval, asking the server
+        only (``describe``): unlike a query, this adds no workflow task to the task's history, so a
+        history recorded this way holds the task's own round trips."""
+        deadline = time.monotonic() + within
+        while not (await handle.describe()).typed_search_attributes.get(visibility.AWAITING_APPROVAL):
+            assert time.monotonic() < deadline, f"task {handle.id} never waited for an approval"
             await asyncio.sleep(0.1)
 
     async def awaiting_approval(self, handle: WorkflowHandle[Any, Any]) -> TaskStatus:
