@@ -139,6 +139,7 @@ FLOOD_CAP = 3
 FLOOD_TASKS = 20
 QUIET_TASKS = 5
 FLOOD_INTERVAL = 0.25
+FLOOD_AFTER = 4  # starts of the flood while (or after) the quiet tasks run, each refused
 
 
 async def completion_seconds(env: TaskEnv, spec: dict[str, Any]) -> float:
@@ -174,7 +175,8 @@ async def test_a_flooding_tenant_is_capped_and_the_other_keeps_its_pace(
         flooding = asyncio.Event()
 
         async def keep_flooding() -> None:
-            while not flooding.is_set():
+            # At least FLOOD_AFTER more starts, however quickly the quiet tasks finish.
+            while not flooding.is_set() or len(flood) < FLOOD_TASKS + FLOOD_AFTER:
                 flood.append(await env.start(flood_specs[0]))
                 await asyncio.sleep(FLOOD_INTERVAL)
 
@@ -225,7 +227,7 @@ async def test_a_flooding_tenant_is_capped_and_the_other_keeps_its_pace(
 
 @pytest.fixture
 def lookups_down(tmp_path: Path) -> Iterator[None]:
-    os.environ["AW_FAULTS"] = "lookups-down"
+    os.environ["AW_FAULTS"] = "undigested-lookups-down"
     os.environ["AW_FAULT_DIR"] = str(tmp_path / "fault-marks")
     yield
     os.environ.pop("AW_FAULTS", None)
@@ -235,8 +237,10 @@ def lookups_down(tmp_path: Path) -> Iterator[None]:
 async def test_unconfirmable_evidence_never_reads_as_plain_success(
     client: Client, dev_server: DevServer, tmp_path: Path, lookups_down: None, record_property: Record
 ) -> None:
-    """Scenario 8. The write commits, but every lookup that would confirm it finds the business
-    system down. The task completes marked evidence-incomplete, naming the unconfirmed write."""
+    """Scenario 8. The write commits, but its receipt cannot confirm it (the adapter gives no digest
+    of what it stored; a receipt with one confirms the write itself since the minimum of round
+    trips), and every lookup that would confirm it finds the business system down. The task
+    completes marked evidence-incomplete, naming the unconfirmed write."""
     config = make_config(tmp_path / "data", business_writer="tests.helpers.faults:faulty_writer")
     env = TaskEnv(client=client, config=config, address=dev_server.address)
     async with running_worker(client, config):

@@ -71,6 +71,7 @@ with workflow.unsafe.imports_passed_through():
         RUN_CHAIN_PATCH,
         TENANT_ADMISSION_PATCH,
         THREADS_PATCH,
+        ask_patches_at_start,
     )
     from workflows.placement import Placement, at_home, home_unanswered
     from workflows.policy import evaluate
@@ -187,6 +188,8 @@ class AgentTaskWorkflow:
         self.delivering = workflow.patched(DELIVER_EVENTS_PATCH)
         # Decided here, in the first workflow task, so every later check of it answers the same.
         self.lean = workflow.patched(MINIMUM_ROUND_TRIPS_PATCH)
+        if self.lean:
+            ask_patches_at_start()  # before any local activity (why: ``PATCHES_AT_START``)
         self.threaded = spec.thread is not None and workflow.patched(THREADS_PATCH)
         if self.state.phase is TaskPhase.RECEIVED:
             self.state.started_at = workflow.now()
@@ -839,16 +842,11 @@ class AgentTaskWorkflow:
         for part in self.delivery_parts(events):
             delivery = PublishEventsInput(task_id=self.task_id, events=part)
             summary = f"deliver events {part[0].seq}-{part[-1].seq}"
-            if self.lean:  # in the workflow task that runs anyway: no round trip of its own
-                sending = workflow.execute_local_activity_method(
-                    EventActivities.publish,
-                    delivery,
-                    **options.local_config(options.EVENTS_LOCAL, summary=summary),
-                )
-            else:
-                sending = workflow.execute_activity_method(
-                    EventActivities.publish, delivery, **options.config(options.EVENTS, summary=summary)
-                )
+            # An activity, not a local one: a local activity would run in a workflow task that may
+            # never commit (a timeout, a signal flood), and publish events its retry numbers otherwise.
+            sending = workflow.execute_activity_method(
+                EventActivities.publish, delivery, **options.config(options.EVENTS, summary=summary)
+            )
             await asyncio.shield(sending)
             self.state.delivered_seq = part[-1].seq
         self.trim_events()

@@ -206,18 +206,14 @@ EVENTS = ActivityConfig(
     heartbeat_timeout=HEARTBEAT,
     summary="deliver events",
 )
-# Since ``MINIMUM_ROUND_TRIPS_PATCH`` these run as local activities, in the workflow task that
+# Since ``MINIMUM_ROUND_TRIPS_PATCH`` these run as local activities (event delivery does not: see the
+# patch), in the workflow task that
 # asks for them (no round trip through the server, only a marker in the history). Local activities
 # have no heartbeat, so their timeouts are short; a longer outage retries in a later workflow task.
 INGEST_LOCAL = LocalActivityConfig(
     start_to_close_timeout=timedelta(minutes=1),
     retry_policy=_retry(5),
     summary="store the task's inputs",
-)
-EVENTS_LOCAL = LocalActivityConfig(
-    start_to_close_timeout=timedelta(seconds=30),
-    retry_policy=_retry(20, max_interval=60.0),
-    summary="deliver events",
 )
 # The worker running the task usually holds its sandbox: it is asked first (``sandbox.destroy_here``),
 # and refuses at once when it does not (``sandbox_elsewhere``); then the destroy goes to the sandbox's

@@ -9,6 +9,8 @@ committed history from each side of every id declared here (it reads the ``NAME_
 
 from __future__ import annotations
 
+from temporalio import workflow
+
 # Event delivery to the sink (``events.publish`` between steps and at the end). 0.1.0, 2026-11-29, 91bdf22.
 DELIVER_EVENTS_PATCH = "deliver-events"
 # An approved action's permission is checked again (``authz.check``) right before it runs.
@@ -63,13 +65,49 @@ MCP_UNAVAILABLE_PATCH = "mcp-unavailable-hands-off"
 # a schedule-to-start timeout: a host that does not answer in time loses the sandbox (rebuilt,
 # ``sandbox.lost``) or leaves it to its reaper (``sandbox.left``). 0.1.0, 2026-12-02, 8e5db05.
 SANDBOX_HOME_PATCH = "sandbox-home-queue"
-# The design's minimum of round trips (issue 21): input ingest, event delivery and the sandbox's
-# destroy as local activities in a workflow task that already runs (the destroy goes to the sandbox's
-# home when this worker does not hold it); no ingest without inputs; the first command creates the
-# sandbox (``ExecInput.create``); a write checks its approval in its own activity (``WriteInput.authz``)
-# and its committed receipt confirms it (a lookup only after an unknown outcome); search attributes
-# upserted only when they change. 0.1.0, 2026-12-02, the commit that adds this line.
+# The design's minimum of round trips (issue 21): input ingest and the sandbox's destroy as local
+# activities in a workflow task that already runs (the destroy goes to the sandbox's home when this
+# worker does not hold it); no ingest without inputs; the first command creates the sandbox
+# (``ExecInput.create``); a write checks its approval in its own activity (``WriteInput.authz``) and its
+# committed receipt confirms it (a lookup only after an unknown outcome); search attributes upserted
+# only when they change; every patch below asked at the start (``PATCHES_AT_START``). Event delivery
+# stays an activity: a local one would publish events of a workflow task that may never commit.
+# 0.1.0, 2026-12-02, 42b57e7.
 MINIMUM_ROUND_TRIPS_PATCH = "minimum-round-trips"
+
+# Asked once at the start of every run that has ``MINIMUM_ROUND_TRIPS_PATCH``, before its first local
+# activity. Why: a query that arrives while a local activity runs makes the worker end the workflow
+# task early and go on in the next one, but a replay goes on in the same one, and a patch's marker is
+# only found in the workflow task being replayed. A patch first asked right after a local activity
+# could then answer differently on replay (a nondeterminism error). Asked at the start, every marker
+# is in the run's first workflow task, before any local activity, and later asks are remembered. A
+# new patch joins this list.
+PATCHES_AT_START = (
+    DELIVER_EVENTS_PATCH,
+    REAUTHORIZE_PATCH,
+    ARCHIVE_EVIDENCE_PATCH,
+    TENANT_ADMISSION_PATCH,
+    REBUILD_SANDBOX_PATCH,
+    ROLE_QUEUES_PATCH,
+    BOUNDED_PATCH,
+    RUN_CHAIN_PATCH,
+    CHECK_EDITS_PATCH,
+    SETTLE_CANCELLED_WRITE_PATCH,
+    REOPEN_WITHOUT_REVOKED_PATCH,
+    DECISION_EXPIRY_PATCH,
+    PARALLEL_BATCH_PATCH,
+    THREADS_PATCH,
+    INTERRUPT_PATCH,
+    MCP_UNAVAILABLE_PATCH,
+    SANDBOX_HOME_PATCH,
+)
+
+
+def ask_patches_at_start() -> None:
+    """Ask every patch of ``PATCHES_AT_START`` (workflow code: from the workflow's first activation)."""
+    for patch in PATCHES_AT_START:
+        workflow.patched(patch)
+
 
 __all__ = [
     "ARCHIVE_EVIDENCE_PATCH",
@@ -81,6 +119,7 @@ __all__ = [
     "MCP_UNAVAILABLE_PATCH",
     "MINIMUM_ROUND_TRIPS_PATCH",
     "PARALLEL_BATCH_PATCH",
+    "PATCHES_AT_START",
     "REAUTHORIZE_PATCH",
     "REBUILD_SANDBOX_PATCH",
     "REOPEN_WITHOUT_REVOKED_PATCH",
@@ -90,4 +129,5 @@ __all__ = [
     "SETTLE_CANCELLED_WRITE_PATCH",
     "TENANT_ADMISSION_PATCH",
     "THREADS_PATCH",
+    "ask_patches_at_start",
 ]

@@ -7,6 +7,8 @@
 - ``crash``: the write commits, then the worker process is SIGKILLed before the activity completes;
 - ``down``: the system is down for the first attempt (``WriteUnavailable``; nothing applied);
 - ``lookups-down``: writes work, every lookup finds the system down (confirming evidence fails);
+- ``undigested-lookups-down``: as ``lookups-down``, and each receipt comes without the payload's
+  digest (an adapter that cannot say what it stored), so only a lookup could confirm the write;
 - ``random:SEED``: chosen from the key and the seed: ``lost`` 30%, ``down`` 30%, ``crash`` 2.5%,
   none 37.5% (crashes are rarer because each one takes a worker and its in-flight work down).
 
@@ -54,6 +56,8 @@ class FaultyWriter:
 
     def write(self, input: WriteInput) -> WriteReceipt:
         fault = fault_for(input.operation_key, self.spec)
+        if fault == "undigested-lookups-down":
+            return self.inner.write(input).model_copy(update={"payload_digest": None})
         if fault in ("none", "lookups-down") or not self._first_time(input.operation_key):
             return self.inner.write(input)
         if fault == "down":
@@ -64,7 +68,7 @@ class FaultyWriter:
         raise WriteUnknown(f"injected: response lost after commit ({receipt.record_id})")
 
     def lookup(self, operation_key: str) -> WriteReceipt | None:
-        if self.spec == "lookups-down":
+        if self.spec in ("lookups-down", "undigested-lookups-down"):
             raise WriteUnavailable("injected: lookups find the business system down")
         return self.inner.lookup(operation_key)
 
