@@ -16,6 +16,7 @@
     │   ├── ToolError                an effect tool refuses a call, certainly without an effect
     │   └── McpUnavailable           an MCP server cannot be reached, or refuses the credentials
     ├── SandboxError                 a sandbox operation failed
+    ├── NotifyError                  a notifier (webhook, SMTP) did not take a notification
     └── WriteError                   a business write or lookup failed
         ├── WriteConflict            the operation key is taken by a different payload
         ├── WriteUnknown             the request may have been applied (response lost): reconcile
@@ -154,6 +155,13 @@ class SandboxError(AgentWorkerError):
         super().__init__(message, operation=operation, retryable=retryable)
         self.code = code
         self.sandbox_id = sandbox_id  # the sandbox it is about, when the task may not know it yet
+
+
+class NotifyError(AgentWorkerError):
+    """A notifier did not take a notification: retried (``retryable="yes"``) when it may take it
+    later (unreachable, 5xx, 429), not when it refused it (another 4xx)."""
+
+    code = "notify_failed"
 
 
 class WriteError(AgentWorkerError):

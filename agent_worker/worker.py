@@ -34,6 +34,7 @@ from activities.authz import Authorizer, AuthzActivities
 from activities.business import BusinessActivities, BusinessWriter, SqliteBusinessStore, load_writer
 from activities.errors import ArtifactUnavailable, SandboxError
 from activities.events import EventActivities, EventSink
+from activities.notify import NotifyActivities, build_notifiers
 from activities.sandbox import ProcessSandbox, Sandbox, SandboxActivities, SandboxRelease
 from activities.sandbox.docker import DockerSandbox, docker_available
 from activities.sandbox.reaper import ReaperActivities, SandboxReaper
@@ -345,6 +346,7 @@ def build_workers(
         colocated = [r for r in COLOCATABLE if r in roles] if config.colocate else []
         tenants = TenantActivities(state_stores.build_admission(config, client), colocated)
         threads = ThreadActivities(client, store)
+        notify = NotifyActivities(build_notifiers(config), state_stores.build_notification_ledger(config))
         # Agent and sandbox work comes to the task queue itself too: from tasks admitted where those
         # roles are served there (above), and from runs begun before the queues were split. This
         # process serves it there when it has those roles.
@@ -368,6 +370,7 @@ def build_workers(
                     tenants.admit,
                     tenants.release,
                     threads.resume,
+                    notify.send,
                     *served_here,
                 ],
                 max_concurrent_workflow_tasks=config.max_concurrent_workflow_tasks,

@@ -148,6 +148,7 @@ class ActionStatus(StrEnum):
     DENIED = "denied"  # the policy said no
     FAILED = "failed"  # the effect ran and failed for good
     NOT_RUN = "not_run"  # the task ended before the action could run
+    EXPIRED = "expired"  # nobody decided by the request's deadline; it did not run (never "rejected")
 
 
 class ActionResult(BaseModel):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
@@ -33,6 +33,44 @@ class DecisionKind(StrEnum):
     REJECT = "reject"
 
 
+class ApprovalSla(BaseModel):
+    """When a request's approvers are reminded, when it is escalated to a next group, how long it
+    may wait, and what happens when nobody decides in time (a policy rule's ``sla``). Reminders and
+    escalations run on the task's durable timers and are notified through the worker's notifiers
+    (``notify_webhook_url``, ``notify_smtp_url``), once each."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    remind_after_seconds: float | None = Field(
+        default=None, gt=0, description="Remind the approvers this long after the request (once)."
+    )
+    escalate_after_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description="This long after the request, add escalate_to to who may decide, and notify them.",
+    )
+    escalate_to: list[str] = Field(default_factory=list, description="The next approver group.")
+    expire_after_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        le=10 * 365 * 24 * 3600,
+        description="The request's deadline (default: the task's budgets.approval_timeout_seconds).",
+    )
+    on_expiry: Literal["hand_off", "continue"] = Field(
+        default="hand_off",
+        description="Nobody decided by the deadline: hand the task off, or continue without the action "
+        "(the model is told it expired, unanswered). Either way it is never reported as rejected.",
+    )
+
+    @model_validator(mode="after")
+    def _escalation_has_a_group(self) -> ApprovalSla:
+        if self.escalate_after_seconds is not None and not self.escalate_to:
+            raise ValueError("escalate_after_seconds needs escalate_to (who to escalate to)")
+        if self.escalate_to and self.escalate_after_seconds is None:
+            raise ValueError("escalate_to needs escalate_after_seconds (when to escalate)")
+        return self
+
+
 class ApprovalRequest(BaseModel):
     """One action waiting for a human: who may decide, until when, and on which version."""
 
@@ -49,6 +87,9 @@ class ApprovalRequest(BaseModel):
         description="The task's run chain, which a signed decision must cover "
         "(`security.signing.signed_message`); None for tasks that started before it existed.",
     )
+    sla: ApprovalSla | None = Field(default=None, description="Its rule's reminders, escalation, expiry.")
+    reminded: bool = Field(default=False, description="The reminder went out.")
+    escalated: bool = Field(default=False, description="Escalated: escalate_to may decide too.")
 
 
 class ApprovalDecision(BaseModel):

@@ -272,6 +272,22 @@ class WorkerConfig(BaseModel):
         description="Entries kept per task's stream; older ones are trimmed (a reader that far behind "
         "is told of the gap).",
     )
+    notify_webhook_url: SecretStr | None = Field(
+        default=None,
+        description="Approval reminders and escalations (a policy rule's sla) are POSTed here as JSON "
+        "with a Slack-compatible 'text' (a Slack incoming webhook URL works as is).",
+    )
+    notify_smtp_url: SecretStr | None = Field(
+        default=None,
+        description="...and emailed through this SMTP server: smtp://[user:password@]host:port (smtps:// "
+        "for TLS), to the addresses in notify_emails.",
+    )
+    notify_email_from: str = Field(default="agent-worker@localhost", description="The emails' sender.")
+    notify_emails: dict[str, str] = Field(
+        default_factory=dict,
+        description="Each approver principal's email address, e.g. 'finance-lead=fl@example.com,cfo=cfo@"
+        "example.com'; a principal without one gets no email (the notification says so).",
+    )
     log_format: Literal["console", "json"] = "console"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     max_concurrent_activities: int = Field(default=64, ge=1)
@@ -512,7 +528,7 @@ def _parse_env_value(field: str, raw: str) -> object:
     """Lists and maps are comma-separated in the environment (``a,b``; ``k=v,k2=v2``)."""
     if field in ("agents", "roles"):
         return [p.strip() for p in raw.split(",") if p.strip()]
-    if field in ("tenant_caps", "business_systems"):
+    if field in ("tenant_caps", "business_systems", "notify_emails"):
         pairs = [p.strip().split("=", 1) for p in raw.split(",") if p.strip()]
         return {k.strip(): v.strip() for k, *rest in pairs for v in rest or [""]}
     if field == "providers":

@@ -33,6 +33,8 @@ class EventType(StrEnum):
     APPROVAL_DECIDED = "approval.decided"
     APPROVAL_IGNORED = "approval.ignored"
     APPROVAL_EXPIRED = "approval.expired"
+    APPROVAL_REMINDED = "approval.reminded"
+    APPROVAL_ESCALATED = "approval.escalated"
     SANDBOX_CREATED = "sandbox.created"
     SANDBOX_EXEC = "sandbox.exec"
     SANDBOX_DESTROYED = "sandbox.destroyed"

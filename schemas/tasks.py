@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from schemas.actions import ActionResult, ActionStatus, EffectClass, ProposedAction
-from schemas.approvals import ApprovalRequest, DecisionRecord, IgnoredDecision
+from schemas.approvals import ApprovalRequest, ApprovalSla, DecisionRecord, IgnoredDecision
 from schemas.artifacts import ArtifactRef, InputFile
 from schemas.digests import DIGEST_PATTERN
 from schemas.events import Event
@@ -74,11 +74,16 @@ class PolicyRule(BaseModel):
     decision: PolicyVerdict
     approvers: list[str] = Field(default_factory=list)
     reason: str = ""
+    sla: ApprovalSla | None = Field(
+        default=None, description="For 'require_approval': reminders, escalation and expiry."
+    )
 
     @model_validator(mode="after")
     def _approvers_when_required(self) -> PolicyRule:
         if self.decision is PolicyVerdict.REQUIRE_APPROVAL and not self.approvers:
             raise ValueError("a 'require_approval' rule needs at least one approver")
+        if self.sla is not None and self.decision is not PolicyVerdict.REQUIRE_APPROVAL:
+            raise ValueError("sla applies to 'require_approval' rules only")
         return self
 
 
@@ -128,6 +133,7 @@ class PolicySpec(BaseModel):
     def _signers_for_approvers(self) -> PolicySpec:
         if self.require_signatures:
             approvers = {a for rule in self.rules for a in rule.approvers} | set(self.default_approvers)
+            approvers |= {a for rule in self.rules if rule.sla for a in rule.sla.escalate_to}
             unkeyed = sorted(approvers - set(self.signers))
             if unkeyed:
                 raise ValueError(f"require_signatures needs a key in signers for: {', '.join(unkeyed)}")

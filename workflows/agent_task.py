@@ -75,6 +75,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.placement import Placement, at_home, home_unanswered
     from workflows.policy import evaluate
+    from workflows.sla import ApprovalClock
     from workflows.threads import first_message
 
 EVENT_TAIL = 100
@@ -153,6 +154,7 @@ class AgentTaskWorkflow:
         )
         self.placement = Placement(context)
         self.approvals = ApprovalDesk(context)
+        self.sla = ApprovalClock(context, publish=self.publish)
         self.effects = EffectRunner(context, approvals=self.approvals, placement=self.placement)
         self.batch_runner = BatchRunner(context, approvals=self.approvals, effects=self.effects)
         self.evidence_keeper = EvidenceKeeper(context)
@@ -461,7 +463,7 @@ class AgentTaskWorkflow:
                 reason=decision.reason,
             )
             if decision.verdict is PolicyVerdict.REQUIRE_APPROVAL:
-                self.approvals.request(state.batch[-1], list(decision.approvers))
+                self.approvals.request(state.batch[-1], list(decision.approvers), decision.sla)
 
     async def interruptible_turn(
         self, turn_input: TurnInput, summary: str, follow_ups: int
@@ -505,7 +507,9 @@ class AgentTaskWorkflow:
             await self.deliver_events()  # a waiting task's events are all in the sink
             if not self.approvals.pending():
                 break  # decided while the events were being delivered
-            first_deadline = min(r.deadline for r in self.approvals.pending())
+            pending = self.approvals.pending()
+            timed = self.sla.governs(pending)  # reminders, escalations, the rule's expiry
+            first_deadline = self.sla.next_moment(pending) if timed else min(r.deadline for r in pending)
             remaining = (first_deadline - workflow.now()).total_seconds()
             try:
                 await workflow.wait_condition(
@@ -513,11 +517,19 @@ class AgentTaskWorkflow:
                     timeout=max(remaining, 0.001),
                 )
             except TimeoutError:
-                expired = [r.request_id for r in self.approvals.pending() if r.deadline <= workflow.now()]
-                if expired:
-                    self.emit(EventType.APPROVAL_EXPIRED, request_ids=expired)
-                    raise HandOff(f"approval deadline passed for {', '.join(expired)}") from None
+                if timed:
+                    await self.sla.on_time(self.approvals.pending())
+                else:
+                    self.hand_off_expired()
             await self.maybe_continue_as_new()
+
+    def hand_off_expired(self) -> None:
+        """Before ``APPROVAL_SLA_PATCH`` (and for requests without an sla): a request past its deadline
+        hands the task off."""
+        expired = [r.request_id for r in self.approvals.pending() if r.deadline <= workflow.now()]
+        if expired:
+            self.emit(EventType.APPROVAL_EXPIRED, request_ids=expired)
+            raise HandOff(f"approval deadline passed for {', '.join(expired)}")
 
     @workflow.signal(name="submit_decision")
     def submit_decision(self, raw: RawValue) -> None:

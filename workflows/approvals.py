@@ -14,6 +14,7 @@ with workflow.unsafe.imports_passed_through():
     from schemas.approvals import (
         ApprovalDecision,
         ApprovalRequest,
+        ApprovalSla,
         DecisionKind,
         DecisionRecord,
         IgnoredDecision,
@@ -44,12 +45,16 @@ class ApprovalDesk:
     def __init__(self, task: TaskContext) -> None:
         self.task = task
 
-    def request(self, item: BatchItem, approvers: list[str]) -> None:
-        """Publish an approval request for ``item`` to ``approvers``, with its deadline."""
+    def request(self, item: BatchItem, approvers: list[str], sla: ApprovalSla | None = None) -> None:
+        """Publish an approval request for ``item`` to ``approvers``, with its deadline (the rule's
+        ``sla``'s, when it sets one) and its ``sla``."""
         task, state = self.task, self.task.state
         assert task.spec is not None
         state.request_seq += 1
         now = workflow.now()
+        wait = task.spec.budgets.approval_timeout_seconds
+        if sla is not None and sla.expire_after_seconds is not None:
+            wait = sla.expire_after_seconds
         request = ApprovalRequest(
             request_id=f"req-{state.request_seq}",
             action=item.action,
@@ -57,8 +62,9 @@ class ApprovalDesk:
             approvers=approvers,
             reason=item.policy_reason,
             requested_at=now,
-            deadline=now + timedelta(seconds=task.spec.budgets.approval_timeout_seconds),
+            deadline=now + timedelta(seconds=wait),
             run_chain=state.run_chain,
+            sla=sla,
         )
         item.request_id = request.request_id
         state.requests.append(request)
@@ -156,7 +162,7 @@ class ApprovalDesk:
                     f"approval of {record.request_id} no longer holds: {reason}; "
                     f"no approver other than {record.principal!r} is left to decide it"
                 )
-        self.request(item, approvers)
+        self.request(item, approvers, request.sla)
         return False
 
     def expired(self, decision: ApprovalDecision) -> str | None:
@@ -179,7 +185,7 @@ class ApprovalDesk:
         )
         request = find_request(self.task.state.requests, record.request_id)
         assert request is not None
-        self.request(item, request.approvers)
+        self.request(item, request.approvers, request.sla)
 
     def decision_for(self, item: BatchItem) -> DecisionRecord | None:
         """The accepted decision on ``item``'s current request, if any."""

@@ -199,6 +199,13 @@ AUTHZ = ActivityConfig(
     heartbeat_timeout=HEARTBEAT,
     summary="check the approver's permission",
 )
+# A reminder or escalation keeps trying for about half an hour (a notifier down only delays it);
+# one that never gets through is an event, and the task goes on waiting.
+NOTIFY = ActivityConfig(
+    start_to_close_timeout=timedelta(seconds=60),
+    retry_policy=_retry(40, max_interval=60.0),
+    summary="notify the approvers",
+)
 # Event delivery keeps retrying (a sink that is down only delays it); events wait in the state.
 EVENTS = ActivityConfig(
     start_to_close_timeout=timedelta(seconds=30),

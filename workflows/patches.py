@@ -74,6 +74,11 @@ SANDBOX_HOME_PATCH = "sandbox-home-queue"
 # stays an activity: a local one would publish events of a workflow task that may never commit.
 # 0.1.0, 2026-12-02, 42b57e7.
 MINIMUM_ROUND_TRIPS_PATCH = "minimum-round-trips"
+# A policy rule's ``sla``: reminders and escalation to a next approver group on durable timers, each
+# notified once (``notify.send``), its own deadline, and ``on_expiry: continue`` (the model is told
+# "expired, unanswered"). Asked only while a pending request has an sla, which no earlier run had.
+# 0.1.0, 2026-12-03, the commit that adds this line.
+APPROVAL_SLA_PATCH = "approval-sla"
 
 # Asked once at the start of every run that has ``MINIMUM_ROUND_TRIPS_PATCH``, before its first local
 # activity. Why: a query that arrives while a local activity runs makes the worker end the workflow
@@ -110,6 +115,7 @@ def ask_patches_at_start() -> None:
 
 
 __all__ = [
+    "APPROVAL_SLA_PATCH",
     "ARCHIVE_EVIDENCE_PATCH",
     "BOUNDED_PATCH",
     "CHECK_EDITS_PATCH",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from schemas.actions import EffectClass, ProposedAction
+from schemas.approvals import ApprovalSla
 from schemas.tasks import PolicySpec, PolicyVerdict
 
 
@@ -15,6 +16,7 @@ class PolicyDecision:
     verdict: PolicyVerdict
     approvers: tuple[str, ...]
     reason: str
+    sla: ApprovalSla | None = None  # the matching rule's, for a request
 
 
 def evaluate(policy: PolicySpec, action: ProposedAction) -> PolicyDecision:
@@ -25,7 +27,7 @@ def evaluate(policy: PolicySpec, action: ProposedAction) -> PolicyDecision:
         if rule.tool not in (None, action.tool) or rule.effect not in (None, action.effect):
             continue
         reason = rule.reason or f"policy rule {index} ({rule.decision.value})"
-        return PolicyDecision(rule.decision, tuple(rule.approvers), reason)
+        return PolicyDecision(rule.decision, tuple(rule.approvers), reason, rule.sla)
     if action.effect is EffectClass.SANDBOX:
         return PolicyDecision(PolicyVerdict.ALLOW, (), "sandbox commands are allowed by default")
     if action.effect is EffectClass.DELEGATE:

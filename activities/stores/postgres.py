@@ -187,6 +187,37 @@ class PostgresAuthorizer:
         )
 
 
+class PostgresNotificationLedger:
+    """What each notifier took, by notification key, shared by the fleet (``activities.notify``)."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+
+    def __repr__(self) -> str:
+        return f"PostgresNotificationLedger({db.describe(self.dsn)!r})"
+
+    def taken(self, key: str, channel: str) -> bool:
+        row = db.run(
+            self.dsn,
+            "notify.send",
+            lambda conn: conn.execute(
+                "SELECT 1 FROM agent_worker_notifications WHERE key = %s AND channel = %s", (key, channel)
+            ).fetchone(),
+        )
+        return row is not None
+
+    def record(self, key: str, channel: str) -> None:
+        db.run(
+            self.dsn,
+            "notify.send",
+            lambda conn: conn.execute(
+                "INSERT INTO agent_worker_notifications (key, channel) VALUES (%s, %s) "
+                "ON CONFLICT DO NOTHING",
+                (key, channel),
+            ),
+        )
+
+
 class PostgresEventSink:
     """Task events in one table, in arrival order, exactly once per (task, run chain, seq)."""
 

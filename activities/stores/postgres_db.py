@@ -68,6 +68,18 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         );
         """,
     ),
+    (
+        2,
+        "notifications",
+        """
+        CREATE TABLE agent_worker_notifications (
+            key      text NOT NULL,
+            channel  text NOT NULL,
+            taken_at timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (key, channel)
+        );
+        """,
+    ),
 ]
 LATEST = MIGRATIONS[-1][0]
 # The tables each store needs, to name the store that cannot be used.
@@ -76,6 +88,7 @@ STORE_TABLES = {
     "tenant admission": "agent_worker_admission",
     "authorizer": "agent_worker_revocations",
     "event sink": "agent_worker_events",
+    "notification ledger": "agent_worker_notifications",
 }
 # Two-key advisory locks: (namespace, key). The namespace keeps them apart from anyone else's.
 LOCK_MIGRATE = 0x4157_0001

@@ -1,6 +1,6 @@
 """The one place the shared state stores are built from a config (``state_backend``): the
-model-call journal, tenant admission, the authorizer and the event sink; and the live streams
-(``stream_backend``).
+model-call journal, tenant admission, the authorizer, the event sink and the notification ledger;
+and the live streams (``stream_backend``).
 
 The worker, the CLI (``events``, ``revoke``/``grant``, ``api``, ``migrate``) and the tests go
 through these factories, so nothing builds a local store behind the config's back. A plug-in
@@ -19,6 +19,7 @@ from activities.agent.journal import ModelCallJournal
 from activities.authz import Authorizer, SqliteAuthorizer
 from activities.events import EventSink, JsonlEventSink
 from activities.loading import load_object
+from activities.notify.ledger import NotificationLedger, SqliteNotificationLedger
 from activities.stores.streams import SqliteStreamBackend, StreamBackend
 from activities.tenants import TenantAdmission
 from schemas.config import ConfigError, WorkerConfig
@@ -71,6 +72,13 @@ def build_event_sink(config: WorkerConfig) -> EventSink:
     if config.state_backend == "postgres":
         return _postgres().PostgresEventSink(_dsn(config))
     return JsonlEventSink(config.events_dir)
+
+
+def build_notification_ledger(config: WorkerConfig) -> NotificationLedger:
+    """What each notifier took (``notify.send`` sends a notification once per notifier)."""
+    if config.state_backend == "postgres":
+        return _postgres().PostgresNotificationLedger(_dsn(config))
+    return SqliteNotificationLedger(config.data_dir / "notifications.db")
 
 
 def build_stream_backend(config: WorkerConfig) -> StreamBackend | None:

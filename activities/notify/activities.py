@@ -1,0 +1,82 @@
+"""``notify.send``: one notification through every configured notifier, once each."""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+from typing import Protocol
+
+from temporalio import activity
+
+from activities.errors import activity_boundary
+from activities.notify.email import EmailNotifier
+from activities.notify.ledger import NotificationLedger
+from activities.notify.webhook import WebhookNotifier
+from schemas.config import WorkerConfig
+from schemas.notify import NotifyInput, NotifyResult
+
+
+class Notifier(Protocol):
+    """A way to reach people (``channel`` names it in the ledger and the result)."""
+
+    channel: str
+
+    async def send(self, note: NotifyInput, text: str) -> None: ...
+
+
+def message_text(note: NotifyInput) -> str:
+    """What a person reads: which request, for whom, until when, and how to decide it."""
+    opening = {
+        "reminder": "Reminder: an approval request is still waiting",
+        "escalation": "Escalated to you: an approval request nobody has decided yet",
+    }[note.kind]
+    lines = [
+        f"{opening}.",
+        f"Task {note.task_id} (agent {note.agent}, tenant {note.tenant}) asks to run {note.tool}.",
+        f"Request {note.request_id}, version {note.version}; for {', '.join(note.recipients)}.",
+        f"Decide before {note.deadline.isoformat()}: agent-worker approve {shlex.quote(note.task_id)} "
+        f"--request {note.request_id} --version {note.version} --as <you>",
+    ]
+    if note.reason:
+        lines.append(f"Why it needs approval: {note.reason}")
+    return "\n".join(lines)
+
+
+def build_notifiers(config: WorkerConfig) -> list[Notifier]:
+    """The notifiers ``config`` names (none: notifications are recorded as events only)."""
+    notifiers: list[Notifier] = []
+    if config.notify_webhook_url is not None:
+        notifiers.append(WebhookNotifier(config.notify_webhook_url.get_secret_value()))
+    if config.notify_smtp_url is not None:
+        notifiers.append(
+            EmailNotifier(
+                config.notify_smtp_url.get_secret_value(), config.notify_email_from, config.notify_emails
+            )
+        )
+    return notifiers
+
+
+class NotifyActivities:
+    """``notify.send`` over the worker's notifiers and one ledger."""
+
+    def __init__(self, notifiers: list[Notifier], ledger: NotificationLedger) -> None:
+        self.notifiers = notifiers
+        self.ledger = ledger
+
+    @activity.defn(name="notify.send")
+    @activity_boundary
+    async def send(self, input: NotifyInput) -> NotifyResult:
+        """Deliver ``input`` through each notifier that has not taken its key yet, recording each one
+        as it takes it: a retry (one notifier down, a worker lost) sends only what is missing."""
+        result = NotifyResult()
+        text = message_text(input)
+        for notifier in self.notifiers:
+            if await asyncio.to_thread(self.ledger.taken, input.key, notifier.channel):
+                result.repeated.append(notifier.channel)
+                continue
+            await notifier.send(input, text)
+            await asyncio.to_thread(self.ledger.record, input.key, notifier.channel)
+            result.sent.append(notifier.channel)
+            if isinstance(notifier, EmailNotifier):
+                result.unaddressed = notifier.recipients(input)[1]
+        return result
