@@ -43,6 +43,7 @@ from temporalio.exceptions import ApplicationError, FailureError
 from security.redact import redact, redact_value
 
 Retryable = Literal["yes", "no", "unknown"]
+log = structlog.get_logger("agent_worker.activity")
 
 
 class AgentWorkerError(Exception):
@@ -207,11 +208,21 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
+def with_takeover(result: T, takeover: float | None) -> T:
+    """``result`` with ``takeover_seconds`` set, when its type records one (``CommandRecord``,
+    ``TurnResult``) and this attempt took over from a lost worker."""
+    if takeover is None or not isinstance(result, pydantic.BaseModel):
+        return result
+    if "takeover_seconds" not in type(result).model_fields:
+        return result
+    return result.model_copy(update={"takeover_seconds": takeover})
+
+
 def activity_boundary(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
     """The edge of every activity: bind the task id, run id, activity and attempt to every log line,
     heartbeat while it runs (so a dead worker is noticed within the heartbeat timeout and cancellations
     arrive), and translate the package's errors (and invalid payloads) into ``ApplicationError``s."""
-    from activities.heartbeat import heartbeating
+    from activities.heartbeat import heartbeating, taken_over_after
 
     @functools.wraps(fn)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
@@ -224,10 +235,14 @@ def activity_boundary(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]
                 "activity": info.activity_type,
                 "attempt": info.attempt,
             }
+        takeover = taken_over_after()
         try:
             with structlog.contextvars.bound_contextvars(**context):
+                if takeover is not None:
+                    log.info("took over from a lost worker", seconds_since_its_last_heartbeat=takeover)
                 async with heartbeating():
-                    return await fn(*args, **kwargs)
+                    result = await fn(*args, **kwargs)
+            return with_takeover(result, takeover)
         except AgentWorkerError as err:
             translated = ApplicationError(
                 str(err),

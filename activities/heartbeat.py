@@ -4,23 +4,54 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import socket
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from temporalio import activity
 
+# This process, as a heartbeat names it: a retry that finds another process's heartbeat took over
+# the work of a worker that stopped answering.
+PROCESS = f"{os.getpid()}@{socket.gethostname()}"
+
+
+def beat_details() -> dict[str, Any]:
+    """What each heartbeat records by default: when, and from which process."""
+    return {"at": time.time(), "process": PROCESS}
+
+
+def taken_over_after() -> float | None:
+    """Seconds from the last heartbeat of this activity's previous attempt, made by another process,
+    to now (this attempt's start): the takeover time after a worker loss. None on a first attempt, in
+    a local activity, or when the previous attempt left no heartbeat from another process."""
+    if not activity.in_activity():
+        return None
+    info = activity.info()
+    if info.is_local or info.attempt <= 1 or not info.heartbeat_details:
+        return None
+    last = info.heartbeat_details[-1]
+    if (
+        not isinstance(last, dict)
+        or not isinstance(last.get("at"), int | float)
+        or last.get("process") == PROCESS
+    ):
+        return None
+    return round(max(0.0, time.time() - float(last["at"])), 3)
+
 
 @contextlib.asynccontextmanager
-async def heartbeating(every: float = 2.0, details: Callable[[], Any] | None = None) -> AsyncIterator[None]:
-    """Heartbeat every ``every`` seconds while the block runs (no-op outside an activity, and in a
-    local activity, which has no heartbeats)."""
+async def heartbeating(every: float = 2.0, details: Callable[[], Any] = beat_details) -> AsyncIterator[None]:
+    """Heartbeat every ``every`` seconds while the block runs, with ``details()`` (no-op outside an
+    activity, and in a local activity, which has no heartbeats)."""
     if not activity.in_activity() or activity.info().is_local:
         yield
         return
 
     async def beat() -> None:
         while True:
-            activity.heartbeat(*(() if details is None else (details(),)))
+            activity.heartbeat(details())
             await asyncio.sleep(every)
 
     task = asyncio.create_task(beat())

@@ -3,8 +3,9 @@
 For the tasks closed in the window (from Temporal visibility, narrowed by ``--task-queue``): how many,
 how many **accepted** (completed, with complete evidence: every write confirmed by lookup) and how
 many wasted (rejected, failed, handed off, cancelled), the acceptance rate, end-to-end time (p50,
-p95), time working against time waiting for a human (from each task's usage), and the model cost, in
-total and per accepted deliverable.
+p95), time working against time waiting for a human (from each task's usage), the model cost, in
+total and per accepted deliverable, and the turns and commands taken over from a lost worker (how
+many, and their mean time from its last heartbeat to resuming elsewhere).
 """
 
 from __future__ import annotations
@@ -41,6 +42,13 @@ class AgentReport:
     active_seconds: float = 0.0
     waiting_seconds: float = 0.0
     cost_usd: float = 0.0
+    takeovers: int = 0
+    takeover_seconds: float = 0.0
+
+    @property
+    def takeover_mean_seconds(self) -> float | None:
+        """Mean time from a lost worker's last heartbeat to its work resuming elsewhere."""
+        return self.takeover_seconds / self.takeovers if self.takeovers else None
 
     @property
     def acceptance_rate(self) -> float:
@@ -55,6 +63,7 @@ class AgentReport:
             **asdict(self),
             "acceptance_rate": self.acceptance_rate,
             "cost_per_accepted_usd": self.cost_per_accepted_usd,
+            "takeover_mean_seconds": self.takeover_mean_seconds,
         }
 
 
@@ -91,16 +100,18 @@ async def cmd_report(args: argparse.Namespace, ctx: CliContext, out: TextIO | No
         return 0
     print(
         f"{'agent':20} {'tasks':>6} {'accepted':>9} {'e2e p50':>8} {'e2e p95':>8} "
-        f"{'active':>8} {'waiting':>8} {'cost/accepted':>14}",
+        f"{'active':>8} {'waiting':>8} {'cost/accepted':>14} {'takeovers':>14}",
         file=out,
     )
     for e in agents:
         per = f"${e.cost_per_accepted_usd:.4f}" if e.cost_per_accepted_usd is not None else "-"
         times = (e.end_to_end_p50_seconds, e.end_to_end_p95_seconds, e.active_seconds, e.waiting_seconds)
+        mean = e.takeover_mean_seconds
+        takeovers = f"{e.takeovers} x {mean:.1f}s" if mean is not None else "0"
         print(
             f"{e.agent:20} {e.tasks:>6} {e.acceptance_rate:>8.0%} "
             + " ".join(f"{t:>7.1f}s" for t in times)
-            + f" {per:>14}",
+            + f" {per:>14} {takeovers:>14}",
             file=out,
         )
     if not agents:
@@ -143,6 +154,8 @@ async def report(tasks: Any, since: datetime, *, task_queue: str | None = None) 
         entry.active_seconds += result.usage.active_seconds
         entry.waiting_seconds += result.usage.waiting_seconds
         entry.cost_usd += result.usage.cost_usd
+        entry.takeovers += result.usage.takeovers
+        entry.takeover_seconds += result.usage.takeover_seconds
     for agent, entry in by_agent.items():
         spans = sorted(durations.get(agent, []))
         if spans:

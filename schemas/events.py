@@ -61,6 +61,7 @@ class EventType(StrEnum):
     CONTEXT_COMPACTED = "context.compacted"
     EVIDENCE_ARCHIVED = "evidence.archived"
     DISPATCH_MOVED = "dispatch.moved"
+    WORK_TAKEN_OVER = "work.taken_over"  # a turn or command resumed elsewhere after a worker loss
     TASK_FINISHED = "task.finished"
 
 

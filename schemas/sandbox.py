@@ -146,6 +146,11 @@ class CommandRecord(BaseModel):
         description="The sandbox this command created (``ExecInput.create``); None when it ran in the "
         "task's sandbox. The task takes it into its state and clears it here.",
     )
+    takeover_seconds: float | None = Field(
+        default=None,
+        description="This attempt took over from a worker lost mid-command: seconds from that worker's "
+        "last heartbeat to this attempt's start. None: no worker was lost.",
+    )
 
 
 class DestroySandboxInput(BaseModel):

@@ -240,6 +240,12 @@ class Usage(BaseModel):
     provider: str | None = Field(default=None, description="The provider of that model.")
     api: str | None = Field(default=None, description="The API that model was called through.")
     runs: int = Field(default=1, description="Workflow runs so far (continue-as-new starts a new one).")
+    takeovers: int = Field(default=0, description="Turns and commands taken over from a lost worker.")
+    takeover_seconds: float = Field(
+        default=0.0,
+        description="Their time from the lost worker's last heartbeat to the work resuming elsewhere, "
+        "summed.",
+    )
 
 
 class DelegationRecord(BaseModel):

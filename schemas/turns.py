@@ -148,6 +148,11 @@ class TurnResult(BaseModel):
         description=f"The turn's read-only tool calls, the first {MAX_TOOL_CALL_RECORDS}.",
     )
     tool_calls_dropped: int = Field(default=0, description="Read-only tool calls past the cap, counted.")
+    takeover_seconds: float | None = Field(
+        default=None,
+        description="This attempt took over from a worker lost mid-turn: seconds from its last heartbeat "
+        "to this attempt's start. None: no worker was lost.",
+    )
     mcp_catalog_ref: str | None = Field(
         default=None, pattern=DIGEST_PATTERN, description="The MCP tools the turn saw, for the next turns."
     )

@@ -15,6 +15,10 @@ agent_worker_approvals_requested           counter    tool
 agent_worker_approvals_decided             counter    tool, decision (pending = requested - decided)
 agent_worker_approvals_ignored             counter
 agent_worker_approval_wait_seconds         histogram  tool
+agent_worker_approvals_reminded            counter    tool (a rule's sla reminded the approvers)
+agent_worker_approvals_escalated           counter    tool (...escalated to its next group)
+agent_worker_takeover_seconds              histogram  agent, tenant, work (turn | command): from a lost
+                                                      worker's last heartbeat to the work resuming
 agent_worker_model_calls                   counter    model, replayed
 agent_worker_model_tokens                  counter    model, kind (input | output)
 agent_worker_model_cost_microusd           counter    model

@@ -76,6 +76,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.placement import Placement, at_home, home_unanswered
     from workflows.policy import evaluate
     from workflows.sla import ApprovalClock
+    from workflows.takeover import record_takeover
     from workflows.threads import first_message
 
 EVENT_TAIL = 100
@@ -152,6 +153,7 @@ class AgentTaskWorkflow:
             emit_ignored=self.emit_ignored,
             set_phase=self.set_phase,
         )
+        self.context = context
         self.placement = Placement(context)
         self.approvals = ApprovalDesk(context)
         self.sla = ApprovalClock(context, publish=self.publish)
@@ -413,6 +415,7 @@ class AgentTaskWorkflow:
         usage.model = result.model or usage.model
         usage.provider, usage.api = result.usage.provider or usage.provider, result.usage.api or usage.api
         self.evidence_keeper.record_tool_calls(result)
+        record_takeover(self.context, "turn", result.takeover_seconds, turn=turn)
         if result.compacted is not None:
             # Data only (the turn did it): the replaced items are among the turn's artifacts.
             self.emit(EventType.CONTEXT_COMPACTED, turn=turn, **result.compacted.model_dump(mode="json"))

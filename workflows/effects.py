@@ -69,6 +69,7 @@ with workflow.unsafe.imports_passed_through():
         SETTLE_CANCELLED_WRITE_PATCH,
     )
     from workflows.placement import Placement, at_home, home_of, home_unanswered
+    from workflows.takeover import record_takeover
     from workflows.tool_effects import ToolEffects
 
 
@@ -402,6 +403,7 @@ class EffectRunner:
         state.commands.append(record)
         state.artifacts.extend(a for a in record.outputs if a not in state.artifacts)
         state.usage.sandbox_seconds += record.duration_ms / 1000
+        record_takeover(self.task, "command", record.takeover_seconds, call_id=action.call_id)
         self.task.emit(
             EventType.SANDBOX_EXEC,
             call_id=action.call_id,

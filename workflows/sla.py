@@ -18,6 +18,7 @@ with workflow.unsafe.imports_passed_through():
     from schemas.approvals import ApprovalRequest
     from schemas.events import EventType
     from schemas.notify import NotificationKind, NotifyInput
+    from telemetry import metrics
     from workflows import options
     from workflows.context import TaskContext
     from workflows.handoff import HandOff
@@ -136,6 +137,10 @@ class ApprovalClock:
             reason=request.reason,
         )
         event = EventType.APPROVAL_REMINDED if kind == "reminder" else EventType.APPROVAL_ESCALATED
+        metrics.workflow_counter(
+            "agent_worker_approvals_reminded" if kind == "reminder" else "agent_worker_approvals_escalated",
+            tool=request.action.tool,
+        )
         summary = f"{kind} for {request.request_id} to {', '.join(recipients)}"
         try:
             result = await workflow.execute_activity_method(
