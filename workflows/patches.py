@@ -76,8 +76,8 @@ SANDBOX_HOME_PATCH = "sandbox-home-queue"
 MINIMUM_ROUND_TRIPS_PATCH = "minimum-round-trips"
 # A policy rule's ``sla``: reminders and escalation to a next approver group on durable timers, each
 # notified once (``notify.send``), its own deadline, and ``on_expiry: continue`` (the model is told
-# "expired, unanswered"). Asked only while a pending request has an sla, which no earlier run had.
-# 0.1.0, 2026-12-03, the commit that adds this line.
+# "expired, unanswered"). Asked at the start (PATCHES_AT_START) and while a request with an sla waits.
+# 0.1.0, 2026-12-03, 67b23d7.
 APPROVAL_SLA_PATCH = "approval-sla"
 
 # Asked once at the start of every run that has ``MINIMUM_ROUND_TRIPS_PATCH``, before its first local
@@ -105,6 +105,7 @@ PATCHES_AT_START = (
     INTERRUPT_PATCH,
     MCP_UNAVAILABLE_PATCH,
     SANDBOX_HOME_PATCH,
+    APPROVAL_SLA_PATCH,
 )
 
 
