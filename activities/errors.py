@@ -152,10 +152,12 @@ class SandboxError(AgentWorkerError):
         operation: str = "",
         retryable: Retryable = "unknown",
         sandbox_id: str = "",
+        details: dict[str, object] | None = None,
     ) -> None:
         super().__init__(message, operation=operation, retryable=retryable)
         self.code = code
         self.sandbox_id = sandbox_id  # the sandbox it is about, when the task may not know it yet
+        self.details = details or {}  # more for the task, in the failure's details
 
 
 class NotifyError(AgentWorkerError):
@@ -222,7 +224,7 @@ def activity_boundary(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]
     """The edge of every activity: bind the task id, run id, activity and attempt to every log line,
     heartbeat while it runs (so a dead worker is noticed within the heartbeat timeout and cancellations
     arrive), and translate the package's errors (and invalid payloads) into ``ApplicationError``s."""
-    from activities.heartbeat import heartbeating, taken_over_after
+    from activities.heartbeat import beat_details, heartbeating, taken_over_after
 
     @functools.wraps(fn)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
@@ -240,14 +242,17 @@ def activity_boundary(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]
             with structlog.contextvars.bound_contextvars(**context):
                 if takeover is not None:
                     log.info("took over from a lost worker", seconds_since_its_last_heartbeat=takeover)
-                async with heartbeating():
+                # An activity class may name what its heartbeats carry too (``heartbeat_note``).
+                note = getattr(args[0], "heartbeat_note", None) if args else None
+                async with heartbeating(details=lambda: {**beat_details(), **(note or {})}):
                     result = await fn(*args, **kwargs)
             return with_takeover(result, takeover)
         except AgentWorkerError as err:
             translated = ApplicationError(
                 str(err),
                 {"code": err.code, "operation": err.operation, "retryable": err.retryable}
-                | ({"sandbox_id": err.sandbox_id} if getattr(err, "sandbox_id", "") else {}),
+                | ({"sandbox_id": err.sandbox_id} if getattr(err, "sandbox_id", "") else {})
+                | getattr(err, "details", {}),
                 type=err.code,
                 non_retryable=err.retryable == "no",
             )

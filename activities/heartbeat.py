@@ -22,21 +22,24 @@ def beat_details() -> dict[str, Any]:
     return {"at": time.time(), "process": PROCESS}
 
 
-def taken_over_after() -> float | None:
-    """Seconds from the last heartbeat of this activity's previous attempt, made by another process,
-    to now (this attempt's start): the takeover time after a worker loss. None on a first attempt, in
-    a local activity, or when the previous attempt left no heartbeat from another process."""
+def previous_beat() -> dict[str, Any] | None:
+    """The last heartbeat's details of this activity's previous attempt (None on a first attempt,
+    in a local activity, or when it left none of ours)."""
     if not activity.in_activity():
         return None
     info = activity.info()
     if info.is_local or info.attempt <= 1 or not info.heartbeat_details:
         return None
     last = info.heartbeat_details[-1]
-    if (
-        not isinstance(last, dict)
-        or not isinstance(last.get("at"), int | float)
-        or last.get("process") == PROCESS
-    ):
+    return last if isinstance(last, dict) else None
+
+
+def taken_over_after() -> float | None:
+    """Seconds from the last heartbeat of this activity's previous attempt, made by another process,
+    to now (this attempt's start): the takeover time after a worker loss. None on a first attempt, in
+    a local activity, or when the previous attempt left no heartbeat from another process."""
+    last = previous_beat()
+    if last is None or not isinstance(last.get("at"), int | float) or last.get("process") == PROCESS:
         return None
     return round(max(0.0, time.time() - float(last["at"])), 3)
 

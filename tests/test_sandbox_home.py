@@ -277,3 +277,48 @@ async def test_a_destroy_its_host_never_takes_leaves_the_sandbox_to_that_host_s_
         lost=0,
         leftover=0,
     )
+
+
+async def test_a_first_command_retried_after_its_host_died_goes_back_to_that_host(
+    hosts: tuple[TaskEnv, TaskEnv], fleet: Fleet, record_property: Record
+) -> None:
+    """The task's first command makes its sandbox on A; A is SIGKILLed while it runs. The retry, taken
+    by B, finds from the lost attempt's heartbeat that the sandbox was begun on A and sends the command
+    to A's home queue instead of making a second sandbox on B; A restarted runs it there. No sandbox
+    is ever made on B, none is left on A."""
+    a, b = hosts
+    first_a = await fleet.start("a-1", a)
+    handle = await a.start({"agent": "shell", "prompt": "run: sleep 6; echo done"})
+    deadline = time.monotonic() + 60
+    while not sandboxes_on(a):
+        assert time.monotonic() < deadline, "the first command never made its sandbox"
+        await asyncio.sleep(0.2)
+    await asyncio.sleep(2)  # the running command's heartbeats reach the server
+    await fleet.start("b", b)
+    await fleet.kill("a-1")
+    # A stays down until B has taken the retry (after the heartbeat timeout) and sent it back.
+    deadline = time.monotonic() + 60
+    while "sandbox_begun_elsewhere" not in (await handle.fetch_history()).to_json():
+        assert time.monotonic() < deadline, "B never sent the retried command back to A"
+        await asyncio.sleep(0.5)
+    assert sandboxes_on(b) == []
+    second_a = await fleet.start("a-2", a)
+    result: TaskResult = await asyncio.wait_for(handle.result(), 120)
+
+    assert result.phase is TaskPhase.COMPLETED, result.reason
+    assert "done" in (result.final_output or "")
+    history = await assert_replays(a.client, handle.id)
+    # (the worker that ran an activity's last attempt) the first command's: B, which sent it back;
+    # then the command on A's home queue: A restarted.
+    ran = started_by(history)
+    assert ran[:2] == [("sandbox.exec", str(fleet.procs["b"].pid)), ("sandbox.exec", str(second_a.pid))]
+    assert first_a.pid != second_a.pid
+    assert sandboxes_on(b) == [] and sandboxes_on(a) == []
+    assert "sandbox.lost" not in history
+    record(
+        record_property,
+        observed="A killed mid first command: the retry went back to A's queue; no second sandbox",
+        duplicates=0,
+        lost=0,
+        leftover=len(sandboxes_on(a)) + len(sandboxes_on(b)),
+    )

@@ -300,21 +300,68 @@ class EffectRunner:
         come meanwhile wait for the sandbox it makes (``sandbox_lock``)."""
         async with self.sandbox_lock:
             state = self.task.state
-            record = await self.placement.execute(
-                "sandbox",
-                SandboxActivities.exec,
-                self.exec_input(action, command, None),
-                options.SANDBOX_EXEC,
-                summary=f"{action.tool} ({action.call_id}) in a new sandbox "
-                f"(backend {self.task.valid_spec.sandbox.backend.value})",
-                start_to_close=timedelta(seconds=seconds) + options.SANDBOX_CREATE_GRACE + options.EXEC_GRACE,
+            summary = (
+                f"{action.tool} ({action.call_id}) in a new sandbox "
+                f"(backend {self.task.valid_spec.sandbox.backend.value})"
             )
+            start_to_close = timedelta(seconds=seconds) + options.SANDBOX_CREATE_GRACE + options.EXEC_GRACE
+            exec_input = self.exec_input(action, command, None)
+            try:
+                record = await self.placement.execute(
+                    "sandbox",
+                    SandboxActivities.exec,
+                    exec_input,
+                    options.SANDBOX_EXEC,
+                    summary=summary,
+                    start_to_close=start_to_close,
+                )
+            except ActivityError as err:
+                if failure_code(err) != "sandbox_begun_elsewhere":
+                    raise
+                record = await self.exec_where_begun(err, exec_input, summary, start_to_close)
             sandbox, record.sandbox = record.sandbox, None
             if sandbox is None:  # an older worker took it and ran it in a sandbox it had
                 raise AssertionError("sandbox.exec with a create returned no sandbox")
             state.sandbox = sandbox
             self.created(sandbox)
             return record
+
+    async def exec_where_begun(
+        self, err: ActivityError, exec_input: ExecInput, summary: str, start_to_close: timedelta
+    ) -> CommandRecord:
+        """The first command's attempt that was lost had begun the sandbox on another host: run the
+        command there (that host finds what it began), so no second sandbox is made and the first left
+        behind. A host that does not take it within its wait has lost it (its reaper removes it): the
+        command then makes the sandbox wherever it runs."""
+        queue = failure_detail(err, "home_queue")
+        wait = failure_detail(err, "home_wait_seconds")
+        home = home_of(queue, float(wait) if wait else None)
+        try:
+            return await self.placement.execute(
+                "sandbox",
+                SandboxActivities.exec,
+                exec_input,
+                options.SANDBOX_EXEC,
+                summary=f"{summary} (on {queue}, where it was begun)",
+                start_to_close=start_to_close,
+                home=home,
+            )
+        except ActivityError as lost:
+            if home is None or not home_unanswered(lost):
+                raise
+            self.task.emit(
+                EventType.SANDBOX_LEFT,
+                home_queue=queue,
+                reason=f"its host did not take the command within {home.wait}; its reaper removes it",
+            )
+            return await self.placement.execute(
+                "sandbox",
+                SandboxActivities.exec,
+                exec_input,
+                options.SANDBOX_EXEC,
+                summary=summary,
+                start_to_close=start_to_close,
+            )
 
     def created(self, sandbox: SandboxRef) -> None:
         self.task.emit(

@@ -13,6 +13,7 @@ from temporalio import activity
 
 from activities.artifacts import ArtifactStore
 from activities.errors import SandboxError, activity_boundary
+from activities.heartbeat import previous_beat
 from activities.sandbox.base import Sandbox
 from schemas.digests import canonical_json
 from schemas.sandbox import (
@@ -58,6 +59,8 @@ class SandboxActivities:
         # This host's own queue (``<queue>.sandbox@<host id>``), recorded in every host-local sandbox
         # it creates, so that the task sends that sandbox's commands and destroy back here.
         self.home_queue, self.home_wait_seconds = home_queue, home_wait_seconds
+        # Every heartbeat names this host: a retried first command finds where its sandbox was begun.
+        self.heartbeat_note = {"home_queue": home_queue, "home_wait_seconds": home_wait_seconds}
         # What ``auto`` means on this worker: the given default, else the first of docker, e2b, process
         # that it has (a worker offers process only when it names it); None: auto is refused, because
         # of ``unavailable``.
@@ -138,6 +141,19 @@ class SandboxActivities:
         if input.create is None:
             raise SandboxError(
                 "sandbox.exec needs a sandbox or a create", code="sandbox_missing", operation="sandbox.exec"
+            )
+        begun = previous_beat() or {}
+        home = begun.get("home_queue")
+        backend = self._backend(input.create.spec.backend, "sandbox.create").backend
+        if backend in HOST_LOCAL and isinstance(home, str) and home != self.home_queue:
+            # An earlier attempt (its worker lost) may have made the sandbox on its host: the command
+            # goes there, rather than make a second one here and leave that one behind.
+            raise SandboxError(
+                f"an earlier attempt of this command began the sandbox on {home}; it runs there",
+                code="sandbox_begun_elsewhere",
+                operation="sandbox.exec",
+                retryable="no",
+                details={"home_queue": home, "home_wait_seconds": begun.get("home_wait_seconds")},
             )
         sandbox = await self._creating(input.create)
         try:
