@@ -68,7 +68,7 @@ with workflow.unsafe.imports_passed_through():
         SANDBOX_HOME_PATCH,
         SETTLE_CANCELLED_WRITE_PATCH,
     )
-    from workflows.placement import Placement, at_home, home_of, home_unanswered
+    from workflows.placement import Home, Placement, at_home, home_of, home_unanswered
     from workflows.takeover import record_takeover
     from workflows.tool_effects import ToolEffects
 
@@ -307,14 +307,7 @@ class EffectRunner:
             start_to_close = timedelta(seconds=seconds) + options.SANDBOX_CREATE_GRACE + options.EXEC_GRACE
             exec_input = self.exec_input(action, command, None)
             try:
-                record = await self.placement.execute(
-                    "sandbox",
-                    SandboxActivities.exec,
-                    exec_input,
-                    options.SANDBOX_EXEC,
-                    summary=summary,
-                    start_to_close=start_to_close,
-                )
+                record = await self.exec_first(exec_input, summary, start_to_close)
             except ActivityError as err:
                 if failure_code(err) != "sandbox_begun_elsewhere":
                     raise
@@ -337,14 +330,8 @@ class EffectRunner:
         wait = failure_detail(err, "home_wait_seconds")
         home = home_of(queue, float(wait) if wait else None)
         try:
-            return await self.placement.execute(
-                "sandbox",
-                SandboxActivities.exec,
-                exec_input,
-                options.SANDBOX_EXEC,
-                summary=f"{summary} (on {queue}, where it was begun)",
-                start_to_close=start_to_close,
-                home=home,
+            return await self.exec_first(
+                exec_input, f"{summary} (on {queue}, where it was begun)", start_to_close, home=home
             )
         except ActivityError as lost:
             if home is None or not home_unanswered(lost):
@@ -354,14 +341,22 @@ class EffectRunner:
                 home_queue=queue,
                 reason=f"its host did not take the command within {home.wait}; its reaper removes it",
             )
-            return await self.placement.execute(
-                "sandbox",
-                SandboxActivities.exec,
-                exec_input,
-                options.SANDBOX_EXEC,
-                summary=summary,
-                start_to_close=start_to_close,
-            )
+            return await self.exec_first(exec_input, summary, start_to_close)
+
+    async def exec_first(
+        self, exec_input: ExecInput, summary: str, start_to_close: timedelta, home: Home | None = None
+    ) -> CommandRecord:
+        """One ``sandbox.exec`` of the first command (its input carries the create), at ``home`` or
+        wherever a sandbox worker takes it."""
+        return await self.placement.execute(
+            "sandbox",
+            SandboxActivities.exec,
+            exec_input,
+            options.SANDBOX_EXEC,
+            summary=summary,
+            start_to_close=start_to_close,
+            home=home,
+        )
 
     def created(self, sandbox: SandboxRef) -> None:
         self.task.emit(
