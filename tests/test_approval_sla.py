@@ -10,7 +10,6 @@ import asyncio
 import json
 import os
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ from schemas.notify import NotifyInput
 from schemas.tasks import TaskPhase, TaskResult
 from schemas.validation import InvalidPayload, parse_task_input
 from tests.helpers.receivers import SmtpReceiver, smtp_receiver, webhook_receiver
-from tests.helpers.support import TaskEnv, assert_replays, example_spec, spawn_worker
+from tests.helpers.support import TaskEnv, assert_replays, example_spec, spawn_worker, until
 from workflows import AgentTaskWorkflow
 
 EMAILS = {"finance-lead": "fl@example.com", "cfo": "cfo@example.com"}
@@ -59,13 +58,6 @@ async def completed_notifications(handle: Any) -> int:
     )
 
 
-async def until(check: Any, within: float, what: str) -> None:
-    deadline = time.monotonic() + within
-    while not await check():
-        assert time.monotonic() < deadline, f"{what} did not happen within {within} s"
-        await asyncio.sleep(0.2)
-
-
 async def test_reminder_and_escalation_arrive_once_each_across_a_worker_kill_and_expiry_tells_the_model(
     config_env: TaskEnv, tmp_path: Path
 ) -> None:
@@ -90,8 +82,8 @@ async def test_reminder_and_escalation_arrive_once_each_across_a_worker_kill_and
         handle = await config_env.start(spec)
         second = None
         try:
-            await until(lambda: _true(hook.kinds() == ["reminder"]), 60, "the reminder")
-            await until(lambda: _count_at_least(handle, 1), 30, "the reminder's completion")
+            await until(lambda: hook.kinds() == ["reminder"], 60, "the reminder")
+            await until(lambda: completed_notifications(handle), 30, "the reminder's completion")
             os.killpg(first.pid, signal.SIGKILL)
             await asyncio.to_thread(first.wait, 10)
             second = spawn_worker(config_env, tmp_path / "worker-2.log", **notify_env)
@@ -129,14 +121,6 @@ async def test_reminder_and_escalation_arrive_once_each_across_a_worker_kill_and
         "email",
     ]
     await assert_replays(config_env.client, handle.id)
-
-
-async def _true(value: bool) -> bool:
-    return value
-
-
-async def _count_at_least(handle: Any, n: int) -> bool:
-    return await completed_notifications(handle) >= n
 
 
 async def test_after_escalation_the_next_group_may_decide_and_before_it_may_not(env: TaskEnv) -> None:

@@ -24,7 +24,15 @@ from cli.sandboxes import REAPER_SCHEDULE_ID, schedule_reaper
 from schemas.sandbox import CreateSandboxInput, ReapInput, SandboxBackend, SandboxSpec
 from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.matrix import Record, leftover_sandboxes, record
-from tests.helpers.support import DevServer, TaskEnv, example_spec, make_config, running_worker, spawn_worker
+from tests.helpers.support import (
+    DevServer,
+    TaskEnv,
+    example_spec,
+    make_config,
+    running_worker,
+    spawn_worker,
+    until,
+)
 from workflows import AgentTaskWorkflow
 
 
@@ -34,13 +42,6 @@ def containers_of(task_id: str) -> list[str]:
         c.id
         for c in docker.from_env().containers.list(all=True, filters={"label": f"{LABEL_TASK}={task_id}"})
     ]
-
-
-async def wait_for(predicate, within: float = 30.0, message: str = "condition") -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + within
-    while not await asyncio.to_thread(predicate):
-        assert time.monotonic() < deadline, f"timed out waiting for {message}"
-        await asyncio.sleep(0.1)
 
 
 @pytest.fixture
@@ -87,11 +88,12 @@ async def test_cancel_during_a_long_command_stops_it_and_removes_the_container(
     """Cancel while `sleep 300` runs: the command stops, the container and its volume are removed, and
     the time from cancel to clean is recorded."""
     handle = await docker_env.start({"agent": "shell", "prompt": "run: touch started && sleep 300"})
-    await wait_for(lambda: len(containers_of(handle.id)) == 1, message="the container")
+    await until(lambda: len(containers_of(handle.id)) == 1, within=30, what="the container")
     container = docker.from_env().containers.get(containers_of(handle.id)[0])
-    await wait_for(
+    await until(
         lambda: container.exec_run(["test", "-e", "/sandbox/work/started"]).exit_code == 0,
-        message="the command",
+        within=30,
+        what="the command",
     )
     cancelled_at = time.monotonic()
     await handle.cancel()
@@ -128,12 +130,13 @@ async def test_sigkill_during_a_command_reuses_the_same_container(
         handle = await env.start(
             {"agent": "shell", "prompt": "run: echo attempt >> attempts && sleep 4 && cat attempts"}
         )
-        await wait_for(lambda: len(containers_of(handle.id)) == 1, within=60, message="the container")
+        await until(lambda: len(containers_of(handle.id)) == 1, within=60, what="the container")
         [container_id] = containers_of(handle.id)
         container = docker.from_env().containers.get(container_id)
-        await wait_for(
+        await until(
             lambda: container.exec_run(["test", "-e", "/sandbox/work/attempts"]).exit_code == 0,
-            message="the command",
+            within=30,
+            what="the command",
         )
         os.kill(first.pid, signal.SIGKILL)
         await asyncio.to_thread(first.wait, 10)
@@ -142,13 +145,13 @@ async def test_sigkill_during_a_command_reuses_the_same_container(
             first.kill()
     second = spawn_worker(env, tmp_path / "worker-2.log")
     try:
-        await wait_for(
+        await until(
             lambda: (
                 container.exec_run(["sh", "-c", "test $(wc -l < /sandbox/work/attempts) -ge 2"]).exit_code
                 == 0
             ),
             within=60,
-            message="the retried command",
+            what="the retried command",
         )
         assert containers_of(handle.id) == [container_id]  # the retry ran in the same container
         result: TaskResult = await asyncio.wait_for(handle.result(), 60)
@@ -204,7 +207,7 @@ async def test_reaper_removes_orphans_and_leaves_live_tasks_alone(
     schedule = docker_env.client.get_schedule_handle(REAPER_SCHEDULE_ID)
     try:
         await schedule.trigger()
-        await wait_for(lambda: containers_of(ghost) == [], within=60, message="the scheduled reaper")
+        await until(lambda: containers_of(ghost) == [], within=60, what="the scheduled reaper")
     finally:
         await schedule.delete()
     assert containers_of(live.id) == [live_container]

@@ -13,7 +13,7 @@ import signal
 import statistics
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,17 +36,9 @@ from tests.helpers.support import (
     make_config,
     running_worker,
     spawn_worker,
+    until,
 )
 from workflows import AgentTaskWorkflow
-
-
-async def until(predicate: Callable[[], Any], within: float, what: str) -> Any:
-    """Poll ``predicate`` (sync, run in a thread) until it returns something truthy."""
-    deadline = time.monotonic() + within
-    while not (value := await asyncio.to_thread(predicate)):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.1)
-    return value
 
 
 def events_of(status: TaskStatus, kind: str) -> list[Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
 import os
 import signal
@@ -270,6 +271,20 @@ async def sigkill(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL a worker process (as a host loss does) and wait until it is gone."""
     os.kill(proc.pid, signal.SIGKILL)
     assert await asyncio.to_thread(proc.wait, 10) == -signal.SIGKILL
+
+
+async def until(predicate: Callable[[], Any], within: float, what: str) -> Any:
+    """Poll ``predicate`` until it returns something truthy, and return that. It runs in a thread (it
+    may block: docker, files); when it returns an awaitable (an async check), that is awaited here."""
+    deadline = time.monotonic() + within
+    while True:
+        value = await asyncio.to_thread(predicate)
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.1)
 
 
 def decision(request: ApprovalRequest, kind: str, principal: str, **fields: Any) -> dict[str, Any]:
