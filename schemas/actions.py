@@ -104,8 +104,20 @@ class McpCall(BaseModel):
     max_attempts: int = Field(default=5, ge=1, le=100)
 
 
+class BudgetRaise(BaseModel):
+    """A task's request to extend a budget it used up (``Budgets.extension``): not a model's tool
+    call but the task's own, decided like any approval; approved, ``budget``'s limit grows by ``add``."""
+
+    kind: Literal["budget.extend"] = "budget.extend"
+    budget: str = Field(min_length=1, description="The `Budgets` field, e.g. max_cost_usd.")
+    limit: float
+    used: float
+    add: float = Field(gt=0)
+
+
 Operation = Annotated[
-    SandboxCommand | BusinessWrite | Delegation | FunctionCall | McpCall, Field(discriminator="kind")
+    SandboxCommand | BusinessWrite | Delegation | FunctionCall | McpCall | BudgetRaise,
+    Field(discriminator="kind"),
 ]
 
 

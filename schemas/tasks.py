@@ -147,8 +147,44 @@ THREAD_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 MAX_DURATION_SECONDS = 10 * 365 * 24 * 3600
 
 
+class BudgetExtension(BaseModel):
+    """Who may extend a task's budget when it runs out, and by how much: at a hard limit the task asks
+    ``approvers`` (an approval request like any other: signed, version-bound, re-authorized) instead of
+    handing off. Approved, the limit grows by its ``add_*`` (or by the approver's edit of ``add``);
+    rejected or unanswered, the task hands off, explained."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    approvers: list[str] = Field(min_length=1, description="The principals who may extend it.")
+    add_cost_usd: float | None = Field(default=None, gt=0)
+    add_tokens: int | None = Field(default=None, ge=1)
+    add_model_calls: int | None = Field(default=None, ge=1)
+    add_turns: int | None = Field(default=None, ge=1)
+    times: int = Field(default=1, ge=1, le=100, description="Extensions the task may ask for, at most.")
+    sla: ApprovalSla | None = Field(
+        default=None,
+        description="Reminders, escalation and deadline of the request (none: the task's "
+        "approval_timeout_seconds). Unanswered by its deadline, the task hands off.",
+    )
+
+    def adds(self, budget: str) -> float | None:
+        """What one extension adds to ``budget`` (a ``Budgets`` field name), or None: not extendable."""
+        return {
+            "max_cost_usd": self.add_cost_usd,
+            "max_tokens": self.add_tokens,
+            "max_model_calls": self.add_model_calls,
+            "max_turns": self.add_turns,
+        }.get(budget)
+
+
 class Budgets(BaseModel):
-    """Limits on one task. Reaching one ends the task ``handed_off``, explained."""
+    """Limits on one task. Reaching one ends the task ``handed_off``, explained (or, with an
+    ``extension``, asks for more first).
+
+    A sub-task draws on its parent's budgets: its cost, tokens, model calls and wall time are a
+    reservation from what the parent has left, shared among the sub-tasks the same response starts,
+    and what it spent counts as the parent's (``Usage.sub_task_*``).
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -166,6 +202,18 @@ class Budgets(BaseModel):
     approval_timeout_seconds: float = Field(
         default=7 * 24 * 3600, gt=0, le=MAX_DURATION_SECONDS, description="At most ten years."
     )
+    soft_limit: float | None = Field(
+        default=None,
+        gt=0,
+        lt=1,
+        description="A fraction of a limit (cost, tokens, model calls): past it, the task notifies "
+        "``notify`` once per budget (``budget.soft_limit``) and goes on.",
+    )
+    notify: list[str] = Field(
+        default_factory=list,
+        description="Principals told of a soft limit (none: the extension's approvers, if any).",
+    )
+    extension: BudgetExtension | None = None
 
 
 class TaskSpec(BaseModel):
@@ -246,6 +294,24 @@ class Usage(BaseModel):
         description="Their time from the lost worker's last heartbeat to the work resuming elsewhere, "
         "summed.",
     )
+    sub_tasks: int = Field(default=0, description="Sub-tasks finished (their spend is below).")
+    sub_task_cost_usd: float = Field(default=0.0, description="What the sub-tasks spent, their own included.")
+    sub_task_input_tokens: int = 0
+    sub_task_output_tokens: int = 0
+    sub_task_model_calls: int = 0
+    costliest_turn_usd: float = Field(
+        default=0.0, description="The dearest turn so far: a turn starts only if what is left covers it."
+    )
+    largest_turn_tokens: int = 0
+    largest_turn_calls: int = 0
+
+
+class Reservation(BaseModel):
+    """What a running sub-task may spend of its parent's budgets (None: that budget has no limit)."""
+
+    cost_usd: float | None = None
+    tokens: int | None = None
+    model_calls: int | None = None
 
 
 class DelegationRecord(BaseModel):
@@ -337,6 +403,14 @@ class TaskState(BaseModel):
         "than on their role queues (`workflows.placement`), as the admitting worker said.",
     )
     usage: Usage = Field(default_factory=Usage)
+    budget_added: dict[str, float] = Field(
+        default_factory=dict, description="What approved extensions added, by budget (`Budgets` field)."
+    )
+    extensions: int = Field(default=0, description="Budget extensions asked for so far.")
+    soft_noticed: list[str] = Field(default_factory=list, description="Budgets past their soft limit.")
+    reservations: dict[str, Reservation] = Field(
+        default_factory=dict, description="Running sub-tasks' shares of the budgets, by call id."
+    )
     final_output: str | None = None
     reason: str | None = None
     request_seq: int = 0

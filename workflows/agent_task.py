@@ -54,7 +54,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import bounds, options
     from workflows.approvals import ApprovalDesk
     from workflows.batch import BatchRunner, batch_view
-    from workflows.budgets import exhausted
+    from workflows.budget_tree import BudgetKeeper, is_extension, record_turn
     from workflows.context import TaskContext
     from workflows.decisions import expiry_problem, why_not
     from workflows.effects import EffectRunner
@@ -63,6 +63,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.handoff import HandOff
     from workflows.patches import (
         BOUNDED_PATCH,
+        BUDGET_TREE_PATCH,
         CHECK_EDITS_PATCH,
         DELIVER_EVENTS_PATCH,
         INTERRUPT_PATCH,
@@ -157,7 +158,10 @@ class AgentTaskWorkflow:
         self.placement = Placement(context)
         self.approvals = ApprovalDesk(context)
         self.sla = ApprovalClock(context, publish=self.publish)
-        self.effects = EffectRunner(context, approvals=self.approvals, placement=self.placement)
+        self.budget = BudgetKeeper(context, approvals=self.approvals)
+        self.effects = EffectRunner(
+            context, approvals=self.approvals, placement=self.placement, budget=self.budget
+        )
         self.batch_runner = BatchRunner(context, approvals=self.approvals, effects=self.effects)
         self.evidence_keeper = EvidenceKeeper(context)
         self.delivering = False
@@ -194,6 +198,7 @@ class AgentTaskWorkflow:
         self.lean = workflow.patched(MINIMUM_ROUND_TRIPS_PATCH)
         if self.lean:
             ask_patches_at_start()  # before any local activity (why: ``PATCHES_AT_START``)
+        self.budget.tree = workflow.patched(BUDGET_TREE_PATCH)
         self.threaded = spec.thread is not None and workflow.patched(THREADS_PATCH)
         if self.state.phase is TaskPhase.RECEIVED:
             self.state.started_at = workflow.now()
@@ -235,8 +240,10 @@ class AgentTaskWorkflow:
     async def fail(self, err: ActivityError | ChildWorkflowError | ApplicationError) -> NoReturn:
         """An activity failed for good: end the task ``failed`` and fail the workflow, explained."""
         await self.end(TaskPhase.FAILED, f"{err.message}: {_cause(err)}")
+        # A parent counts what its failed sub-task spent (``workflows.budget_tree``).
+        details = [{"usage": self.state.usage.model_dump(mode="json")}] if self.budget.tree else []
         raise ApplicationError(
-            f"task failed: {self.state.reason}", type="TaskFailed", non_retryable=True
+            f"task failed: {self.state.reason}", *details, type="TaskFailed", non_retryable=True
         ) from err
 
     async def admit(self) -> bool:
@@ -337,22 +344,12 @@ class AgentTaskWorkflow:
 
     # ---- turns ---------------------------------------------------------------------------------
 
-    def check_budgets(self) -> None:
-        """Hand off (explained) when a budget is used up."""
-        spec, state = self.spec, self.state
-        assert spec is not None and state.started_at is not None
-        elapsed = (workflow.now() - state.started_at).total_seconds()
-        used_up = exhausted(spec.budgets, state.usage, elapsed)
-        if used_up is not None:
-            self.emit(
-                EventType.BUDGET_EXHAUSTED, budget=used_up.budget, limit=used_up.limit, used=used_up.used
-            )
-            raise HandOff(used_up.reason)
-
     async def next_turn(self) -> None:
         spec, state = self.spec, self.state
         assert spec is not None
-        self.check_budgets()
+        await self.budget.notice_soft_limits()
+        if not self.budget.check(before_turn=True):
+            return  # a budget ran out: its extension request is in the batch
         turn = state.turn + 1
         follow_ups = len(state.follow_ups)
         self.emit(
@@ -414,6 +411,9 @@ class AgentTaskWorkflow:
         usage.cost_usd += result.usage.cost_usd
         usage.model = result.model or usage.model
         usage.provider, usage.api = result.usage.provider or usage.provider, result.usage.api or usage.api
+        if self.budget.tree:
+            tokens = result.usage.input_tokens + result.usage.output_tokens
+            record_turn(usage, result.usage.cost_usd, tokens, result.usage.model_calls)
         self.evidence_keeper.record_tool_calls(result)
         record_takeover(self.context, "turn", result.takeover_seconds, turn=turn)
         if result.compacted is not None:
@@ -446,7 +446,7 @@ class AgentTaskWorkflow:
             if not state.follow_ups:
                 await self.complete()
             return
-        self.check_budgets()
+        self.budget.check(before_turn=False)
         for action in result.proposed:
             self.emit(
                 EventType.ACTION_PROPOSED,
@@ -495,7 +495,10 @@ class AgentTaskWorkflow:
         """Run the batch of the latest model response (``workflows.batch``), then queue its results
         for the next turn."""
         results = await self.batch_runner.settle(self.wait_for_decisions)
-        self.state.pending_results.extend(results)
+        # A budget extension is the task's own request, not a model's call: the model never sees it.
+        self.budget.settle(self.state.batch)  # or hand off: an extension was not granted
+        ours = {i.action.call_id for i in self.state.batch if is_extension(i)}
+        self.state.pending_results.extend(r for r in results if r.call_id not in ours)
         self.state.batch = []
         assert self.spec is not None
         rejected = [r for r in results if r.status is ActionStatus.REJECTED]
@@ -634,7 +637,7 @@ class AgentTaskWorkflow:
             phase=self.state.phase,
             turn=self.state.turn,
             pending=self.approvals.pending(),
-            budgets=spec.budgets if spec else TaskSpec.model_construct().budgets,
+            budgets=self.budget.limits() if spec else TaskSpec.model_construct().budgets,
             usage=self.state.usage,
             reason=self.state.reason or self.input_error,
             final_output=self.state.final_output,

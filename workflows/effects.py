@@ -20,6 +20,7 @@ with workflow.unsafe.imports_passed_through():
     from schemas.actions import (
         ActionResult,
         ActionStatus,
+        BudgetRaise,
         BusinessWrite,
         Delegation,
         FunctionCall,
@@ -56,9 +57,16 @@ with workflow.unsafe.imports_passed_through():
     from workflows import bounds, options
     from workflows.approvals import ApprovalDesk
     from workflows.bounds import cut
+    from workflows.budget_tree import BudgetKeeper, child_usage
     from workflows.context import TaskContext
     from workflows.decisions import find_request
-    from workflows.failures import failure_code, failure_detail, failure_message, failure_operation
+    from workflows.failures import (
+        failure_code,
+        failure_detail,
+        failure_details,
+        failure_message,
+        failure_operation,
+    )
     from workflows.handoff import HandOff
     from workflows.patches import (
         BOUNDED_PATCH,
@@ -99,10 +107,13 @@ class EffectRunner:
     """Runs one batch item's effect for a task and records the evidence. Decisions come from the
     task's ``approvals``; agent and sandbox activities run where its ``placement`` says."""
 
-    def __init__(self, task: TaskContext, *, approvals: ApprovalDesk, placement: Placement) -> None:
+    def __init__(
+        self, task: TaskContext, *, approvals: ApprovalDesk, placement: Placement, budget: BudgetKeeper
+    ) -> None:
         self.task = task
         self.approvals = approvals
         self.placement = placement
+        self.budget = budget
         self.tools = ToolEffects(task, placement=placement)
         # Commands of one batch run concurrently: the first creates the sandbox, the others wait for it.
         self.sandbox_lock = asyncio.Lock()
@@ -117,6 +128,8 @@ class EffectRunner:
         if record is not None and record.decision is DecisionKind.REJECT:
             message = f"rejected by {record.principal}: {record.reason or 'no reason given'}"
             return _result(action, ActionStatus.REJECTED, message)
+        if isinstance(action.operation, BudgetRaise):
+            return self.budget.extend(item, record)  # the task's own request, not a model's call
         operation, arguments, status = action.operation, action.arguments, ActionStatus.EXECUTED
         if record is not None and record.decision is DecisionKind.EDIT:
             assert record.edited_args is not None
@@ -194,6 +207,11 @@ class EffectRunner:
         request = find_request(self.task.state.requests, decision.request_id)
         if request is None or decision.edited_args is None:
             return None
+        if isinstance(request.action.operation, BudgetRaise):
+            add = decision.edited_args.get("add")
+            if isinstance(add, int | float) and not isinstance(add, bool) and add > 0:
+                return None
+            return f"an extension's edited add must be a positive number, not {add!r}"
         try:
             plan = await self.plan(
                 request.action.tool,
@@ -502,6 +520,9 @@ class EffectRunner:
             return json.dumps(
                 {"task_id": child_id, "phase": "failed", "reason": f"no inputs named {unknown}"}
             ), False
+        budgets = self.budget.reserve(action.call_id)  # its share of what the task has left
+        if isinstance(budgets, str):
+            return json.dumps({"task_id": child_id, "phase": "failed", "reason": budgets}), False
         child = TaskSpec(
             agent=delegation.agent,
             prompt=delegation.prompt,
@@ -511,12 +532,16 @@ class EffectRunner:
                 for name in delegation.inputs
             ],
             policy=spec.policy,
-            budgets=spec.budgets,
+            budgets=budgets,
             sandbox=spec.sandbox,
             labels={**spec.labels, "parent_task": self.task.task_id},
         )
         self.task.emit(
-            EventType.DELEGATION_STARTED, call_id=action.call_id, child=child_id, agent=delegation.agent
+            EventType.DELEGATION_STARTED,
+            call_id=action.call_id,
+            child=child_id,
+            agent=delegation.agent,
+            **self.budget.reserved(action.call_id),
         )
         if workflow.patched(BOUNDED_PATCH):
             bounds.check(f"sub-task {child_id}'s input", TaskInput(spec=child))
@@ -537,9 +562,11 @@ class EffectRunner:
                 final_output=result.final_output,
                 reason=result.reason,
             )
+            self.budget.roll_up(action.call_id, result.usage)
         except ChildWorkflowError as err:
             if is_cancelled_exception(err) and workflow.cancellation_reason() is not None:
                 raise  # the parent itself is being cancelled
+            self.budget.roll_up(action.call_id, child_usage(None, failure_details(err)))
             record = DelegationRecord(
                 call_id=action.call_id,
                 task_id=child_id,

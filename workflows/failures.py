@@ -27,7 +27,12 @@ def failure_operation(err: ActivityError) -> str | None:
 
 def failure_detail(err: ActivityError, key: str) -> str | None:
     """One field of the details the failure's cause carries (``activities.errors``), if any."""
+    return failure_details(err).get(key) or None
+
+
+def failure_details(err: ActivityError | ChildWorkflowError) -> dict[str, Any]:
+    """The details the failure's cause carries (an activity's fields, a failed task's usage), or {}."""
     cause = err.cause
     if isinstance(cause, ApplicationError) and cause.details and isinstance(cause.details[0], dict):
-        return cause.details[0].get(key) or None
-    return None
+        return cause.details[0]
+    return {}

@@ -79,6 +79,13 @@ MINIMUM_ROUND_TRIPS_PATCH = "minimum-round-trips"
 # "expired, unanswered"). Asked at the start (PATCHES_AT_START) and while a request with an sla waits.
 # 0.1.0, 2026-12-03, 67b23d7.
 APPROVAL_SLA_PATCH = "approval-sla"
+# Budgets across sub-task trees (``workflows.budget_tree``): a sub-task's cost, tokens, model calls and
+# wall time are a reservation from what its parent has left, its spend rolls up into the parent's
+# (``Usage.sub_task_*``, a failed child's from its failure's details); a turn starts only if what is
+# left covers the costliest turn so far; a soft limit notifies once; at a hard limit with
+# ``Budgets.extension`` the task asks for more (``budget.extend``) instead of handing off.
+# 0.1.0, 2026-12-03, 0f101a2.
+BUDGET_TREE_PATCH = "budget-tree"
 
 # Asked once at the start of every run that has ``MINIMUM_ROUND_TRIPS_PATCH``, before its first local
 # activity. Why: a query that arrives while a local activity runs makes the worker end the workflow
@@ -106,6 +113,7 @@ PATCHES_AT_START = (
     MCP_UNAVAILABLE_PATCH,
     SANDBOX_HOME_PATCH,
     APPROVAL_SLA_PATCH,
+    BUDGET_TREE_PATCH,
 )
 
 
@@ -119,6 +127,7 @@ __all__ = [
     "APPROVAL_SLA_PATCH",
     "ARCHIVE_EVIDENCE_PATCH",
     "BOUNDED_PATCH",
+    "BUDGET_TREE_PATCH",
     "CHECK_EDITS_PATCH",
     "DECISION_EXPIRY_PATCH",
     "DELIVER_EVENTS_PATCH",

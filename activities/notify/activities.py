@@ -23,9 +23,26 @@ class Notifier(Protocol):
 
     async def send(self, note: NotifyInput, text: str) -> None: ...
 
+    def unaddressed(self, note: NotifyInput) -> list[str]:
+        """The recipients this notifier has no address for (so it cannot reach)."""
+        ...
+
 
 def message_text(note: NotifyInput) -> str:
-    """What a person reads: which request, for whom, until when, and how to decide it."""
+    """What a person reads: which request, for whom, until when, and how to decide it (or which
+    budget passed its soft limit)."""
+    if note.budget is not None:
+        notice = note.budget
+        return "\n".join(
+            [
+                f"Budget notice: {notice.budget} is past {notice.soft_limit:.0%} of its limit.",
+                f"Task {note.task_id} (agent {note.agent}, tenant {note.tenant}) has used "
+                f"{notice.used:g} of {notice.limit:g}; for {', '.join(note.recipients)}.",
+                f"It goes on; at the limit it stops, or asks for an extension: agent-worker status "
+                f"{shlex.quote(note.task_id)}",
+            ]
+        )
+    assert note.deadline is not None
     opening = {
         "reminder": "Reminder: an approval request is still waiting",
         "escalation": "Escalated to you: an approval request nobody has decided yet",
@@ -77,6 +94,5 @@ class NotifyActivities:
             await notifier.send(input, text)
             await asyncio.to_thread(self.ledger.record, input.key, notifier.channel)
             result.sent.append(notifier.channel)
-            if isinstance(notifier, EmailNotifier):
-                result.unaddressed = notifier.recipients(input)[1]
+            result.unaddressed += [p for p in notifier.unaddressed(input) if p not in result.unaddressed]
         return result

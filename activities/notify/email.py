@@ -35,6 +35,9 @@ class EmailNotifier:
         found = [self.addresses[p] for p in note.recipients if p in self.addresses]
         return sorted(set(found)), [p for p in note.recipients if p not in self.addresses]
 
+    def unaddressed(self, note: NotifyInput) -> list[str]:
+        return self.recipients(note)[1]
+
     async def send(self, note: NotifyInput, text: str) -> None:
         """Deliver ``note`` to its recipients' addresses (nothing to send: returns).
 
@@ -48,7 +51,11 @@ class EmailNotifier:
         message = EmailMessage()
         message["From"] = self.sender
         message["To"] = ", ".join(to)
-        message["Subject"] = f"[agent-worker] {note.kind}: {note.tool} waits for approval ({note.request_id})"
+        message["Subject"] = (
+            f"[agent-worker] budget: {note.budget.budget} of task {note.task_id} past its soft limit"
+            if note.budget is not None
+            else f"[agent-worker] {note.kind}: {note.tool} waits for approval ({note.request_id})"
+        )
         message["Message-ID"] = f"<{hashlib.sha256(note.key.encode()).hexdigest()[:40]}@agent-worker>"
         message.set_content(text)
         await asyncio.to_thread(self._deliver, message)

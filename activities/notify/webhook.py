@@ -21,6 +21,9 @@ class WebhookNotifier:
         self.url = url
         self.timeout = timeout
 
+    def unaddressed(self, note: NotifyInput) -> list[str]:
+        return []  # the receiver routes it; every recipient is named in the body
+
     async def send(self, note: NotifyInput, text: str) -> None:
         """Deliver ``note``.
 

@@ -19,6 +19,7 @@ import dataclasses
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -121,6 +122,7 @@ class OpenAIStub:
         self.requests: list[RecordedRequest] = []
         self._replies: collections.deque[Reply] = collections.deque()
         self._always: Reply | None = None
+        self._answer: Callable[[str, Any], dict[str, Any]] | None = None
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
@@ -187,6 +189,12 @@ class OpenAIStub:
         with self._lock:
             self._always = reply
 
+    def answer_with(self, answer: Callable[[str, Any], dict[str, Any]]) -> None:
+        """Answer every request the queue does not with ``answer(path, body)``: a 200 with that JSON
+        body (a conversation that depends on what the request holds: its tools, its tool outputs)."""
+        with self._lock:
+            self._answer = answer
+
     def paths(self) -> list[str]:
         """The paths of the requests so far, in order."""
         with self._lock:
@@ -214,6 +222,8 @@ class OpenAIStub:
                 return Reply(404, {}, error_json(f"stub does not serve {method} {path}"))
             if self._replies:
                 reply = self._replies.popleft()
+            elif self._answer is not None:
+                reply = Reply(200, {}, self._answer(path, body))
             elif self._always is not None:
                 reply = self._always
             else:
