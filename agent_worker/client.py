@@ -17,7 +17,6 @@ Errors::
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -40,16 +39,14 @@ from schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionKind, D
 from schemas.config import DEFAULT_TASK_QUEUE
 from schemas.tasks import BatchView, TaskInput, TaskPhase, TaskResult, TaskSpec, TaskStatus
 from schemas.validation import InvalidPayload, parse_decision
+from schemas.visibility import TASKS_QUERY as TASKS_QUERY  # re-exported: the public face
+from schemas.visibility import WORKFLOW_TYPE as WORKFLOW_TYPE
+from schemas.visibility import queryable
 from workflows import AgentTaskWorkflow
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-WORKFLOW_TYPE = "AgentTask"
-"""The workflow type name, for what needs it as text: a visibility query (``WorkflowType = '...'``), a
-stand-in workflow in a test. Everything else reaches the workflow through ``AgentTaskWorkflow``."""
-TASKS_QUERY = f"WorkflowType = '{WORKFLOW_TYPE}'"
-"""The visibility query that lists every task (add ``AND ...`` to narrow it)."""
 DECISION_SIGNAL = "submit_decision"
 """The decision signal's name, for a client that is not this one (the Temporal CLI's ``--name``)."""
 DEFAULT_TIMEOUT = 30.0
@@ -61,12 +58,6 @@ DEFAULT_TIMEOUT = 30.0
 # clients set the same: ``temporal workflow start --task-timeout 60s``.
 WORKFLOW_TASK_TIMEOUT = timedelta(seconds=60)
 """Seconds a query or a ``decide`` update waits for a worker before ``WorkerUnreachable``."""
-_QUERYABLE = re.compile(r"^[A-Za-z0-9._@:+-]+$")  # safe inside a visibility query literal
-
-
-def queryable(value: str) -> bool:
-    """Whether ``value`` can stand as a literal in a visibility query (no quoting needed)."""
-    return bool(_QUERYABLE.match(value))
 
 
 class AgentWorkerError(Exception):
@@ -237,10 +228,10 @@ class AgentWorkerClient:
         is still listed, with ``error`` set, so one dead worker cannot hide the others."""
         query = visibility.AWAITING_QUERY
         if tenant is not None:
-            if not _QUERYABLE.match(tenant):
+            if not queryable(tenant):
                 raise ValueError(f"tenant {tenant!r} is not a valid tenant name")
             query += f" AND {visibility.TENANT.name} = '{tenant}'"
-        if principal is not None and _QUERYABLE.match(principal):
+        if principal is not None and queryable(principal):
             query += f" AND {visibility.APPROVERS.name} = '{principal}'"
         executions = [
             e

@@ -34,6 +34,7 @@ from activities.authz import Authorizer, AuthzActivities
 from activities.business import BusinessActivities, BusinessWriter, SqliteBusinessStore, load_writer
 from activities.errors import ArtifactUnavailable, SandboxError
 from activities.events import EventActivities, EventSink
+from activities.health import HealthActivities
 from activities.notify import NotifyActivities, build_notifiers
 from activities.sandbox import ProcessSandbox, Sandbox, SandboxActivities, SandboxRelease
 from activities.sandbox.docker import DockerSandbox, docker_available
@@ -52,7 +53,7 @@ from security.redact import register_config_secrets
 from telemetry import configure_logging, configure_tracing, tracing_interceptors
 from telemetry.health import Health, serve_health
 from telemetry.metrics import prometheus_runtime
-from workflows import AgentTaskWorkflow, SandboxReaperWorkflow
+from workflows import AgentTaskWorkflow, FleetDoctorWorkflow, SandboxReaperWorkflow
 from workflows.options import AGENT_QUEUE_SUFFIX, BUSINESS_QUEUE_SUFFIX, SANDBOX_QUEUE_SUFFIX, home_queue
 from workflows.placement import COLOCATABLE
 
@@ -360,7 +361,7 @@ def build_workers(
             Worker(
                 client,
                 task_queue=queue,
-                workflows=[AgentTaskWorkflow, SandboxReaperWorkflow],
+                workflows=[AgentTaskWorkflow, SandboxReaperWorkflow, FleetDoctorWorkflow],
                 activities=[
                     artifacts.ingest,
                     artifacts.archive,
@@ -371,6 +372,7 @@ def build_workers(
                     tenants.release,
                     threads.resume,
                     notify.send,
+                    HealthActivities(client).check,
                     *served_here,
                 ],
                 max_concurrent_workflow_tasks=config.max_concurrent_workflow_tasks,

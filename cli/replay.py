@@ -244,7 +244,7 @@ async def cmd_replay(
     """
     from temporalio.service import RPCError, RPCStatusCode
 
-    from cli.sandboxes import parse_interval
+    from cli.schedules import parse_interval
 
     out = out or sys.stdout
     workflows = list(workflows) if workflows is not None else default_workflows()

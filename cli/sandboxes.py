@@ -4,40 +4,18 @@ on a Temporal Schedule)."""
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from datetime import timedelta
 from typing import Any, TextIO
 
-from temporalio.client import (
-    Client,
-    Schedule,
-    ScheduleActionStartWorkflow,
-    ScheduleAlreadyRunningError,
-    ScheduleIntervalSpec,
-    ScheduleSpec,
-    ScheduleUpdate,
-    ScheduleUpdateInput,
-)
+from temporalio.client import Client
 
 from cli.context import CliContext
 from cli.errors import CliError
+from cli.schedules import parse_interval, upsert_schedule
 from schemas.sandbox import ReapInput
 
 REAPER_SCHEDULE_ID = "agent-worker-reaper"
-
-
-def parse_interval(text: str) -> timedelta:
-    """``90s``, ``15m``, ``2h`` or ``1d`` as a timedelta.
-
-    Raises:
-        CliError: (exit 2) the text is not such an interval.
-    """
-    match = re.fullmatch(r"(\d+)([smhd])", text.strip())
-    if not match:
-        raise CliError(f"interval {text!r} must look like 90s, 15m, 2h or 1d", 2)
-    unit = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[match.group(2)]
-    return timedelta(**{unit: int(match.group(1))})
 
 
 def register(sub: Any) -> None:
@@ -94,17 +72,6 @@ async def schedule_reaper(client: Client, task_queue: str, every: timedelta, rea
     """Create (or update) the Temporal Schedule that starts ``SandboxReaper`` every ``every``."""
     from workflows import SandboxReaperWorkflow
 
-    schedule = Schedule(
-        action=ScheduleActionStartWorkflow(
-            SandboxReaperWorkflow.run, reap, id=f"{REAPER_SCHEDULE_ID}-run", task_queue=task_queue
-        ),
-        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)]),
+    await upsert_schedule(
+        client, REAPER_SCHEDULE_ID, SandboxReaperWorkflow.run, reap, task_queue=task_queue, every=every
     )
-    try:
-        await client.create_schedule(REAPER_SCHEDULE_ID, schedule)
-    except ScheduleAlreadyRunningError:
-
-        def replace(_: ScheduleUpdateInput) -> ScheduleUpdate:
-            return ScheduleUpdate(schedule=schedule)
-
-        await client.get_schedule_handle(REAPER_SCHEDULE_ID).update(replace)

@@ -6,7 +6,21 @@ worker checks for them at start.
 
 from __future__ import annotations
 
+import re
+
 from temporalio.common import SearchAttributeKey
+
+WORKFLOW_TYPE = "AgentTask"
+"""The task workflow's type name, for what needs it as text (a visibility query, a stand-in workflow)."""
+TASKS_QUERY = f"WorkflowType = '{WORKFLOW_TYPE}'"
+"""The visibility query that lists every task (add ``AND ...`` to narrow it)."""
+_QUERYABLE = re.compile(r"^[A-Za-z0-9._@:+-]+$")  # safe inside a visibility query literal
+
+
+def queryable(value: str) -> bool:
+    """Whether ``value`` can stand as a literal in a visibility query (no quoting needed)."""
+    return bool(_QUERYABLE.match(value))
+
 
 PHASE = SearchAttributeKey.for_keyword("AgentTaskPhase")
 TENANT = SearchAttributeKey.for_keyword("AgentTenant")

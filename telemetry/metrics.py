@@ -25,6 +25,9 @@ agent_worker_model_cost_microusd           counter    model
 agent_worker_sandbox_exec_milliseconds     histogram  backend, outcome
 agent_worker_writes                        counter    outcome (committed | rejected | unknown | conflict)
 agent_worker_reconciliations               counter    found
+agent_worker_budget_soft_limits            counter    budget (a task passed its soft limit)
+agent_worker_budget_extensions             counter    budget (an approved extension raised a limit)
+agent_worker_doctor_findings               counter    check (FleetDoctor found a stuck task)
 ========================================  =========  ==========================================
 
 The workflow cache is the SDK's own (``temporal_`` prefix, label ``task_queue``), sized by

@@ -10,17 +10,28 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from temporalio import workflow
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from agent_worker.client import WORKFLOW_TYPE
+from cli.doctor import DOCTOR_SCHEDULE_ID
+from schemas.health import DoctorReport
 from tests.helpers.openai_stub import OpenAIStub
-from tests.helpers.support import DevServer, TaskEnv, example_spec, make_config, run_cli, running_worker
+from tests.helpers.support import (
+    DevServer,
+    TaskEnv,
+    assert_replays,
+    example_spec,
+    make_config,
+    run_cli,
+    running_worker,
+)
 
 
 @workflow.defn(name=WORKFLOW_TYPE)
@@ -135,3 +146,68 @@ async def test_an_activity_past_its_retry_threshold_is_found(
     [retrying] = [f for f in findings if f["check"] == "activity-retries"]
     assert "agent.turn is on attempt" in retrying["detail"] and "overloaded" in retrying["detail"]
     assert result.final_output == "recovered"
+
+
+async def finished_doctor_runs(client: Client, since: datetime) -> list[DoctorReport]:
+    """The reports of the FleetDoctor runs started after ``since``, oldest first (None while running)."""
+    runs = [
+        r
+        async for r in client.list_workflows("WorkflowType = 'FleetDoctor'")
+        if r.start_time >= since and r.status is not WorkflowExecutionStatus.RUNNING
+    ]
+    runs.sort(key=lambda r: r.start_time)
+    return [
+        await client.get_workflow_handle(r.id, run_id=r.run_id, result_type=DoctorReport).result()
+        for r in runs
+    ]
+
+
+async def test_the_scheduled_doctor_finds_what_the_command_finds(
+    env: TaskEnv, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`doctor --schedule` sets up a Temporal Schedule of the FleetDoctor workflow on the worker's
+    queue. Triggered with a 1 s SLA and a tiny history threshold, its run's result names the waiting
+    task's overdue request and its history, as the command does; re-scheduled with the defaults, the
+    next run reports the same task healthy."""
+    monkeypatch.setenv("AGENT_WORKER_TASK_QUEUE", env.task_queue)
+    since = datetime.now(UTC)
+    handle = await env.start(example_spec())
+    [request] = (await env.awaiting_approval(handle)).pending
+    strict = ("--approval-sla", "1", "--history-fraction", "0.0002")
+    schedule = env.client.get_schedule_handle(DOCTOR_SCHEDULE_ID)
+    try:
+        for n, thresholds in enumerate((strict, ())):
+            code, out, err = await run_cli(
+                capsys,
+                "--address",
+                env.address,
+                "doctor",
+                "--task-queue",
+                env.task_queue,
+                *thresholds,
+                "--schedule",
+                "1h",
+            )
+            assert code == 0, err
+            assert f"schedule {DOCTOR_SCHEDULE_ID} runs FleetDoctor every 1h on {env.task_queue}" in out
+            await asyncio.sleep(1.2)  # past the 1 s SLA
+            await schedule.trigger()
+            deadline = time.monotonic() + 60
+            while len(reports := await finished_doctor_runs(env.client, since)) < n + 1:
+                assert time.monotonic() < deadline, "the scheduled doctor did not finish a run"
+                await asyncio.sleep(0.3)
+            report = reports[n]
+            assert report.checked == 1
+            if thresholds:
+                checks = {f.check: f for f in report.findings}
+                assert set(checks) == {"approval-sla", "history"}
+                assert request.request_id in checks["approval-sla"].detail
+                assert all(f.task_id == handle.id for f in report.findings)
+            else:
+                assert report.healthy, report.findings
+        runs = env.client.list_workflows("WorkflowType = 'FleetDoctor'")
+        [latest, *_] = [r async for r in runs if r.start_time >= since]
+        await assert_replays(env.client, latest.id, latest.run_id)
+    finally:
+        await schedule.delete()
+    await env.cancel(handle)

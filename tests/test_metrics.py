@@ -29,7 +29,12 @@ OURS = [
 # receipt confirms it, a lookup follows only an unknown outcome.)
 # SDK counters a worker exports only once they first count (no miss, no series): the dashboard may
 # name them because test_metrics_endpoint_reports_workflow_cache_misses_and_size finds them.
-ON_OCCURRENCE = {"temporal_sticky_cache_miss", "temporal_sticky_cache_total_forced_eviction"}
+# Ours too: the scheduled doctor's findings (``doctor.check``), counted only when it finds a stuck task.
+ON_OCCURRENCE = {
+    "temporal_sticky_cache_miss",
+    "temporal_sticky_cache_total_forced_eviction",
+    "agent_worker_doctor_findings_total",
+}
 
 
 def scrape(port: int) -> str:

@@ -237,6 +237,11 @@ REAP = ActivityConfig(
     heartbeat_timeout=HEARTBEAT,
     summary="reap orphaned sandboxes",
 )
+DOCTOR = ActivityConfig(
+    start_to_close_timeout=timedelta(minutes=10),
+    retry_policy=RetryPolicy(maximum_attempts=3),
+    summary="check the running tasks",
+)
 # Rounds of write, lookup, write again under the same key before a human takes over.
 MAX_WRITE_ROUNDS = 5
 

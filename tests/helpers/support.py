@@ -35,7 +35,10 @@ from schemas.approvals import ApprovalRequest
 from schemas.config import EXAMPLE_AGENT, WorkerConfig
 from schemas.tasks import TaskPhase, TaskResult, TaskStatus
 from worker import build_workers
-from workflows import AgentTaskWorkflow
+from workflows import AgentTaskWorkflow, FleetDoctorWorkflow, SandboxReaperWorkflow
+
+# Every workflow the worker runs: a committed history of any of them replays against these.
+WORKFLOWS = [AgentTaskWorkflow, SandboxReaperWorkflow, FleetDoctorWorkflow]
 
 REPO = Path(__file__).resolve().parents[2]
 TEST_AGENTS = [EXAMPLE_AGENT, "tests.helpers.agents:registrations"]
@@ -318,9 +321,7 @@ async def assert_replays(
     keeps the last history it replayed.
     """
     history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
-    await Replayer(workflows=[AgentTaskWorkflow], data_converter=pydantic_data_converter).replay_workflow(
-        history
-    )
+    await Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter).replay_workflow(history)
     record_dir = os.environ.get("AW_RECORD_HISTORIES")
     if record_dir and keep:
         # "tests/test_x.py::test_y[param-id] (call)" -> "test_y"; an id may hold "/" or spaces.
