@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,15 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from schemas.tasks import Budgets, Reservation, TaskPhase, TaskResult, TaskStatus, Usage
 from tests.helpers.openai_stub import OpenAIStub, response_json
 from tests.helpers.receivers import WebhookReceiver, webhook_receiver
-from tests.helpers.support import DevServer, TaskEnv, assert_replays, decision, make_config, running_worker
+from tests.helpers.support import (
+    DevServer,
+    TaskEnv,
+    assert_replays,
+    decision,
+    make_config,
+    run_cli,
+    running_worker,
+)
 from workflows import AgentTaskWorkflow
 from workflows.budgets import child_budgets, exhausted, left, share
 
@@ -151,7 +160,7 @@ def check_children_drew_shares(children: list[TaskResult], status: TaskStatus, b
 
 
 async def test_a_fan_out_stops_at_the_parent_s_budget_and_an_approved_extension_lets_it_continue(
-    tree_env: tuple[TaskEnv, OpenAIStub], receiver: WebhookReceiver
+    tree_env: tuple[TaskEnv, OpenAIStub], receiver: WebhookReceiver, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """$1.00: the parent's first turn ($0.06) delegates three sub-tasks, each drawing a third of the
     $0.94 left; each stops when another turn would pass its share ($0.30 of $0.313). The parent,
@@ -198,6 +207,29 @@ async def test_a_fan_out_stops_at_the_parent_s_budget_and_an_approved_extension_
     types = [e.type.value for e in final.last_events]
     assert "budget.extended" in types and "budget.soft_limit" in types
     await assert_replays(env.client, handle.id)
+    # `report` over the tree: the parent's one accepted deliverable at its own cost; the sub-tasks,
+    # handed off at their shares, three wasted ones.
+    rows = await report_rows(capsys, env, tasks=4)
+    assert rows["manager"]["accepted"] == 1 and rows["manager"]["tasks"] == 1
+    assert rows["manager"]["cost_per_accepted_usd"] == pytest.approx(result.usage.cost_usd)
+    assert result.usage.cost_usd == pytest.approx(2 * CALL_USD)
+    assert rows["shell"]["phases"] == {"handed_off": 3} and rows["shell"]["accepted"] == 0
+    assert rows["shell"]["cost_usd"] == pytest.approx(result.usage.sub_task_cost_usd)
+    assert rows["shell"]["cost_per_accepted_usd"] is None
+
+
+async def report_rows(capsys: pytest.CaptureFixture[str], env: TaskEnv, *, tasks: int) -> dict[str, Any]:
+    """`agent-worker report --json` over the env's queue, by agent, once it counts ``tasks`` tasks."""
+    deadline = time.monotonic() + 30
+    while True:  # visibility lists closed tasks eventually
+        args = ("report", "--since", "1h", "--task-queue", env.task_queue, "--json")
+        code, out, err = await run_cli(capsys, "--address", env.address, *args)
+        assert code == 0, err
+        rows = {row["agent"]: row for row in map(json.loads, out.splitlines())}
+        if sum(row["tasks"] for row in rows.values()) == tasks:
+            return rows
+        assert time.monotonic() < deadline, rows
+        await asyncio.sleep(0.5)
 
 
 async def test_a_rejected_extension_hands_the_task_off(tree_env: tuple[TaskEnv, OpenAIStub]) -> None:
