@@ -34,6 +34,7 @@ demo: install
 test: install
 	BIN=$(BIN) scripts/test-machine.sh
 	$(BIN)/python scripts/check_imports.py
+	$(BIN)/python scripts/check_workflows.py
 	$(BIN)/pytest -q --durations=25
 
 # The default Docker sandbox image, built locally (cached in the daemon). Needs root and debootstrap.
@@ -45,9 +46,11 @@ sandbox-image: install
 bench: install
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
-# The import graph: no cycle, no upward import across the layers (scripts/check_imports.py says which).
+# The import graph: no cycle, no upward import across the layers (scripts/check_imports.py says which);
+# the workflow code deterministic without the sandbox's checks (scripts/check_workflows.py).
 lint: install
 	$(BIN)/python scripts/check_imports.py
+	$(BIN)/python scripts/check_workflows.py
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
 # Re-record tests/histories/ from real runs (only for intended workflow changes; review the diff).

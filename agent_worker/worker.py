@@ -27,6 +27,7 @@ from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.envconfig import ClientConfig
 from temporalio.service import RPCError
 from temporalio.worker import Worker, WorkerDeploymentConfig
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.agent import AgentActivities, AgentRegistry
 from activities.artifacts import ArtifactActivities, ArtifactStore
@@ -63,6 +64,22 @@ DEFAULT_ADDRESS = "localhost:7233"
 GRACEFUL_SHUTDOWN = timedelta(seconds=30)
 HEARTBEAT_THROTTLE = timedelta(seconds=2)
 STICKY_TIMEOUT = timedelta(seconds=5)
+# The project's packages the workflow sandbox passes through (``workflow_passthrough``): imported once,
+# shared by every workflow instance, where the sandbox would import them again for each one.
+PASSED_THROUGH = ("workflows", "schemas", "activities", "telemetry", "security", "agent_worker")
+
+
+def workflow_runner(passthrough: bool = True) -> SandboxedWorkflowRunner:
+    """The workflow sandbox the worker runs workflows in (and replays check them with): the SDK's,
+    with ``PASSED_THROUGH`` passed through unless ``passthrough`` is off. What the sandbox no longer
+    checks in those modules, ``scripts/check_workflows.py`` does."""
+    if not passthrough:
+        return SandboxedWorkflowRunner()
+    return SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSED_THROUGH)
+    )
+
+
 # How long one workflow activation may run before the SDK calls it deadlocked and fails the workflow
 # task (the SDK's own window is 2 s, with no public setting). An activation carrying a signal backlog
 # (thousands of decisions sent while a workflow task ran) is CPU work in the SDK, about 0.3 ms a
@@ -378,6 +395,7 @@ def build_workers(
                 max_concurrent_workflow_tasks=config.max_concurrent_workflow_tasks,
                 # Sized to the memory budget (workflow_cache_mb); misses are on /metrics.
                 max_cached_workflows=config.workflow_cache_size,
+                workflow_runner=workflow_runner(config.workflow_passthrough),
                 # A dead worker's tasks move to another worker after this (the SDK's default is 10 s).
                 sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
                 **common,

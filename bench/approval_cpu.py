@@ -35,6 +35,7 @@ DEFAULT_ACTIVE = 600
 ISSUE_ACTIVE = 3000  # the issue's measure: 3,000 active tasks on the default cache
 DEFAULT_CACHE = WorkerConfig().workflow_cache_size
 QUICK = (5, 12)  # warm, over-full
+FULL_SANDBOX = {"AGENT_WORKER_WORKFLOW_PASSTHROUGH": "false"}
 
 
 def cold_cache(active: int) -> int:
@@ -60,14 +61,23 @@ async def run(quick: bool = False, active: int | None = None, warm: int | None =
     began = time.perf_counter()
     scratchpad = Section("approval_cpu", "")  # parked's progress notes, not wanted here
     with scratch("approval-cpu") as tmp:
-        for sub in ("warm", "bare", "cold"):
+        for sub in ("warm", "bare", "cold", "sandboxed"):
             (tmp / sub).mkdir()
         async with dev_server(tmp / "server") as server:
             ours = await parked.park_ours(server, tmp / "warm", warm_n, scratchpad)
             bare = await parked.park_bare(server, tmp / "bare", warm_n)
             cold = await parked.park_ours(server, tmp / "cold", active_n, scratchpad, cache=cache)
+            # The same over-full run with the SDK's full sandbox: our packages imported again for
+            # every workflow instance, as before ``workflow_passthrough``.
+            sandboxed = await parked.park_ours(
+                server, tmp / "sandboxed", active_n, scratchpad, cache=cache, worker_env=FULL_SANDBOX
+            )
     section.seconds = time.perf_counter() - began
-    for name, figures, n in (("warm", ours, warm_n), ("over-full", cold, active_n)):
+    for name, figures, n in (
+        ("warm", ours, warm_n),
+        ("over-full", cold, active_n),
+        ("over-full, full sandbox", sandboxed, active_n),
+    ):
         assert figures["duplicates"] == 0 and figures["missing"] == 0, (name, figures)
         assert figures["rows"] == n, (name, figures)
     section.headers = ["run", "tasks", "workflow cache size", "worker CPU ms per approval",
@@ -81,6 +91,10 @@ async def run(quick: bool = False, active: int | None = None, warm: int | None =
         ["agent-worker, over-full cache", str(active_n), f"{cold['cache_size']:.0f}",
          f"{cold['cpu_ms_approve']:.1f}", ratio(cold["cpu_ms_approve"], ours["cpu_ms_approve"]),
          _hit_rate(cold), f"{cold['commits_per_s']:.1f}"],
+        ["agent-worker, over-full cache, full sandbox (`workflow_passthrough` off)", str(active_n),
+         f"{sandboxed['cache_size']:.0f}", f"{sandboxed['cpu_ms_approve']:.1f}",
+         ratio(sandboxed["cpu_ms_approve"], ours["cpu_ms_approve"]), _hit_rate(sandboxed),
+         f"{sandboxed['commits_per_s']:.1f}"],
     ]  # fmt: skip
     scaled = (
         "the product's default cache"
@@ -93,6 +107,10 @@ async def run(quick: bool = False, active: int | None = None, warm: int | None =
     section.notes += [
         f"Agent-worker against bare, warm: {ratio(ours['cpu_ms_approve'], bare['cpu_ms_approve'])} the "
         f"CPU per approval. Over-full against warm: {ratio(cold['cpu_ms_approve'], ours['cpu_ms_approve'])}.",
+        "Passing our packages through the workflow sandbox (`workflow_passthrough`, the default): the "
+        f"over-full run at {ratio(cold['cpu_ms_approve'], sandboxed['cpu_ms_approve'])} the CPU per "
+        "approval of the same run with the SDK's full sandbox, which imports them again for every "
+        "workflow instance a cache miss builds.",
         f"The warm run parks {warm_n} tasks on the default cache ({DEFAULT_CACHE} workflows); the "
         f"over-full run parks {active_n} on {scaled}. Each run: one worker process, the client keeps "
         f"{parked.IN_FLIGHT} signals in flight; CPU from the first signal to the last result. "
@@ -108,6 +126,8 @@ async def run(quick: bool = False, active: int | None = None, warm: int | None =
         "ours_cpu_ms_approve": ours["cpu_ms_approve"],
         "bare_cpu_ms_approve": bare["cpu_ms_approve"],
         "cold_cpu_ms_approve": cold["cpu_ms_approve"],
+        "sandboxed_cpu_ms_approve": sandboxed["cpu_ms_approve"],
+        "sandboxed_misses_approve": sandboxed["cache_misses_approve"],
         "ours_misses_approve": ours["cache_misses_approve"],
         "cold_misses_approve": cold["cache_misses_approve"],
         "cold_hits_approve": cold["cache_hits_approve"],

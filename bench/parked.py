@@ -115,14 +115,19 @@ def _figures(sent: dict[str, float], committed: dict[str, float], done: float) -
 
 
 async def park_ours(
-    server: Any, tmp: Path, n: int, section: Section, cache: int | None = None
+    server: Any,
+    tmp: Path,
+    n: int,
+    section: Section,
+    cache: int | None = None,
+    worker_env: dict[str, str] | None = None,
 ) -> dict[str, float]:
     """Park ``n`` tasks on one worker process (caching ``cache`` workflows, default: the product's
-    default), approve them all, and return the figures; with the worker's cache hits and misses from
-    its ``/metrics`` in the approval phase."""
+    default; with ``worker_env`` added to its environment), approve them all, and return the figures;
+    with the worker's cache hits and misses from its ``/metrics`` in the approval phase."""
     config = bench_config(tmp / "data")
     port = free_port()
-    env = {"AGENT_WORKER_METRICS_BIND": f"127.0.0.1:{port}"}
+    env = {"AGENT_WORKER_METRICS_BIND": f"127.0.0.1:{port}", **(worker_env or {})}
     if cache is not None:
         env["AGENT_WORKER_MAX_CACHED_WORKFLOWS"] = str(cache)
     worker = await spawn_agent_worker(server.address, config, tmp / "worker.log", **env)

@@ -136,8 +136,13 @@ async def replay_histories(
     from temporalio.worker import Replayer
     from temporalio.workflow import NondeterminismError
 
+    from agent_worker.worker import workflow_runner
+
     report = ReplayReport()
-    replayer = Replayer(workflows=list(workflows), data_converter=data_converter)
+    # The worker's own sandbox (packages passed through as it does), so a replay checks what runs.
+    replayer = Replayer(
+        workflows=list(workflows), data_converter=data_converter, workflow_runner=workflow_runner()
+    )
     async with replayer.workflow_replay_iterator(histories) as results:
         async for result in results:
             history, failure = result.history, result.replay_failure

@@ -313,6 +313,14 @@ class WorkerConfig(BaseModel):
     agents_tracing: bool = Field(
         default=False, description="Export OpenAI Agents SDK traces (needs OPENAI_API_KEY)."
     )
+    workflow_passthrough: bool = Field(
+        default=True,
+        description="Import the project's own packages (workflows, schemas, activities, telemetry, "
+        "security, agent_worker) once, outside the workflow sandbox, instead of again for every "
+        "workflow instance: 23% less CPU per cache miss. `scripts/check_workflows.py` (run by `make "
+        "test`) keeps the workflow code to what the sandbox would have allowed there. Off: the SDK's "
+        "default sandbox.",
+    )
     colocate: bool = Field(
         default=True,
         description="When this worker runs workflows and also the agent or sandbox role, tasks it "

@@ -14,7 +14,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from tests.helpers.matrix import Record, record
-from tests.helpers.support import HISTORY_IDS, WORKFLOWS
+from tests.helpers.support import HISTORY_IDS, WORKFLOWS, workflow_runner
 
 HISTORIES = Path(__file__).parent / "histories"
 EXPECTED = {
@@ -107,7 +107,9 @@ async def test_committed_history_replays(path: Path, record_property: Record) ->
     """The history replays without nondeterminism."""
     workflow_ids = json.loads((path.parent / HISTORY_IDS).read_text())
     history = WorkflowHistory.from_json(workflow_ids[path.stem], json.loads(path.read_text()))
-    replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
+    replayer = Replayer(
+        workflows=WORKFLOWS, data_converter=pydantic_data_converter, workflow_runner=workflow_runner()
+    )
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, f"{path.name}: {result.replay_failure}"
     side = path.parent.name if path.parent != HISTORIES else "current code"

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 from temporalio import workflow
@@ -43,7 +44,8 @@ with workflow.unsafe.imports_passed_through():
 NOT_REGISTERED = "NotFoundError"
 Arg = TypeVar("Arg")
 Result = TypeVar("Result")
-_ROLE_QUEUES = {"agent": options.agent_queue, "sandbox": options.sandbox_queue}
+# Read-only: with ``workflows`` passed through the sandbox, every task on a worker shares module state.
+_ROLE_QUEUES = MappingProxyType({"agent": options.agent_queue, "sandbox": options.sandbox_queue})
 # The roles whose work can run on the task queue. Business writes stay on their own queue, polled only
 # by workers that hold the business system's credentials.
 COLOCATABLE = tuple(_ROLE_QUEUES)

@@ -28,6 +28,7 @@ from activities.artifacts import ArtifactStore
 from activities.business import SqliteBusinessStore
 from activities.stores.artifacts import build_artifact_store
 from agent_worker.client import WORKFLOW_TASK_TIMEOUT
+from agent_worker.worker import workflow_runner
 from cli.devserver import free_port, start_dev_server, stop_process_group
 from examples import EXAMPLES
 from schemas import visibility
@@ -321,7 +322,9 @@ async def assert_replays(
     keeps the last history it replayed.
     """
     history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
-    await Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter).replay_workflow(history)
+    await Replayer(
+        workflows=WORKFLOWS, data_converter=pydantic_data_converter, workflow_runner=workflow_runner()
+    ).replay_workflow(history)
     record_dir = os.environ.get("AW_RECORD_HISTORIES")
     if record_dir and keep:
         # "tests/test_x.py::test_y[param-id] (call)" -> "test_y"; an id may hold "/" or spaces.
