@@ -167,6 +167,17 @@ class BudgetExtension(BaseModel):
         "approval_timeout_seconds). Unanswered by its deadline, the task hands off.",
     )
 
+    @model_validator(mode="after")
+    def _adds_something(self) -> BudgetExtension:
+        if all(
+            v is None for v in (self.add_cost_usd, self.add_tokens, self.add_model_calls, self.add_turns)
+        ):
+            raise ValueError(
+                "an extension must add to at least one budget: add_cost_usd, add_tokens, "
+                "add_model_calls or add_turns"
+            )
+        return self
+
     def adds(self, budget: str) -> float | None:
         """What one extension adds to ``budget`` (a ``Budgets`` field name), or None: not extendable."""
         return {

@@ -20,6 +20,7 @@ import pytest
 from temporalio.client import Client, WorkflowUpdateFailedError
 
 from schemas.tasks import Budgets, Reservation, TaskPhase, TaskResult, TaskStatus, Usage
+from schemas.validation import InvalidPayload, parse_task_input
 from tests.helpers.openai_stub import OpenAIStub, response_json
 from tests.helpers.receivers import WebhookReceiver, webhook_receiver
 from tests.helpers.support import (
@@ -284,3 +285,12 @@ def test_a_turn_starts_only_when_what_is_left_covers_the_costliest_turn() -> Non
     assert exhausted(budgets, rolled, 0.0) is None  # a copy-budget task ignores its children
     used_up = exhausted(budgets, rolled, 0.0, tree=True)
     assert used_up is not None and used_up.used == pytest.approx(0.3)
+
+
+def test_an_extension_that_adds_nothing_is_refused_naming_the_fields() -> None:
+    spec = {"agent": "manager", "prompt": "p", "budgets": {"extension": {"approvers": ["finance-lead"]}}}
+    with pytest.raises(InvalidPayload, match=r"spec\.budgets\.extension: .*add_cost_usd, add_tokens"):
+        parse_task_input(spec)
+    spec["budgets"]["extension"] = {"approvers": [], "add_cost_usd": 1.0}
+    with pytest.raises(InvalidPayload, match=r"spec\.budgets\.extension\.approvers"):
+        parse_task_input(spec)
