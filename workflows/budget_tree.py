@@ -7,10 +7,8 @@ state. Workflow code: deterministic."""
 from __future__ import annotations
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
-    from activities.notify import NotifyActivities
     from schemas.actions import (
         ActionResult,
         ActionStatus,
@@ -24,7 +22,6 @@ with workflow.unsafe.imports_passed_through():
     from schemas.notify import BudgetNotice, NotifyInput
     from schemas.tasks import BatchItem, Budgets, PolicyVerdict, Reservation, TaskResult, Usage
     from telemetry import metrics
-    from workflows import options
     from workflows.approvals import ApprovalDesk
     from workflows.budgets import (
         Exhausted,
@@ -37,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.context import TaskContext
     from workflows.handoff import HandOff
+    from workflows.sla import send_notice
 
 # The tool name an extension request carries (what approvers see, and what ``revoke --tool`` names).
 EXTEND_TOOL = "budget.extend"
@@ -211,29 +209,7 @@ class BudgetKeeper:
                 budget=notice,
             )
             summary = f"{name} past {notice.soft_limit:.0%}: tell {', '.join(recipients)}"
-            try:
-                sent = await workflow.execute_activity_method(
-                    NotifyActivities.send, note, **options.config(options.NOTIFY, summary=summary)
-                )
-            except ActivityError as err:
-                if is_cancelled_exception(err):
-                    raise
-                self.task.emit(
-                    EventType.BUDGET_SOFT_LIMIT,
-                    notified=False,
-                    error=str(err.cause or err),
-                    **notice.model_dump(),
-                )
-                continue
-            self.task.emit(
-                EventType.BUDGET_SOFT_LIMIT,
-                notified=True,
-                recipients=recipients,
-                sent=sent.sent,
-                repeated=sent.repeated,
-                unaddressed=sent.unaddressed,
-                **notice.model_dump(),
-            )
+            await send_notice(self.task, note, EventType.BUDGET_SOFT_LIMIT, summary, **notice.model_dump())
 
     # ---- sub-tasks -----------------------------------------------------------------------------
 

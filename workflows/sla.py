@@ -142,27 +142,33 @@ class ApprovalClock:
             tool=request.action.tool,
         )
         summary = f"{kind} for {request.request_id} to {', '.join(recipients)}"
-        try:
-            result = await workflow.execute_activity_method(
-                NotifyActivities.send, note, **options.config(options.NOTIFY, summary=summary)
-            )
-        except ActivityError as err:
-            if is_cancelled_exception(err):
-                raise
-            task.emit(
-                event, request_id=request.request_id, notified=False, error=str(err.cause or err), **extra
-            )
-            return
-        task.emit(
-            event,
-            request_id=request.request_id,
-            notified=True,
-            recipients=recipients,
-            sent=result.sent,
-            repeated=result.repeated,
-            unaddressed=result.unaddressed,
-            **extra,
+        await send_notice(task, note, event, summary, request_id=request.request_id, **extra)
+
+
+async def send_notice(
+    task: TaskContext, note: NotifyInput, event: EventType, summary: str, **data: object
+) -> None:
+    """Send ``note`` (``notify.send``) and record ``event`` with ``data`` and what the notifiers did.
+    A notifier that stays down past the activity's retries is recorded too (``notified=False``, the
+    error): the task goes on, never fails for it."""
+    try:
+        result = await workflow.execute_activity_method(
+            NotifyActivities.send, note, **options.config(options.NOTIFY, summary=summary)
         )
+    except ActivityError as err:
+        if is_cancelled_exception(err):
+            raise
+        task.emit(event, notified=False, error=str(err.cause or err), **data)
+        return
+    task.emit(
+        event,
+        notified=True,
+        recipients=note.recipients,
+        sent=result.sent,
+        repeated=result.repeated,
+        unaddressed=result.unaddressed,
+        **data,
+    )
 
 
-__all__ = ["EXPIRED", "ApprovalClock", "escalate_at", "remind_at"]
+__all__ = ["EXPIRED", "ApprovalClock", "escalate_at", "remind_at", "send_notice"]
