@@ -169,9 +169,7 @@ class BudgetExtension(BaseModel):
 
     @model_validator(mode="after")
     def _adds_something(self) -> BudgetExtension:
-        if all(
-            v is None for v in (self.add_cost_usd, self.add_tokens, self.add_model_calls, self.add_turns)
-        ):
+        if all(v is None for v in (self.add_cost_usd, self.add_tokens, self.add_model_calls, self.add_turns)):
             raise ValueError(
                 "an extension must add to at least one budget: add_cost_usd, add_tokens, "
                 "add_model_calls or add_turns"
