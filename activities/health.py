@@ -32,7 +32,7 @@ from temporalio.service import RPCError
 from activities.errors import activity_boundary
 from schemas.health import DoctorInput, DoctorReport, Finding, Thresholds
 from schemas.tasks import TaskStatus
-from schemas.visibility import TASKS_QUERY, queryable
+from schemas.visibility import STATUS_QUERY, TASKS_QUERY, queryable
 from telemetry import metrics
 
 __all__ = ["HISTORY_BYTES_LIMIT", "HISTORY_EVENT_LIMIT", "HealthActivities", "diagnose"]
@@ -131,7 +131,7 @@ async def _check(client: Client, task_id: str, thresholds: Thresholds) -> list[F
     try:
         status: TaskStatus = await asyncio.wait_for(
             handle.query(
-                "status", result_type=TaskStatus, rpc_timeout=timedelta(seconds=STATUS_WAIT_SECONDS)
+                STATUS_QUERY, result_type=TaskStatus, rpc_timeout=timedelta(seconds=STATUS_WAIT_SECONDS)
             ),
             STATUS_WAIT_SECONDS,
         )

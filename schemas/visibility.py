@@ -14,6 +14,8 @@ WORKFLOW_TYPE = "AgentTask"
 """The task workflow's type name, for what needs it as text (a visibility query, a stand-in workflow)."""
 TASKS_QUERY = f"WorkflowType = '{WORKFLOW_TYPE}'"
 """The visibility query that lists every task (add ``AND ...`` to narrow it)."""
+STATUS_QUERY = "status"
+"""The task workflow's status query, for what cannot import the workflow (the doctor's activity)."""
 _QUERYABLE = re.compile(r"^[A-Za-z0-9._@:+-]+$")  # safe inside a visibility query literal
 
 

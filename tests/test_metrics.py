@@ -8,9 +8,10 @@ import signal
 import urllib.request
 from pathlib import Path
 
+from schemas.health import DoctorInput, DoctorReport, Thresholds
 from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.support import TaskEnv, example_spec, free_port, spawn_worker, worker_process
-from workflows import AgentTaskWorkflow
+from workflows import AgentTaskWorkflow, FleetDoctorWorkflow
 
 MONITORING = Path(__file__).resolve().parent.parent / "monitoring"
 OURS = [
@@ -29,11 +30,9 @@ OURS = [
 # receipt confirms it, a lookup follows only an unknown outcome.)
 # SDK counters a worker exports only once they first count (no miss, no series): the dashboard may
 # name them because test_metrics_endpoint_reports_workflow_cache_misses_and_size finds them.
-# Ours too: the scheduled doctor's findings (``doctor.check``), counted only when it finds a stuck task.
 ON_OCCURRENCE = {
     "temporal_sticky_cache_miss",
     "temporal_sticky_cache_total_forced_eviction",
-    "agent_worker_doctor_findings_total",
 }
 
 
@@ -83,6 +82,16 @@ async def test_metrics_endpoint_serves_task_and_sdk_metrics(config_env: TaskEnv,
     try:
         handle = await env.start(example_spec())
         [request] = (await env.awaiting_approval(handle)).pending
+        # The scheduled doctor's run, with a tiny approval SLA, finds the waiting task and counts it.
+        await asyncio.sleep(0.2)
+        report: DoctorReport = await env.client.execute_workflow(
+            FleetDoctorWorkflow.run,
+            DoctorInput(thresholds=Thresholds(approval_sla_seconds=0.1), task_queue=env.task_queue),
+            id=f"doctor-{handle.id}",
+            task_queue=env.task_queue,
+            result_type=DoctorReport,
+        )
+        assert {f.check for f in report.findings} == {"approval-sla"}, report.findings
         await handle.execute_update(
             AgentTaskWorkflow.decide,
             {
@@ -115,6 +124,7 @@ async def test_metrics_endpoint_serves_task_and_sdk_metrics(config_env: TaskEnv,
         )
         assert unknown == [], f"{path.name} names metrics no worker exports: {unknown}"
     assert value(text, "agent_worker_tasks_started", agent="monthly-report", tenant="acme") == 1
+    assert value(text, "agent_worker_doctor_findings", check="approval-sla") == 1
     assert value(text, "agent_worker_tasks_finished", phase="completed") == 1
     assert value(text, "agent_worker_approvals_requested", tool="submit_report") == 1
     assert value(text, "agent_worker_approvals_decided", decision="approve") == 1

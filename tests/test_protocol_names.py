@@ -1,7 +1,9 @@
 """One owner of the protocol: the ``AgentTask`` workflow's type, signal, update and query names appear
-as strings only in ``workflows/`` (which declares them) and ``agent_worker/client.py`` (which owns the
-client side). Everything else (CLI, inbox, bench, tests) reaches them through typed references to the
-workflow's handlers (``handle.query(AgentTaskWorkflow.status)``) or through the client.
+as strings only in ``workflows/`` (which declares them), ``agent_worker/client.py`` (which owns the
+client side) and ``schemas/visibility.py`` (the names as text, for what cannot import the workflow:
+a visibility query, the doctor's activity). Everything else (CLI, inbox, bench, tests) reaches them
+through typed references to the workflow's handlers (``handle.query(AgentTaskWorkflow.status)``) or
+through the client.
 
 The check reads the source with ``ast``, so a dict key ``"status"`` in JSON output is not a hit: a
 handler name is a hit only as the first argument of a call that names a workflow handler
@@ -16,9 +18,10 @@ import re
 from pathlib import Path
 
 from agent_worker.client import DECISION_SIGNAL, WORKFLOW_TYPE
+from schemas.visibility import STATUS_QUERY
 
 REPO = Path(__file__).resolve().parent.parent
-OWNERS = {REPO / "workflows", REPO / "agent_worker" / "client.py"}
+OWNERS = {REPO / "workflows", REPO / "agent_worker" / "client.py", REPO / "schemas" / "visibility.py"}
 SKIPPED = {REPO / "tests" / "histories", REPO / "docs"}
 HANDLER_CALLS = {
     "query",
@@ -130,6 +133,7 @@ def test_the_names_checked_are_the_ones_the_workflow_declares() -> None:
     assert workflow_type == WORKFLOW_TYPE
     assert handlers >= LISTED
     assert DECISION_SIGNAL in handlers
+    assert STATUS_QUERY in handlers
 
 
 def test_the_check_finds_names_in_protocol_positions_and_ignores_other_uses() -> None:

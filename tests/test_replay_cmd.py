@@ -25,7 +25,7 @@ with workflow.unsafe.imports_passed_through():
     from cli.tasks import CliError
     from schemas.tasks import TaskPhase, TaskResult
     from tests.helpers.support import TaskEnv, example_spec
-    from workflows import AgentTaskWorkflow, SandboxReaperWorkflow
+    from workflows import AgentTaskWorkflow, FleetDoctorWorkflow, SandboxReaperWorkflow
 
 
 @workflow.defn(name=WORKFLOW_TYPE)
@@ -165,4 +165,4 @@ async def test_an_unparseable_query_is_a_usage_error(client: Client) -> None:
 
 def test_the_default_workflows_are_every_workflow_the_workers_run() -> None:
     """Without a choice, histories replay against every workflow in `workflows/`."""
-    assert default_workflows() == [AgentTaskWorkflow, SandboxReaperWorkflow]
+    assert set(default_workflows()) == {AgentTaskWorkflow, SandboxReaperWorkflow, FleetDoctorWorkflow}

@@ -20,6 +20,7 @@ from typing import Any
 import psycopg
 import pytest
 from pydantic import SecretStr
+from temporalio.client import WorkflowHandle
 
 from activities.stores import postgres_db
 from schemas.tasks import TaskPhase, TaskResult
@@ -279,6 +280,16 @@ async def test_a_destroy_its_host_never_takes_leaves_the_sandbox_to_that_host_s_
     )
 
 
+async def heartbeat_names_home(handle: WorkflowHandle[Any, Any]) -> bool:
+    """Whether the pending ``sandbox.exec`` has a heartbeat on the server that names its home queue."""
+    description = await handle.describe()
+    return any(
+        pending.activity_type.name == "sandbox.exec"
+        and any(b"home_queue" in p.data for p in pending.heartbeat_details.payloads)
+        for pending in description.raw_description.pending_activities
+    )
+
+
 async def test_a_first_command_retried_after_its_host_died_goes_back_to_that_host(
     hosts: tuple[TaskEnv, TaskEnv], fleet: Fleet, record_property: Record
 ) -> None:
@@ -293,7 +304,11 @@ async def test_a_first_command_retried_after_its_host_died_goes_back_to_that_hos
     while not sandboxes_on(a):
         assert time.monotonic() < deadline, "the first command never made its sandbox"
         await asyncio.sleep(0.2)
-    await asyncio.sleep(2)  # the running command's heartbeats reach the server
+    # The running command's heartbeat (naming the sandbox's home) has reached the server: the retry
+    # learns of the sandbox from it. (A fixed sleep raced the SDK's heartbeat throttle on a busy box.)
+    while not await heartbeat_names_home(handle):
+        assert time.monotonic() < deadline, "the first command's heartbeat never reached the server"
+        await asyncio.sleep(0.2)
     await fleet.start("b", b)
     await fleet.kill("a-1")
     # A stays down until B has taken the retry (after the heartbeat timeout) and sent it back.
