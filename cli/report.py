@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import re
 import statistics
 import sys
 from dataclasses import asdict, dataclass, field
@@ -22,11 +21,9 @@ from typing import Any, TextIO
 
 from cli.context import CliContext
 from cli.errors import CliError
+from cli.schedules import parse_interval
 
 __all__ = ["AgentReport", "register", "report"]
-
-_SPAN = re.compile(r"^(\d+)([smhd])$")
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
 
 @dataclass
@@ -84,10 +81,7 @@ def window(text: str) -> timedelta:
     Raises:
         CliError: not N followed by s, m, h or d.
     """
-    match = _SPAN.match(text.strip())
-    if not match:
-        raise CliError(f"--since {text!r}: give a number and a unit (s, m, h, d), e.g. 7d", 2)
-    return timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
+    return parse_interval(text, "--since")
 
 
 async def cmd_report(args: argparse.Namespace, ctx: CliContext, out: TextIO | None = None) -> int:

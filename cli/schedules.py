@@ -23,15 +23,15 @@ from cli.errors import CliError
 __all__ = ["parse_interval", "upsert_schedule"]
 
 
-def parse_interval(text: str) -> timedelta:
-    """``90s``, ``15m``, ``2h`` or ``1d`` as a timedelta.
+def parse_interval(text: str, flag: str = "interval") -> timedelta:
+    """``90s``, ``15m``, ``2h`` or ``1d`` as a timedelta (``flag`` names it in the error).
 
     Raises:
         CliError: (exit 2) the text is not such an interval.
     """
     match = re.fullmatch(r"(\d+)([smhd])", text.strip())
     if not match:
-        raise CliError(f"interval {text!r} must look like 90s, 15m, 2h or 1d", 2)
+        raise CliError(f"{flag} {text!r} must look like 90s, 15m, 2h or 1d", 2)
     unit = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[match.group(2)]
     return timedelta(**{unit: int(match.group(1))})
 

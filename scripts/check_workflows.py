@@ -13,6 +13,8 @@ stopped there, so this check does, from the source alone (``ast``; nothing is im
 - no call of a clock or random source by name (``datetime.now``, ``date.today``, ``time.time``,
   ``uuid.uuid4``, ``random.random``, ``os.environ``, ``open``, ...): ``workflow.now()``,
   ``workflow.uuid4()`` and ``workflow.random()`` are the replay-safe ones;
+- no ``workflow.patched(...)`` outside ``workflows/patches.py``: every patch is asked through
+  ``workflows.patches.patched``, so a run that began with its one marker adds no marker per patch;
 - no mutable state at module level (a list, dict or set display or comprehension, or a call of
   ``list``, ``dict``, ``set``, ``defaultdict``, ``deque``), which every task on the worker would share:
   a module constant is a tuple, a frozenset, a ``MappingProxyType`` or a scalar.
@@ -99,6 +101,8 @@ def _offences(path: Path) -> list[str]:
         elif isinstance(node, ast.Call):
             func = node.func
             if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+                if (func.value.id, func.attr) == ("workflow", "patched") and path.name != "patches.py":
+                    say(node, "calls workflow.patched() (ask through workflows.patches.patched: one marker)")
                 if (func.value.id, func.attr) in FORBIDDEN_CALLS:
                     say(node, f"calls {func.value.id}.{func.attr}() (use workflow.now(), uuid4(), random())")
             elif isinstance(func, ast.Name) and func.id in FORBIDDEN_NAMES:

@@ -99,10 +99,7 @@ async def tree_env(
         stub.answer_with(tree_conversation)
         config = make_config(
             tmp_path / "data",
-            model_provider="openai",
-            openai_api_key="sk-test-not-real",
-            openai_base_url=stub.base_url,
-            openai_model="gpt-test",
+            **stub.settings(),
             price_input_per_mtok=20.0,
             price_output_per_mtok=40.0,
             notify_webhook_url=receiver.url,

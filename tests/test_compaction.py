@@ -167,10 +167,7 @@ async def stub_env(
     config = make_config(
         tmp_path / "data",
         agents=AGENTS,
-        model_provider="openai",
-        openai_api_key="sk-test-not-real",
-        openai_base_url=limited_stub.base_url,
-        openai_model="gpt-test",
+        **limited_stub.settings(),
         process_isolation="none",
         sandbox_unsafe_dev=True,
     )

@@ -126,10 +126,7 @@ async def test_an_activity_past_its_retry_threshold_is_found(
     stub.reply_text("recovered")
     config = make_config(
         tmp_path / "data",
-        model_provider="openai",
-        openai_api_key="sk-test-not-real",
-        openai_base_url=stub.base_url,
-        openai_model="gpt-test",
+        **stub.settings(),
     )
     env = TaskEnv(client=client, config=config, address=dev_server.address)
     async with running_worker(client, config):

@@ -29,10 +29,7 @@ async def openai_env(
 ) -> AsyncIterator[TaskEnv]:
     config = make_config(
         tmp_path / "data",
-        model_provider="openai",
-        openai_api_key="sk-test-not-real",
-        openai_base_url=stub.base_url,
-        openai_model="gpt-test",
+        **stub.settings(),
     )
     env = TaskEnv(client=client, config=config, address=dev_server.address)
     async with running_worker(client, config):

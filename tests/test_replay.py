@@ -43,6 +43,7 @@ def test_the_committed_histories_are_all_there() -> None:
         HISTORIES / "pre-parallel-batch",
         HISTORIES / "pre-threads",
         HISTORIES / "pre-minimum-round-trips",
+        HISTORIES / "pre-one-marker",
     ):
         assert EXPECTED <= {p.stem for p in folder.glob("*.json")}, folder
 

@@ -41,6 +41,32 @@ def test_the_approval_takes_at_most_four_workflow_tasks_and_three_activities_aft
     assert after.workflow_tasks <= AFTER_SIGNAL[0] and len(after.activities) <= AFTER_SIGNAL[1], after
 
 
+def patch_events(history: list[dict[str, Any]]) -> tuple[int, int]:
+    """(patch markers, ``TemporalChangeVersion`` upserts) in a history."""
+    markers = [
+        e
+        for e in history
+        if e["eventType"] == "EVENT_TYPE_MARKER_RECORDED"
+        and e["markerRecordedEventAttributes"]["markerName"] == "core_patch"
+    ]
+    upserts = [
+        e
+        for e in history
+        if e["eventType"] == "EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES"
+        and "TemporalChangeVersion"
+        in e["upsertWorkflowSearchAttributesEventAttributes"]["searchAttributes"]["indexedFields"]
+    ]
+    return len(markers), len(upserts)
+
+
+def test_the_example_task_asks_its_patches_with_one_marker() -> None:
+    """Every patch is taken on one marker (patch ``one-marker``): one marker and one
+    ``TemporalChangeVersion`` upsert, where the run recorded before it had two events per patch."""
+    assert patch_events(events(HISTORY)) == (1, 1)
+    before = patch_events(events(HISTORY.parent / "pre-one-marker" / HISTORY.name))
+    assert before[0] >= 18 and before[1] >= 18, before
+
+
 def test_the_counts_can_fail_the_history_from_before_the_minimum_goes_past_them() -> None:
     """The same test on the run recorded before patch ``minimum-round-trips`` (14 workflow tasks
     and 12 activities when the issue was filed) would fail: the check is not vacuous."""

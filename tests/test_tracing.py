@@ -215,10 +215,7 @@ async def openai_env(
 ) -> AsyncIterator[TaskEnv]:
     config = traced_config(
         tmp_path,
-        model_provider="openai",
-        openai_api_key="sk-test-not-real",
-        openai_base_url=stub.base_url,
-        openai_model="gpt-test",
+        **stub.settings(),
     )
     async with running_worker(traced_client, config):
         yield TaskEnv(client=traced_client, config=config, address=dev_server.address)

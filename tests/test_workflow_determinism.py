@@ -37,6 +37,7 @@ def test_the_workflow_code_passes() -> None:
         ("def f(u):\n    return uuid.uuid4()\n", "calls uuid.uuid4()"),
         ("def f():\n    return open('x').read()\n", "calls open()"),
         ("def f(os):\n    return os.environ['HOME']\n", "reads os.environ"),
+        ("def f(workflow):\n    return workflow.patched('x')\n", "calls workflow.patched()"),
         ("SEEN = {}\n", "module-level mutable state SEEN"),
         ("CACHE: list[int] = []\n", "module-level mutable state CACHE"),
         ("from collections import defaultdict\n\nCOUNTS = defaultdict(int)\n", "mutable state COUNTS"),

@@ -73,6 +73,7 @@ with workflow.unsafe.imports_passed_through():
         TENANT_ADMISSION_PATCH,
         THREADS_PATCH,
         ask_patches_at_start,
+        patched,
     )
     from workflows.placement import Placement, at_home, home_unanswered
     from workflows.policy import evaluate
@@ -140,7 +141,7 @@ class AgentTaskWorkflow:
             task = None
         self.spec: TaskSpec | None = task.spec if task else None
         self.state: TaskState = (task.state if task and task.state else None) or TaskState()
-        if task is not None and task.state is None and workflow.patched(RUN_CHAIN_PATCH):
+        if task is not None and task.state is None and patched(RUN_CHAIN_PATCH):
             # Decided once, at the chain's start, and carried by continue-as-new: a chain that began
             # before run chains keeps the task id alone (its sandbox, signatures, keys) to its end.
             self.state.run_chain = workflow.info().first_execution_run_id
@@ -193,13 +194,13 @@ class AgentTaskWorkflow:
             self.publish()
             return self.result()
         # Tasks that started before event delivery existed keep running as they began.
-        self.delivering = workflow.patched(DELIVER_EVENTS_PATCH)
+        self.delivering = patched(DELIVER_EVENTS_PATCH)
         # Decided here, in the first workflow task, so every later check of it answers the same.
-        self.lean = workflow.patched(MINIMUM_ROUND_TRIPS_PATCH)
+        self.lean = patched(MINIMUM_ROUND_TRIPS_PATCH)
         if self.lean:
             ask_patches_at_start()  # before any local activity (why: ``PATCHES_AT_START``)
-        self.budget.tree = workflow.patched(BUDGET_TREE_PATCH)
-        self.threaded = spec.thread is not None and workflow.patched(THREADS_PATCH)
+        self.budget.tree = patched(BUDGET_TREE_PATCH)
+        self.threaded = spec.thread is not None and patched(THREADS_PATCH)
         if self.state.phase is TaskPhase.RECEIVED:
             self.state.started_at = workflow.now()
             self.emit(EventType.TASK_STARTED, agent=spec.agent, tenant=spec.tenant)
@@ -250,7 +251,7 @@ class AgentTaskWorkflow:
         """Take a place under the tenant's cap of running tasks; a refused start ends the task
         ``rejected``, explained."""
         assert self.spec is not None
-        if not workflow.patched(TENANT_ADMISSION_PATCH):
+        if not patched(TENANT_ADMISSION_PATCH):
             return True
         answer = await workflow.execute_local_activity_method(
             TenantActivities.admit,
@@ -373,7 +374,7 @@ class AgentTaskWorkflow:
         # Placement checks the input's size (and names this summary if it is too large).
         summary = f"agent turn {turn} ({len(state.pending_results)} results, {follow_ups} follow-ups)"
         try:
-            if spec.policy.on_input == "interrupt" and workflow.patched(INTERRUPT_PATCH):
+            if spec.policy.on_input == "interrupt" and patched(INTERRUPT_PATCH):
                 interrupted = await self.interruptible_turn(turn_input, summary, follow_ups)
                 if interrupted is None:
                     # Nothing of the cancelled turn is kept: the next one starts where it did, with the input.
@@ -388,7 +389,7 @@ class AgentTaskWorkflow:
         except ActivityError as err:
             # An MCP server the turn needs (to list its tools, for a read tool) stayed unreachable
             # through the turn's attempts: a human must see to the server; the task is not broken.
-            if failure_code(err) == "mcp_unavailable" and workflow.patched(MCP_UNAVAILABLE_PATCH):
+            if failure_code(err) == "mcp_unavailable" and patched(MCP_UNAVAILABLE_PATCH):
                 raise HandOff(f"agent turn {turn} did not finish: {failure_message(err)}") from None
             raise
         # Input that arrived while the turn ran stays for the next one.
@@ -571,7 +572,7 @@ class AgentTaskWorkflow:
     def follow_up_refused(self, follow_up: FollowUp) -> str | None:
         """Why ``follow_up`` cannot wait for the next turn, or None. What waits goes into the next
         turn's input, so it is capped at arrival rather than found too large later."""
-        if not workflow.patched(BOUNDED_PATCH):
+        if not patched(BOUNDED_PATCH):
             return None
         pending = self.state.follow_ups
         if len(pending) >= MAX_PENDING_FOLLOW_UPS:
@@ -595,11 +596,7 @@ class AgentTaskWorkflow:
         itself (``agent.plan``): one it refuses is not accepted, and the answer says why."""
         decision = parse_decision(decode(raw))
         reason = None
-        if (
-            decision.decision is DecisionKind.EDIT
-            and self.spec is not None
-            and workflow.patched(CHECK_EDITS_PATCH)
-        ):
+        if decision.decision is DecisionKind.EDIT and self.spec is not None and patched(CHECK_EDITS_PATCH):
             reason = await self.effects.edit_problem(decision)
             if reason is not None:
                 self.approvals.ignore(reason, "update", decision)
@@ -666,7 +663,7 @@ class AgentTaskWorkflow:
 
     async def end(self, phase: TaskPhase, reason: str | None) -> None:
         """Enter a terminal phase. The sandbox is destroyed even when the task was cancelled."""
-        bounded = workflow.patched(BOUNDED_PATCH)
+        bounded = patched(BOUNDED_PATCH)
         self.state.reason = bounds.cut(reason, bounds.EVENT_TEXT_CHARS) if bounded and reason else reason
         for item in self.state.batch:
             if item.result is None:
@@ -779,7 +776,7 @@ class AgentTaskWorkflow:
             evidence_complete=evidence.complete,
             conversation_ref=self.state.conversation_ref if self.threaded else None,
         )
-        if workflow.patched(BOUNDED_PATCH):
+        if patched(BOUNDED_PATCH):
             size = bounds.size_of(result)
             if size > bounds.MAX_PAYLOAD_BYTES:
                 return bounds.slim_result(result, size)
@@ -871,7 +868,7 @@ class AgentTaskWorkflow:
 
     def delivery_parts(self, events: list[Event]) -> list[list[Event]]:
         """``events`` in order, split so no ``events.publish`` input passes ``DELIVERY_BYTES``."""
-        if not workflow.patched(BOUNDED_PATCH):
+        if not patched(BOUNDED_PATCH):
             return [events]
         parts: list[list[Event]] = [[]]
         size = 0
@@ -896,7 +893,7 @@ class AgentTaskWorkflow:
         deliveries; past that, count it by type, to be summed up at the next delivery. So a flood of
         bad signals does bounded work and keeps the state bounded until the sink has caught up."""
         state = self.state
-        if workflow.patched(BOUNDED_PATCH):
+        if patched(BOUNDED_PATCH):
             if state.ignored_window >= IGNORED_EVENTS_PER_DELIVERY:
                 state.ignored_unreported[type.value] = state.ignored_unreported.get(type.value, 0) + 1
                 return
@@ -929,7 +926,7 @@ class AgentTaskWorkflow:
     def emit(self, type: EventType, **data: Any) -> None:
         """Record an event in the state's bounded tail (and the replay-safe workflow log)."""
         self.state.event_seq += 1
-        if workflow.patched(BOUNDED_PATCH):
+        if patched(BOUNDED_PATCH):
             data = bounds.cut_values(data)
         chain = self.state.run_chain
         scope = f"{self.task_id}/{chain}" if chain else self.task_id

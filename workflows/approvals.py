@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
         MINIMUM_ROUND_TRIPS_PATCH,
         REAUTHORIZE_PATCH,
         REOPEN_WITHOUT_REVOKED_PATCH,
+        patched,
     )
 
 # Ignored decisions kept in the state (and shown by ``status``); the event sink has all of them.
@@ -85,7 +86,7 @@ class ApprovalDesk:
         write asks in its own activity instead, since the minimum of round trips (``write_authz``)."""
         request = self.authz_request(item)
         if request is None or (
-            isinstance(item.action.operation, BusinessWrite) and workflow.patched(MINIMUM_ROUND_TRIPS_PATCH)
+            isinstance(item.action.operation, BusinessWrite) and patched(MINIMUM_ROUND_TRIPS_PATCH)
         ):
             return True
         answer = await workflow.execute_activity_method(
@@ -102,7 +103,7 @@ class ApprovalDesk:
     def write_authz(self, item: BatchItem) -> AuthzRequest | None:
         """What a business write checks in its own activity before it writes (``WriteInput.authz``),
         or None: nothing to check (not approved by a person, or checked already)."""
-        if not workflow.patched(MINIMUM_ROUND_TRIPS_PATCH):
+        if not patched(MINIMUM_ROUND_TRIPS_PATCH):
             return None
         return self.authz_request(item)
 
@@ -112,7 +113,7 @@ class ApprovalDesk:
         if record is None or record.decision is DecisionKind.REJECT or item.authorized:
             return None
         # Tasks that started before re-authorization existed keep running as they began.
-        if not workflow.patched(REAUTHORIZE_PATCH):
+        if not patched(REAUTHORIZE_PATCH):
             return None
         task = self.task
         assert task.spec is not None
@@ -153,7 +154,7 @@ class ApprovalDesk:
         request = find_request(task.state.requests, record.request_id)
         assert request is not None
         approvers = request.approvers
-        if workflow.patched(REOPEN_WITHOUT_REVOKED_PATCH):
+        if patched(REOPEN_WITHOUT_REVOKED_PATCH):
             # The revoked principal cannot decide again: asked again, it would approve again and the
             # request would re-open to it forever.
             approvers = [a for a in approvers if a != record.principal]
@@ -167,7 +168,7 @@ class ApprovalDesk:
 
     def expired(self, decision: ApprovalDecision) -> str | None:
         """Why ``decision`` comes too late (its sender stopped waiting for an answer), or None."""
-        if decision.expires_at is None or not workflow.patched(DECISION_EXPIRY_PATCH):
+        if decision.expires_at is None or not patched(DECISION_EXPIRY_PATCH):
             return None
         return expiry_problem(decision, workflow.now())
 

@@ -23,7 +23,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.approvals import ApprovalDesk
     from workflows.context import TaskContext
     from workflows.effects import EffectRunner
-    from workflows.patches import MINIMUM_ROUND_TRIPS_PATCH, PARALLEL_BATCH_PATCH
+    from workflows.patches import MINIMUM_ROUND_TRIPS_PATCH, PARALLEL_BATCH_PATCH, patched
 
 # What ``status`` shows of each batch result.
 STATUS_OUTPUT_CHARS = 2_000
@@ -40,7 +40,7 @@ class BatchRunner:
     async def settle(self, wait_for_decisions: Callable[[], Awaitable[None]]) -> list[ActionResult]:
         """Run every action of the batch once decided (``wait_for_decisions`` waits, durably, until
         no request is pending); the results, in the batch's order."""
-        if workflow.patched(PARALLEL_BATCH_PATCH):
+        if patched(PARALLEL_BATCH_PATCH):
             await self.settle_concurrently(wait_for_decisions)
         else:
             await self.settle_in_order(wait_for_decisions)
@@ -66,7 +66,7 @@ class BatchRunner:
         tool refuses)."""
         limit = asyncio.Semaphore(self.task.valid_spec.policy.parallel_actions)
         reopened: list[str] = []
-        if self.task.state.sandbox is None and workflow.patched(MINIMUM_ROUND_TRIPS_PATCH):
+        if self.task.state.sandbox is None and patched(MINIMUM_ROUND_TRIPS_PATCH):
             # A lone first command creates the sandbox itself; several would queue behind it, so the
             # sandbox is made first for them all to run at once.
             commands = [i for i in items if self.effects.runs_command(i)]

@@ -75,6 +75,7 @@ with workflow.unsafe.imports_passed_through():
         REBUILD_SANDBOX_PATCH,
         SANDBOX_HOME_PATCH,
         SETTLE_CANCELLED_WRITE_PATCH,
+        patched,
     )
     from workflows.placement import Home, Placement, at_home, home_of, home_unanswered
     from workflows.takeover import record_takeover
@@ -137,7 +138,7 @@ class EffectRunner:
             plan = await self.plan(action.tool, arguments, owner=action.agent)
             if plan.operation is None:
                 problem = f"the approver's edited arguments are invalid: {plan.error}"
-                if workflow.patched(CHECK_EDITS_PATCH):
+                if patched(CHECK_EDITS_PATCH):
                     self.approvals.edit_refused(item, record, problem)
                     return None
                 return _result(action, ActionStatus.FAILED, problem)
@@ -244,7 +245,7 @@ class EffectRunner:
         if state.sandbox is None:
             create = self.create_input()
             summary = f"create the task's sandbox (backend {spec.sandbox.backend.value})"
-            if workflow.patched(SANDBOX_HOME_PATCH):
+            if patched(SANDBOX_HOME_PATCH):
                 state.sandbox = await self.create_at_home(create, summary)
             else:
                 state.sandbox = await self.placement.execute(
@@ -413,7 +414,7 @@ class EffectRunner:
         timeout = command.timeout_seconds or spec.sandbox.command_timeout_seconds
         rebuilt = False
         while True:
-            if state.sandbox is None and workflow.patched(MINIMUM_ROUND_TRIPS_PATCH):
+            if state.sandbox is None and patched(MINIMUM_ROUND_TRIPS_PATCH):
                 try:
                     record = await self.exec_creating(action, command, seconds=timeout)
                     break
@@ -453,7 +454,7 @@ class EffectRunner:
                 if (
                     (gone or failure_code(err) == "sandbox_missing")
                     and not rebuilt
-                    and workflow.patched(REBUILD_SANDBOX_PATCH)
+                    and patched(REBUILD_SANDBOX_PATCH)
                 ):
                     self.sandbox_lost(sandbox, error)
                     rebuilt = True
@@ -474,7 +475,7 @@ class EffectRunner:
         )
         self.stream_output(action, record)
         stdout, stderr = record.stdout, record.stderr
-        if record.tool_output is not None and workflow.patched(BOUNDED_PATCH):
+        if record.tool_output is not None and patched(BOUNDED_PATCH):
             # The model reads the full result by reference; the preview only travels in the next
             # turn's input, which must stay small however much a command printed.
             stdout, stderr = cut(stdout, PREVIEW_CHARS), cut(stderr, PREVIEW_CHARS)
@@ -543,7 +544,7 @@ class EffectRunner:
             agent=delegation.agent,
             **self.budget.reserved(action.call_id),
         )
-        if workflow.patched(BOUNDED_PATCH):
+        if patched(BOUNDED_PATCH):
             bounds.check(f"sub-task {child_id}'s input", TaskInput(spec=child))
         try:
             result = await workflow.execute_child_workflow(
@@ -604,10 +605,10 @@ class EffectRunner:
             system=plan.system,
             authz=authz,
         )
-        if workflow.patched(BOUNDED_PATCH):
+        if patched(BOUNDED_PATCH):
             bounds.check(f"write {key}'s input", write_input)
         self.task.set_phase(TaskPhase.COMMITTING)
-        settle = workflow.patched(SETTLE_CANCELLED_WRITE_PATCH)
+        settle = patched(SETTLE_CANCELLED_WRITE_PATCH)
         try:
             receipt, by_lookup = await self.write_rounds(action, key, write_input, settle)
         except _CancelledWrite as cancelled:
@@ -721,7 +722,7 @@ class EffectRunner:
         if (
             receipt.outcome is WriteOutcome.COMMITTED
             and receipt.payload_digest is not None
-            and workflow.patched(MINIMUM_ROUND_TRIPS_PATCH)
+            and patched(MINIMUM_ROUND_TRIPS_PATCH)
         ):
             evidence.confirmed, evidence.confirmed_by = True, "lookup" if by_lookup else "write"
         self.task.state.writes.append(evidence)
@@ -774,7 +775,7 @@ class EffectRunner:
                     found.outcome is WriteOutcome.COMMITTED
                     and found.payload_digest == evidence.receipt.payload_digest
                 )
-                if workflow.patched(MINIMUM_ROUND_TRIPS_PATCH):
+                if patched(MINIMUM_ROUND_TRIPS_PATCH):
                     evidence.confirmed_by = "lookup"
 
 

@@ -23,7 +23,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.bounds import size_of
     from workflows.context import TaskContext
     from workflows.handoff import HandOff
-    from workflows.patches import ARCHIVE_EVIDENCE_PATCH, BOUNDED_PATCH
+    from workflows.patches import ARCHIVE_EVIDENCE_PATCH, BOUNDED_PATCH, patched
 
 # Temporal refuses payloads over 2 MB (TMPRL1103); leave room for the envelope and the next run's start.
 MAX_CARRIED_BYTES = 1_500_000
@@ -105,11 +105,11 @@ class EvidenceKeeper:
         state, keep = self.task.state, self.task.valid_spec.inline_evidence
         old_commands = max(len(state.commands) - keep, 0) if by_count else 0
         old_artifacts = max(len(state.artifacts) - keep, 0) if by_count else 0
-        if workflow.patched(BOUNDED_PATCH):
+        if patched(BOUNDED_PATCH):
             old_commands = max(old_commands, _overflow(state.commands, INLINE_EVIDENCE_BYTES))
             old_artifacts = max(old_artifacts, _overflow(state.artifacts, INLINE_EVIDENCE_BYTES))
         commands, artifacts = state.commands[:old_commands], state.artifacts[:old_artifacts]
-        if not (commands or artifacts) or not workflow.patched(ARCHIVE_EVIDENCE_PATCH):
+        if not (commands or artifacts) or not patched(ARCHIVE_EVIDENCE_PATCH):
             return
         for part_commands, part_artifacts in _parts(commands, artifacts):
             ref = await workflow.execute_activity_method(

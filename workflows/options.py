@@ -9,7 +9,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.workflow import ActivityCancellationType, ActivityConfig, LocalActivityConfig
 
-from workflows.patches import ROLE_QUEUES_PATCH
+from workflows.patches import ROLE_QUEUES_PATCH, patched
 
 BUSINESS_QUEUE_SUFFIX = ".business"
 # Worker roles each poll a queue of their own (``agent-worker worker --role``): workflows and light
@@ -262,7 +262,7 @@ def home_queue(task_queue: str, host_id: str) -> str:
 
 
 def _role_queue(suffix: str) -> str | None:
-    if not workflow.patched(ROLE_QUEUES_PATCH):
+    if not patched(ROLE_QUEUES_PATCH):
         return None
     return f"{workflow.info().task_queue}{suffix}"
 

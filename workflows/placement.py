@@ -38,7 +38,7 @@ with workflow.unsafe.imports_passed_through():
     from schemas.sandbox import SandboxRef
     from workflows import bounds, options
     from workflows.context import TaskContext
-    from workflows.patches import BOUNDED_PATCH, SANDBOX_HOME_PATCH
+    from workflows.patches import BOUNDED_PATCH, SANDBOX_HOME_PATCH, patched
 
 # The failure type the SDK reports for an activity the worker that took it does not register.
 NOT_REGISTERED = "NotFoundError"
@@ -67,7 +67,7 @@ class Home:
 def at_home(sandbox: SandboxRef) -> Home | None:
     """Where operations on ``sandbox`` must run: its host's home queue, or None (any sandbox worker:
     an e2b sandbox, one made before sandboxes had homes, or a run from before the change)."""
-    if sandbox.home_queue is None or not workflow.patched(SANDBOX_HOME_PATCH):
+    if sandbox.home_queue is None or not patched(SANDBOX_HOME_PATCH):
         return None
     return home_of(sandbox.home_queue, sandbox.home_wait_seconds)
 
@@ -110,7 +110,7 @@ class Placement:
             ActivityError: as the activity failed; with ``home``, ``home_unanswered`` tells the
                 failure of a host that did not take it in time.
         """
-        if workflow.patched(BOUNDED_PATCH) and isinstance(arg, BaseModel):
+        if patched(BOUNDED_PATCH) and isinstance(arg, BaseModel):
             bounds.check(f"the input of {summary}", arg)
         if home is not None:
             return await workflow.execute_activity_method(

@@ -22,7 +22,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import options
     from workflows.context import TaskContext
     from workflows.handoff import HandOff
-    from workflows.patches import APPROVAL_SLA_PATCH
+    from workflows.patches import APPROVAL_SLA_PATCH, patched
 
 # What the model (and the hand-off reason) is told of a request nobody decided: never "rejected".
 EXPIRED = "expired, unanswered"
@@ -53,7 +53,7 @@ class ApprovalClock:
 
     def governs(self, pending: list[ApprovalRequest]) -> bool:
         """Whether the SLA clock runs this wait (a pending request has an ``sla``)."""
-        return any(r.sla is not None for r in pending) and workflow.patched(APPROVAL_SLA_PATCH)
+        return any(r.sla is not None for r in pending) and patched(APPROVAL_SLA_PATCH)
 
     def next_moment(self, pending: list[ApprovalRequest]) -> datetime:
         """The earliest reminder, escalation or deadline among ``pending``."""

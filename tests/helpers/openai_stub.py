@@ -139,6 +139,15 @@ class OpenAIStub:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
+    def settings(self) -> dict[str, Any]:
+        """The worker settings that send its model calls here (``make_config(dir, **stub.settings())``)."""
+        return {
+            "model_provider": "openai",
+            "openai_api_key": "sk-test-not-real",
+            "openai_base_url": self.base_url,
+            "openai_model": "gpt-test",
+        }
+
     def reply(
         self,
         status: int = 200,
