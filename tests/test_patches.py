@@ -1,4 +1,5 @@
-"""Every ``workflow.patched`` id lives in ``workflows/patches.py``, named and explained there."""
+"""Every patch id lives in ``workflows/patches.py``, named and explained there, and workflow code asks
+it through ``workflows.patches.patched``."""
 
 from __future__ import annotations
 
@@ -12,13 +13,17 @@ WORKFLOWS = Path(__file__).resolve().parent.parent / "workflows"
 
 
 def _patched_arguments(path: Path) -> list[ast.expr]:
-    """The argument of every ``workflow.patched(...)`` call in ``path``."""
+    """The argument of every ``patched(...)`` call in ``path`` (``workflows.patches.patched``, or the
+    SDK's ``workflow.patched`` / ``deprecate_patch``, which the lint refuses outside patches.py)."""
+    names = ("patched", "deprecate_patch")
     return [
         node.args[0]
         for node in ast.walk(ast.parse(path.read_text()))
         if isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and node.func.attr in ("patched", "deprecate_patch")
+        and (
+            (isinstance(node.func, ast.Attribute) and node.func.attr in names)
+            or (isinstance(node.func, ast.Name) and node.func.id in names)
+        )
         and node.args
     ]
 
@@ -35,9 +40,10 @@ def test_every_patch_id_is_a_constant_of_workflows_patches_and_used_by_name() ->
         assert not re.search(r'^\w+_PATCH = "', path.read_text(), re.M), path.name
         for argument in _patched_arguments(path):
             name = argument.attr if isinstance(argument, ast.Attribute) else getattr(argument, "id", None)
-            assert name in declared, f"{path.name}: workflow.patched({ast.unparse(argument)})"
+            assert name in declared, f"{path.name}: patched({ast.unparse(argument)})"
             used.add(name)
-    assert used == declared
+    # ``ONE_MARKER_PATCH`` is asked by ``patched`` itself, for every patch it covers.
+    assert used == declared - {"ONE_MARKER_PATCH"}
     source = (WORKFLOWS / "patches.py").read_text()
     for name in declared:
         comment = source.split(f"\n{name} = ")[0].rsplit("\n\n", 1)[-1].split("_PATCH = ")[-1]
@@ -45,4 +51,7 @@ def test_every_patch_id_is_a_constant_of_workflows_patches_and_used_by_name() ->
     assert len(set(vars(patches)[n] for n in declared)) == len(declared), "a patch id is declared twice"
     # A run with the minimum of round trips asks every other patch at its start (why: PATCHES_AT_START).
     at_start = set(patches.PATCHES_AT_START)
-    assert at_start == {vars(patches)[n] for n in declared} - {patches.MINIMUM_ROUND_TRIPS_PATCH}
+    everything = {vars(patches)[n] for n in declared}
+    assert at_start == everything - {patches.MINIMUM_ROUND_TRIPS_PATCH, patches.ONE_MARKER_PATCH}
+    # The one marker stands for every patch declared before it, and for no later one.
+    assert patches.ONE_MARKER_COVERS == everything - {patches.ONE_MARKER_PATCH}
