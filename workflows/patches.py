@@ -88,11 +88,12 @@ APPROVAL_SLA_PATCH = "approval-sla"
 BUDGET_TREE_PATCH = "budget-tree"
 
 # One marker for every patch above (issue 21). Each ``workflow.patched`` the SDK records is a marker
-# event and an upsert of the ``TemporalChangeVersion`` search attribute carrying every patch id so far,
-# so a run that asked the 20 above paid 40 events and about 12 KB of history at its start (a quarter of
-# the example task's history), and 20 visibility updates. A run that begins with this one takes every
-# patch of ``ONE_MARKER_COVERS`` without asking it; a run recorded before it (no such marker) asks each
-# as before. Asked first (``patched``), in the run's first activation. 0.1.0, 2026-12-03, 36b9042.
+# event and an upsert of the ``TemporalChangeVersion`` search attribute carrying every patch id so far:
+# the example task's run, asking 18 of them at its start, paid 36 of its 101 events, 19 KB of its
+# 88 KB history as JSON, and 18 visibility updates (``bench/findings.md``, "Patch markers"). A run
+# that begins with this one takes every patch of ``ONE_MARKER_COVERS`` without asking it; a run
+# recorded before it (no such marker) asks each as before. Asked first (``patched``), in the run's
+# first activation. 0.1.0, 2026-12-03, 36b9042.
 ONE_MARKER_PATCH = "one-marker"
 
 # Asked once at the start of every run that has ``MINIMUM_ROUND_TRIPS_PATCH``, before its first local
