@@ -411,6 +411,11 @@ class TaskState(BaseModel):
         description="Roles (`agent`, `sandbox`) whose activities run on the task queue itself rather "
         "than on their role queues (`workflows.placement`), as the admitting worker said.",
     )
+    refused_here: str | None = Field(
+        default=None,
+        description="The sandbox home queue whose commands a worker of the task queue refused "
+        "(`sandbox_elsewhere`): they go to that home queue at once (`workflows.placement`).",
+    )
     usage: Usage = Field(default_factory=Usage)
     budget_added: dict[str, float] = Field(
         default_factory=dict, description="What approved extensions added, by budget (`Budgets` field)."

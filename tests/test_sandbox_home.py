@@ -138,6 +138,25 @@ def started_by(history_json: str) -> list[tuple[str, str]]:
     ]
 
 
+def exec_trips(history_json: str) -> list[tuple[str, str, str]]:
+    """(task queue, pid of the worker that ran its last attempt or "", how it ended: ``completed``,
+    the failure's error type, or ``open``) of every ``sandbox.exec``, in the order they were scheduled."""
+    events = json.loads(history_json)["events"]
+    trips: dict[str, list[str]] = {}
+    for e in events:
+        if (a := e.get("activityTaskScheduledEventAttributes")) and a["activityType"]["name"] == "sandbox.exec":
+            trips[e["eventId"]] = [a["taskQueue"]["name"], "", "open"]
+        elif (a := e.get("activityTaskStartedEventAttributes")) and a["scheduledEventId"] in trips:
+            trips[a["scheduledEventId"]][1] = a["identity"].split("@", 1)[0]
+        elif (a := e.get("activityTaskCompletedEventAttributes")) and a["scheduledEventId"] in trips:
+            trips[a["scheduledEventId"]][2] = "completed"
+        elif (a := e.get("activityTaskFailedEventAttributes")) and a["scheduledEventId"] in trips:
+            trips[a["scheduledEventId"]][2] = a["failure"].get("applicationFailureInfo", {}).get("type", "failed")
+        elif (a := e.get("activityTaskTimedOutEventAttributes")) and a["scheduledEventId"] in trips:
+            trips[a["scheduledEventId"]][2] = "timed out"
+    return [(queue, pid, end) for queue, pid, end in trips.values()]
+
+
 def scheduled_kinds(history_json: str) -> list[str]:
     """The sandbox activity types scheduled, in order (started or not)."""
     return [
@@ -165,9 +184,11 @@ async def sandbox_made_on_a_then_a_killed(
 async def test_after_a_sigkill_and_restart_the_task_s_next_command_and_destroy_run_on_its_host(
     hosts: tuple[TaskEnv, TaskEnv], fleet: Fleet, record_property: Record
 ) -> None:
-    """While A is down the second command waits on A's home queue (B, which polls the shared
-    queues, does not take it); A restarted on its data dir picks it up and finds the file the first
-    command left; the destroy runs on A too, and nothing is left on either host."""
+    """While A is down the second command waits on A's home queue: B, now running the task, takes
+    it from the task queue and refuses it (``sandbox_elsewhere``: the sandbox is A's), and it goes
+    to A's queue; A restarted on its data dir picks it up and finds the file the first command left.
+    The third command goes to A's queue at once (no second refusal), the destroy runs on A too, and
+    nothing is left on either host."""
     a, b = hosts
     # The default home wait (a minute): long enough for a restart.
     handle, _, first_a = await sandbox_made_on_a_then_a_killed(a, b, fleet, home_wait=None)
@@ -183,13 +204,19 @@ async def test_after_a_sigkill_and_restart_the_task_s_next_command_and_destroy_r
     assert result.phase is TaskPhase.COMPLETED, result.reason
     assert result.final_output == f"read: {MARK}"
     assert result.evidence.missing == [] and result.evidence_complete
-    write, read = result.evidence.commands
-    assert write.sandbox_id == read.sandbox_id and read.exit_code == 0
+    write, read, check = result.evidence.commands
+    assert write.sandbox_id == read.sandbox_id == check.sandbox_id and read.exit_code == check.exit_code == 0
     history = await assert_replays(a.client, handle.id)
     ran = started_by(history)
-    # The first command made the sandbox (no separate place or create); the second ran on A again.
-    assert ran[0] == ("sandbox.exec", str(first_a.pid))
-    assert [run for run in ran if run[0] == "sandbox.exec"][-1] == ("sandbox.exec", str(second_a.pid))
+    # The first command made the sandbox (no separate place or create), on the task queue. The second
+    # went to the task queue too, where B refused it, then to A's queue; the third straight there.
+    a_home = home_queue(a.task_queue, a.config.host)
+    assert exec_trips(history) == [
+        (a.task_queue, str(first_a.pid), "completed"),
+        (a.task_queue, str(fleet.procs["b"].pid), "sandbox_elsewhere"),
+        (a_home, str(second_a.pid), "completed"),
+        (a_home, str(second_a.pid), "completed"),
+    ]
     # The destroy ran on A: in a local activity when A ran that workflow task, else on A's queue.
     assert [pid for kind, pid in ran if kind == "sandbox.destroy"] in ([], [str(second_a.pid)])
     status = await handle.query(AgentTaskWorkflow.status)
@@ -229,11 +256,15 @@ async def test_a_host_that_never_comes_back_loses_its_sandbox_and_the_task_compl
     assert f"host {a.config.host}" in lost_event.data["error"], lost_event.data
     assert home_queue(a.task_queue, a.config.host) != home_queue(b.task_queue, b.config.host)
     # Each sandbox is made by its first command: one on A, the one after the loss on B. The second
-    # command, sent to A's queue, never started; B, the only worker left, destroys its own sandbox
-    # in a local activity.
-    assert scheduled_kinds(history) == ["sandbox.exec"] * 3
-    ran = started_by(history)
-    assert [kind for kind, _ in ran] == ["sandbox.exec"] * 2 and ran[0][1] != ran[1][1]
+    # command, refused by B on the task queue and sent to A's queue, never started there; B, the only
+    # worker left, destroys its own sandbox in a local activity.
+    a_pid, b_pid = str(fleet.procs["a-1"].pid), str(fleet.procs["b"].pid)
+    assert exec_trips(history) == [
+        (a.task_queue, a_pid, "completed"),
+        (a.task_queue, b_pid, "sandbox_elsewhere"),
+        (home_queue(a.task_queue, a.config.host), "", "timed out"),
+        (a.task_queue, b_pid, "completed"),
+    ]
     assert [e.type.value for e in status.last_events].count("sandbox.destroyed") == 1
     assert sandboxes_on(b) == [] and len(sandboxes_on(a)) == 1
     record(

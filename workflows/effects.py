@@ -77,7 +77,7 @@ with workflow.unsafe.imports_passed_through():
         SETTLE_CANCELLED_WRITE_PATCH,
         patched,
     )
-    from workflows.placement import Home, Placement, at_home, home_of, home_unanswered
+    from workflows.placement import Home, Placement, home_of, home_unanswered, near_home
     from workflows.takeover import record_takeover
     from workflows.tool_effects import ToolEffects
 
@@ -289,9 +289,14 @@ class EffectRunner:
         raise AssertionError("unreachable")
 
     def exec_input(
-        self, action: ProposedAction, command: SandboxCommand, sandbox: SandboxRef | None
+        self,
+        action: ProposedAction,
+        command: SandboxCommand,
+        sandbox: SandboxRef | None,
+        home: Home | None = None,
     ) -> ExecInput:
         return ExecInput(
+            held_here_only=home is not None and home.here_first,
             task_id=self.task.task_id,
             call_id=action.call_id,
             sandbox=sandbox,
@@ -431,12 +436,12 @@ class EffectRunner:
                     self.task.emit(EventType.SANDBOX_EXEC, call_id=action.call_id, error=failure_message(err))
                     return json.dumps({"error": failure_message(err)}), None
             sandbox = await self.ensure_sandbox()
-            home = at_home(sandbox)
+            home = near_home(self.task, sandbox)
             try:
                 record = await self.placement.execute(
                     "sandbox",
                     SandboxActivities.exec,
-                    self.exec_input(action, command, sandbox),
+                    self.exec_input(action, command, sandbox, home),
                     options.SANDBOX_EXEC,
                     summary=f"{action.tool} ({action.call_id}) in sandbox {sandbox.sandbox_id}",
                     start_to_close=timedelta(seconds=timeout) + options.EXEC_GRACE,

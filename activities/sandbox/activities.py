@@ -137,6 +137,8 @@ class SandboxActivities:
         its host's reaper, by label).
         """
         if input.sandbox is not None:
+            if input.held_here_only and not self.holds(input.sandbox):
+                raise self.elsewhere(input.sandbox, "sandbox.exec")
             return await self._exec(input, input.sandbox)
         if input.create is None:
             raise SandboxError(
@@ -260,6 +262,17 @@ class SandboxActivities:
             return sandbox.home_queue is not None and sandbox.home_queue == self.home_queue
         return sandbox.backend in self.backends
 
+    @staticmethod
+    def elsewhere(sandbox: SandboxRef, operation: str) -> SandboxError:
+        """The refusal of an ``operation`` on a ``sandbox`` this worker does not hold (not retried)."""
+        where = sandbox.home_queue or f"a worker with the {sandbox.backend.value} backend"
+        return SandboxError(
+            f"sandbox {sandbox.sandbox_id} is not held by this worker (it lives on {where})",
+            code="sandbox_elsewhere",
+            operation=operation,
+            retryable="no",
+        )
+
 
 class SandboxRelease:
     """``sandbox.destroy_here``, the local activity a task asks first at its end: the worker running
@@ -282,13 +295,7 @@ class SandboxRelease:
         """
         sandbox = input.sandbox
         if self.sandboxes is None or not self.sandboxes.holds(sandbox):
-            where = sandbox.home_queue or f"a worker with the {sandbox.backend.value} backend"
-            raise SandboxError(
-                f"sandbox {sandbox.sandbox_id} is not held by this worker (it lives on {where})",
-                code="sandbox_elsewhere",
-                operation="sandbox.destroy",
-                retryable="no",
-            )
+            raise SandboxActivities.elsewhere(sandbox, "sandbox.destroy")
         return await self.sandboxes.destroy(input)
 
 

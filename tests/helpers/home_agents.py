@@ -1,6 +1,6 @@
 """A scripted agent for the sandbox-home tests: it leaves a file in its sandbox with one command,
-then reads it back with a second (which its task's policy puts up for approval), and answers with
-what the second printed."""
+then reads it back with a second (which its task's policy puts up for approval), and when that read
+worked, checks the file once more with a third; it answers with what the second printed."""
 
 from __future__ import annotations
 
@@ -29,8 +29,15 @@ def read_mark() -> SandboxCommand:
     return SandboxCommand(argv=["sh", "-c", "cat mark.txt"])
 
 
+@sandbox_tool
+def check_mark() -> SandboxCommand:
+    """Check that the file is still there."""
+    return SandboxCommand(argv=["test", "-f", "mark.txt"])
+
+
 class MarkScript(ConversationModel):
-    """write_mark, then read_mark, then the answer: ``read: <stdout>`` (``read failed: <stderr>``)."""
+    """write_mark, read_mark, check_mark, then the answer: ``read: <stdout>`` (``read failed: <stderr>``
+    right after the read)."""
 
     def respond(self, instructions: str | None, items: list[dict[str, Any]]) -> list[TResponseOutputItem]:
         outputs = tool_outputs(items)
@@ -39,9 +46,11 @@ class MarkScript(ConversationModel):
                 result = json.loads(outputs["read_mark"])
             except ValueError:
                 return [assistant_message(f"read refused: {outputs['read_mark']}")]
-            if result.get("exit_code") == 0:
-                return [assistant_message(f"read: {result['stdout'].strip()}")]
-            return [assistant_message(f"read failed: {result.get('stderr', result).strip()}")]
+            if result.get("exit_code") != 0:
+                return [assistant_message(f"read failed: {result.get('stderr', result).strip()}")]
+            if "check_mark" not in outputs:
+                return [function_call("check_mark", {}, call_id="call_check")]
+            return [assistant_message(f"read: {result['stdout'].strip()}")]
         if "write_mark" in outputs:
             return [function_call("read_mark", {}, call_id="call_read")]
         return [function_call("write_mark", {}, call_id="call_write")]
@@ -50,7 +59,7 @@ class MarkScript(ConversationModel):
 registrations = [
     AgentRegistration(
         name="marker",
-        build=lambda: Agent(name="marker", instructions="Mark, then read.", tools=[write_mark, read_mark]),
+        build=lambda: Agent(name="marker", instructions="Mark, then read.", tools=[write_mark, read_mark, check_mark]),
         scripted_model=MarkScript,
     )
 ]
