@@ -101,7 +101,7 @@ ONE_MARKER_PATCH = "one-marker"
 # in the workflow task's completion (eager dispatch) rather than after its own dispatch from the home
 # queue (41.6 ms per step in ``make bench``). Any other worker refuses it before running
 # (``sandbox_elsewhere``); it then goes home, and so do that home's later commands
-# (``TaskState.refused_here``). 0.1.0, 2026-12-03, <sha>.
+# (``TaskState.refused_here``). 0.1.0, 2026-12-03, 71a44fc.
 EXEC_ON_TASK_QUEUE_PATCH = "sandbox-exec-on-task-queue"
 
 # Asked once at the start of every run that has ``MINIMUM_ROUND_TRIPS_PATCH``, before its first local
