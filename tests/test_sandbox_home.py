@@ -144,14 +144,18 @@ def exec_trips(history_json: str) -> list[tuple[str, str, str]]:
     events = json.loads(history_json)["events"]
     trips: dict[str, list[str]] = {}
     for e in events:
-        if (a := e.get("activityTaskScheduledEventAttributes")) and a["activityType"]["name"] == "sandbox.exec":
+        if (a := e.get("activityTaskScheduledEventAttributes")) and a["activityType"][
+            "name"
+        ] == "sandbox.exec":
             trips[e["eventId"]] = [a["taskQueue"]["name"], "", "open"]
         elif (a := e.get("activityTaskStartedEventAttributes")) and a["scheduledEventId"] in trips:
             trips[a["scheduledEventId"]][1] = a["identity"].split("@", 1)[0]
         elif (a := e.get("activityTaskCompletedEventAttributes")) and a["scheduledEventId"] in trips:
             trips[a["scheduledEventId"]][2] = "completed"
         elif (a := e.get("activityTaskFailedEventAttributes")) and a["scheduledEventId"] in trips:
-            trips[a["scheduledEventId"]][2] = a["failure"].get("applicationFailureInfo", {}).get("type", "failed")
+            trips[a["scheduledEventId"]][2] = (
+                a["failure"].get("applicationFailureInfo", {}).get("type", "failed")
+            )
         elif (a := e.get("activityTaskTimedOutEventAttributes")) and a["scheduledEventId"] in trips:
             trips[a["scheduledEventId"]][2] = "timed out"
     return [(queue, pid, end) for queue, pid, end in trips.values()]

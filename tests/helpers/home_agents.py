@@ -59,7 +59,9 @@ class MarkScript(ConversationModel):
 registrations = [
     AgentRegistration(
         name="marker",
-        build=lambda: Agent(name="marker", instructions="Mark, then read.", tools=[write_mark, read_mark, check_mark]),
+        build=lambda: Agent(
+            name="marker", instructions="Mark, then read.", tools=[write_mark, read_mark, check_mark]
+        ),
         scripted_model=MarkScript,
     )
 ]
