@@ -5,6 +5,9 @@ nothing around it (no policy, approvals, events, evidence, budgets, sandbox life
   conversation from a local file, makes the same model call through the same SDK ``Runner`` (the
   shared script, ``bench.script``), runs the shell command the model asked for, and saves the
   conversation. It continues as new when Temporal suggests it.
+- ``BareSplitCount`` does the same work as two activities per step, as the issue's baseline for the
+  step target defines it: ``bare.model`` (the model call through the ``Runner``, its tool call not
+  run) and ``bare.command`` (the shell command, its output added to the conversation).
 - ``BareNoop`` runs ``bare.noop`` N times: the cost of one activity round trip.
 - ``BareApproval`` waits for the signal ``approve``, then ``bare.commit`` inserts one row.
 - ``BareSlow`` runs ``bare.slow_steps``: six 0.4 s steps, heartbeating the step reached and resuming
@@ -64,6 +67,19 @@ class CountResult(BaseModel):
     output: str
 
 
+class ModelResult(BaseModel):
+    done: bool
+    output: str
+    call_id: str = ""
+    script: str = ""
+
+
+class CommandInput(BaseModel):
+    task_id: str
+    call_id: str
+    script: str
+
+
 class CommitInput(BaseModel):
     task_id: str
 
@@ -85,10 +101,12 @@ class BareActivities:
             db.execute(
                 "CREATE TABLE IF NOT EXISTS rows (task_id TEXT PRIMARY KEY, committed_at TEXT NOT NULL)"
             )
-        self._agent = None
+        self._agents: dict[bool, object] = {}
 
-    def agent(self):  # noqa: ANN201 - built lazily: the SDK is imported only where activities run
-        if self._agent is None:
+    def agent(self, run_tool: bool = True):  # noqa: ANN201 - lazily: the SDK is imported only in activities
+        """The bare agent; with ``run_tool`` False its tool returns nothing and runs nothing (the
+        command is ``bare.command``'s)."""
+        if run_tool not in self._agents:
             from agents import Agent, function_tool
 
             @function_tool(name_override=script.TOOL)
@@ -98,15 +116,18 @@ class BareActivities:
                 Args:
                     script: The script, run by sh -c.
                 """
-                return await shell(script)
+                return await shell(script) if run_tool else ""
 
-            self._agent = Agent(
+            self._agents[run_tool] = Agent(
                 name="bare",
                 instructions="Run what you are asked.",
                 tools=[run_shell],
                 tool_use_behavior="stop_on_first_tool",
             )
-        return self._agent
+        return self._agents[run_tool]
+
+    def conversation(self, task_id: str) -> Path:
+        return self.conversations / f"{task_id.replace('/', '_')}.json"
 
     @activity.defn(name="bare.step")
     async def step(self, input: StepInput) -> StepResult:
@@ -115,7 +136,7 @@ class BareActivities:
 
         from bench.agents import CountModel
 
-        path = self.conversations / f"{input.task_id.replace('/', '_')}.json"
+        path = self.conversation(input.task_id)
         items = await asyncio.to_thread(_load, path)
         result = await Runner.run(
             self.agent(),
@@ -126,6 +147,43 @@ class BareActivities:
         await asyncio.to_thread(path.write_text, json.dumps(result.to_input_list()))
         done = not result.new_items or result.new_items[-1].type == "message_output_item"
         return StepResult(done=done, output=str(result.final_output))
+
+    @activity.defn(name="bare.model")
+    async def model(self, input: StepInput) -> ModelResult:
+        """One model call; the tool call it makes is returned, not run, and left out of the saved
+        conversation until ``bare.command`` adds its output."""
+        from agents import RunConfig, Runner
+
+        from bench.agents import CountModel
+
+        path = self.conversation(input.task_id)
+        items = await asyncio.to_thread(_load, path)
+        result = await Runner.run(
+            self.agent(run_tool=False),
+            items or input.prompt,
+            run_config=RunConfig(model=CountModel(), tracing_disabled=True),
+            max_turns=2,
+        )
+        conversation = result.to_input_list()
+        if conversation and conversation[-1].get("type") == "function_call_output":
+            conversation.pop()  # bare.command adds the real output
+        await asyncio.to_thread(path.write_text, json.dumps(conversation))
+        calls = [i for i in conversation if i.get("type") == "function_call"]
+        if not result.new_items or result.new_items[-1].type == "message_output_item" or not calls:
+            return ModelResult(done=True, output=str(result.final_output))
+        call = calls[-1]
+        arguments = json.loads(call["arguments"])
+        return ModelResult(done=False, output="", call_id=call["call_id"], script=arguments["script"])
+
+    @activity.defn(name="bare.command")
+    async def command(self, input: CommandInput) -> str:
+        """Run the model's command and add its output to the conversation."""
+        out = await shell(input.script)
+        path = self.conversation(input.task_id)
+        items = await asyncio.to_thread(_load, path) or []
+        items.append({"type": "function_call_output", "call_id": input.call_id, "output": out})
+        await asyncio.to_thread(path.write_text, json.dumps(items))
+        return out
 
     @activity.defn(name="bare.noop")
     async def noop(self) -> None:
@@ -185,6 +243,35 @@ class BareCount:
                 workflow.continue_as_new(CountInput(prompt=input.prompt, steps=steps))
 
 
+@workflow.defn(name="BareSplitCount")
+class BareSplitCount:
+    """``bare.model`` then ``bare.command`` until the script answers: one activity per model call and
+    one per command; continue-as-new when Temporal suggests it."""
+
+    @workflow.run
+    async def run(self, input: CountInput) -> CountResult:
+        steps, runs = input.steps, 1
+        task_id = workflow.info().workflow_id
+        while True:
+            result = await workflow.execute_activity_method(
+                BareActivities.model,
+                StepInput(task_id=task_id, prompt=input.prompt),
+                start_to_close_timeout=STEP_TIMEOUT,
+                retry_policy=RETRY,
+            )
+            steps += 1
+            if result.done:
+                return CountResult(steps=steps, runs=runs, output=result.output)
+            await workflow.execute_activity_method(
+                BareActivities.command,
+                CommandInput(task_id=task_id, call_id=result.call_id, script=result.script),
+                start_to_close_timeout=STEP_TIMEOUT,
+                retry_policy=RETRY,
+            )
+            if workflow.info().is_continue_as_new_suggested():
+                workflow.continue_as_new(CountInput(prompt=input.prompt, steps=steps))
+
+
 @workflow.defn(name="BareNoop")
 class BareNoop:
     """``bare.noop`` ``count`` times in a row."""
@@ -240,7 +327,7 @@ class BareSlow:
         )
 
 
-WORKFLOWS = [BareCount, BareNoop, BareApproval, BareSlow]
+WORKFLOWS = [BareCount, BareSplitCount, BareNoop, BareApproval, BareSlow]
 
 
 def build_worker(client: Client, task_queue: str, data_dir: Path) -> Worker:
@@ -253,7 +340,7 @@ def build_worker(client: Client, task_queue: str, data_dir: Path) -> Worker:
         client,
         task_queue=task_queue,
         workflows=WORKFLOWS,
-        activities=[acts.step, acts.noop, acts.commit, acts.slow_steps],
+        activities=[acts.step, acts.model, acts.command, acts.noop, acts.commit, acts.slow_steps],
         max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
     )
 

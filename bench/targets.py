@@ -64,10 +64,14 @@ def _after_signal(f: Figures) -> Measured:
 
 
 def _step(f: Figures) -> Measured:
-    ours, bare = _need(f, "step_overhead", "ours_ms_per_step", "bare_ms_per_step")
-    if bare <= 0:  # a difference of two runs: noise at quick sizes can make it anything
+    ours, split, bare = _need(f, "step_overhead", "ours_ms_per_step", "split_ms_per_step", "bare_ms_per_step")
+    if split <= 0 or bare <= 0:  # a difference of two runs: noise at quick sizes can make it anything
         raise Missing("step_overhead")
-    return f"{ours / bare:.2f}x ({ours:.0f} against {bare:.0f} ms per step)", ours / bare <= 1.15, ""
+    now = (
+        f"{ours / split:.2f}x ({ours:.0f} against {split:.0f} ms per step; {ours / bare:.2f}x a bare step "
+        f"of one activity doing both, {bare:.0f} ms, as the issue's 2.18x was measured)"
+    )
+    return now, ours / split <= 1.15, ""
 
 
 def _plugin(f: Figures) -> Measured:
