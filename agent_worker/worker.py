@@ -37,7 +37,7 @@ from activities.errors import ArtifactUnavailable, SandboxError
 from activities.events import EventActivities, EventSink
 from activities.health import HealthActivities
 from activities.notify import NotifyActivities, build_notifiers
-from activities.sandbox import ProcessSandbox, Sandbox, SandboxActivities, SandboxRelease
+from activities.sandbox import ProcessSandbox, Sandbox, SandboxActivities, SandboxHere
 from activities.sandbox.docker import DockerSandbox, docker_available
 from activities.sandbox.reaper import ReaperActivities, SandboxReaper
 from activities.stores import live_events
@@ -373,6 +373,7 @@ def build_workers(
             for suffix in (AGENT_QUEUE_SUFFIX, SANDBOX_QUEUE_SUFFIX)
             for a in role_activities.get(suffix, [])
         ]
+        here = SandboxHere(sandbox)
         workers.insert(
             0,
             Worker(
@@ -383,8 +384,10 @@ def build_workers(
                     artifacts.ingest,
                     artifacts.archive,
                     events.publish,
-                    # Asked first at a task's end: this worker usually holds the task's sandbox.
-                    SandboxRelease(sandbox).destroy_here,
+                    # Asked first for a command and at a task's end: this worker usually holds the
+                    # task's sandbox.
+                    here.exec_here,
+                    here.destroy_here,
                     tenants.admit,
                     tenants.release,
                     threads.resume,

@@ -119,12 +119,6 @@ class ExecInput(BaseModel):
         description="When the task has no sandbox yet: the sandbox to create (or find) on the worker "
         "that takes the command, before running it. The record then carries it (``CommandRecord.sandbox``).",
     )
-    held_here_only: bool = Field(
-        default=False,
-        description="Sent to the task queue rather than to the home queue of its host-local sandbox: a "
-        "worker that does not hold that sandbox refuses it before running anything (error type "
-        "``sandbox_elsewhere``), and the task sends it home.",
-    )
 
 
 class CommandRecord(BaseModel):

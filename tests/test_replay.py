@@ -44,7 +44,7 @@ def test_the_committed_histories_are_all_there() -> None:
         HISTORIES / "pre-threads",
         HISTORIES / "pre-minimum-round-trips",
         HISTORIES / "pre-one-marker",
-        HISTORIES / "pre-exec-on-task-queue",
+        HISTORIES / "pre-exec-here",
     ):
         assert EXPECTED <= {p.stem for p in folder.glob("*.json")}, folder
 

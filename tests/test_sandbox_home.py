@@ -6,6 +6,7 @@ sandbox is made on host A and A is SIGKILLed while the task waits for an approva
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import os
@@ -161,6 +162,20 @@ def exec_trips(history_json: str) -> list[tuple[str, str, str]]:
     return [(queue, pid, end) for queue, pid, end in trips.values()]
 
 
+def local_trips(history_json: str, activity_type: str) -> list[str]:
+    """How each local activity of ``activity_type`` ended, in order: ``completed`` or its error type."""
+    ends = []
+    for e in json.loads(history_json)["events"]:
+        marker = e.get("markerRecordedEventAttributes")
+        if not marker or marker["markerName"] != "core_local_activity":
+            continue
+        data = json.loads(base64.b64decode(marker["details"]["data"]["payloads"][0]["data"]))
+        if data["activity_type"] == activity_type:
+            failure = marker.get("failure")
+            ends.append("completed" if failure is None else failure["applicationFailureInfo"]["type"])
+    return ends
+
+
 def scheduled_kinds(history_json: str) -> list[str]:
     """The sandbox activity types scheduled, in order (started or not)."""
     return [
@@ -188,11 +203,11 @@ async def sandbox_made_on_a_then_a_killed(
 async def test_after_a_sigkill_and_restart_the_task_s_next_command_and_destroy_run_on_its_host(
     hosts: tuple[TaskEnv, TaskEnv], fleet: Fleet, record_property: Record
 ) -> None:
-    """While A is down the second command waits on A's home queue: B, now running the task, takes
-    it from the task queue and refuses it (``sandbox_elsewhere``: the sandbox is A's), and it goes
-    to A's queue; A restarted on its data dir picks it up and finds the file the first command left.
-    The third command goes to A's queue at once (no second refusal), the destroy runs on A too, and
-    nothing is left on either host."""
+    """While A is down the second command waits on A's home queue: B, now running the task, is asked
+    first (the local activity ``sandbox.exec_here``) and refuses it (``sandbox_elsewhere``: the
+    sandbox is A's), and it goes to A's queue; A restarted on its data dir picks it up and finds the
+    file the first command left. The third command goes to A's queue at once (B is not asked again),
+    the destroy runs on A too, and nothing is left on either host."""
     a, b = hosts
     # The default home wait (a minute): long enough for a restart.
     handle, _, first_a = await sandbox_made_on_a_then_a_killed(a, b, fleet, home_wait=None)
@@ -212,15 +227,15 @@ async def test_after_a_sigkill_and_restart_the_task_s_next_command_and_destroy_r
     assert write.sandbox_id == read.sandbox_id == check.sandbox_id and read.exit_code == check.exit_code == 0
     history = await assert_replays(a.client, handle.id)
     ran = started_by(history)
-    # The first command made the sandbox (no separate place or create), on the task queue. The second
-    # went to the task queue too, where B refused it, then to A's queue; the third straight there.
+    # The first command made the sandbox (no separate place or create), on the task queue. B refused
+    # the second here, which then ran on A's queue, as did the third without asking B again.
     a_home = home_queue(a.task_queue, a.config.host)
     assert exec_trips(history) == [
         (a.task_queue, str(first_a.pid), "completed"),
-        (a.task_queue, str(fleet.procs["b"].pid), "sandbox_elsewhere"),
         (a_home, str(second_a.pid), "completed"),
         (a_home, str(second_a.pid), "completed"),
     ]
+    assert local_trips(history, "sandbox.exec_here") == ["sandbox_elsewhere"]
     # The destroy ran on A: in a local activity when A ran that workflow task, else on A's queue.
     assert [pid for kind, pid in ran if kind == "sandbox.destroy"] in ([], [str(second_a.pid)])
     status = await handle.query(AgentTaskWorkflow.status)
@@ -232,6 +247,35 @@ async def test_after_a_sigkill_and_restart_the_task_s_next_command_and_destroy_r
         duplicates=0,
         lost=0,
         leftover=len(sandboxes_on(a)) + len(sandboxes_on(b)),
+    )
+
+
+async def test_on_the_host_that_runs_the_task_later_commands_run_in_its_workflow_task(
+    hosts: tuple[TaskEnv, TaskEnv], fleet: Fleet, record_property: Record
+) -> None:
+    """With one host, which runs the task and holds its sandbox, the first command makes the sandbox
+    in an activity on the task queue, and the two after it run as local activities
+    (``sandbox.exec_here``): no activity on the home queue, no workflow task for their results."""
+    a, _ = hosts
+    worker = await fleet.start("a", a)
+    handle = await a.start(SPEC)
+    await a.awaiting_approval(handle)
+    await a.approve(handle, principal="clerk")
+    result: TaskResult = await asyncio.wait_for(handle.result(), 120)
+
+    assert result.phase is TaskPhase.COMPLETED, result.reason
+    assert result.final_output == f"read: {MARK}"
+    assert [c.exit_code for c in result.evidence.commands] == [0, 0, 0]
+    history = await assert_replays(a.client, handle.id)
+    assert exec_trips(history) == [(a.task_queue, str(worker.pid), "completed")]
+    assert local_trips(history, "sandbox.exec_here") == ["completed", "completed"]
+    assert sandboxes_on(a) == []
+    record(
+        record_property,
+        observed="one host: the first command an activity, the next two local activities",
+        duplicates=0,
+        lost=0,
+        leftover=len(sandboxes_on(a)),
     )
 
 
@@ -260,15 +304,15 @@ async def test_a_host_that_never_comes_back_loses_its_sandbox_and_the_task_compl
     assert f"host {a.config.host}" in lost_event.data["error"], lost_event.data
     assert home_queue(a.task_queue, a.config.host) != home_queue(b.task_queue, b.config.host)
     # Each sandbox is made by its first command: one on A, the one after the loss on B. The second
-    # command, refused by B on the task queue and sent to A's queue, never started there; B, the only
-    # worker left, destroys its own sandbox in a local activity.
+    # command, refused here by B and sent to A's queue, never started there; B, the only worker left,
+    # destroys its own sandbox in a local activity.
     a_pid, b_pid = str(fleet.procs["a-1"].pid), str(fleet.procs["b"].pid)
     assert exec_trips(history) == [
         (a.task_queue, a_pid, "completed"),
-        (a.task_queue, b_pid, "sandbox_elsewhere"),
         (home_queue(a.task_queue, a.config.host), "", "timed out"),
         (a.task_queue, b_pid, "completed"),
     ]
+    assert local_trips(history, "sandbox.exec_here") == ["sandbox_elsewhere"]
     assert [e.type.value for e in status.last_events].count("sandbox.destroyed") == 1
     assert sandboxes_on(b) == [] and len(sandboxes_on(a)) == 1
     record(

@@ -20,7 +20,7 @@ from temporalio.worker import Replayer, Worker
 
 from activities.artifacts import ArtifactActivities, LocalArtifactStore
 from activities.events import EventActivities, JsonlEventSink
-from activities.sandbox import SandboxRelease
+from activities.sandbox import SandboxHere
 from activities.tenants import TenantActivities, TenantAdmission
 from schemas.config import WorkerConfig
 from schemas.tasks import TaskPhase, TaskResult
@@ -178,7 +178,7 @@ async def test_replaying_a_finished_task_exports_no_spans(
             tenants.release,
             artifacts.ingest,
             events.publish,
-            SandboxRelease(None).destroy_here,
+            SandboxHere(None).destroy_here,
         ],
         max_cached_workflows=0,
     ):

@@ -21,7 +21,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.agent.turn import AgentActivities
     from activities.artifacts import ArtifactActivities
     from activities.events import EventActivities
-    from activities.sandbox.activities import SandboxActivities, SandboxRelease
+    from activities.sandbox.activities import SandboxActivities, SandboxHere
     from activities.stores import live_events
     from activities.tenants import TenantActivities
     from activities.threads import ThreadActivities
@@ -750,7 +750,7 @@ class AgentTaskWorkflow:
         could not: the destroy then goes to the sandbox's home as before."""
         try:
             await workflow.execute_local_activity_method(
-                SandboxRelease.destroy_here,
+                SandboxHere.destroy_here,
                 DestroySandboxInput(task_id=self.task_id, sandbox=sandbox),
                 **options.local_config(
                     options.SANDBOX_DESTROY_LOCAL, summary=f"destroy sandbox {sandbox.sandbox_id}"

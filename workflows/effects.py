@@ -9,13 +9,13 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ChildWorkflowError, is_cancelled_exception
+from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError, is_cancelled_exception
 from temporalio.workflow import ActivityConfig, ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from activities.agent.turn import AgentActivities
     from activities.business import BusinessActivities
-    from activities.sandbox.activities import SandboxActivities
+    from activities.sandbox.activities import SandboxActivities, SandboxHere
     from activities.stores import live_events
     from schemas.actions import (
         ActionResult,
@@ -61,6 +61,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.context import TaskContext
     from workflows.decisions import find_request
     from workflows.failures import (
+        as_activity_error,
         failure_code,
         failure_detail,
         failure_details,
@@ -71,13 +72,14 @@ with workflow.unsafe.imports_passed_through():
     from workflows.patches import (
         BOUNDED_PATCH,
         CHECK_EDITS_PATCH,
+        EXEC_HERE_PATCH,
         MINIMUM_ROUND_TRIPS_PATCH,
         REBUILD_SANDBOX_PATCH,
         SANDBOX_HOME_PATCH,
         SETTLE_CANCELLED_WRITE_PATCH,
         patched,
     )
-    from workflows.placement import Home, Placement, home_of, home_unanswered, near_home
+    from workflows.placement import Home, Placement, at_home, home_of, home_unanswered
     from workflows.takeover import record_takeover
     from workflows.tool_effects import ToolEffects
 
@@ -99,6 +101,8 @@ class _CancelledWrite(Exception):
         self.receipt = receipt
 
 
+# The error type of a local activity refused by a worker that does not hold the task's sandbox.
+ELSEWHERE = "sandbox_elsewhere"
 # Characters of a command's stdout and stderr in the result preview when the full result is kept by
 # reference.
 PREVIEW_CHARS = 4_000
@@ -289,14 +293,9 @@ class EffectRunner:
         raise AssertionError("unreachable")
 
     def exec_input(
-        self,
-        action: ProposedAction,
-        command: SandboxCommand,
-        sandbox: SandboxRef | None,
-        home: Home | None = None,
+        self, action: ProposedAction, command: SandboxCommand, sandbox: SandboxRef | None
     ) -> ExecInput:
         return ExecInput(
-            held_here_only=home is not None and home.here_first,
             task_id=self.task.task_id,
             call_id=action.call_id,
             sandbox=sandbox,
@@ -382,6 +381,44 @@ class EffectRunner:
             home=home,
         )
 
+    async def exec_here(
+        self, exec_input: ExecInput, home: Home | None, summary: str, start_to_close: timedelta
+    ) -> CommandRecord | None:
+        """Run the command as the local activity ``sandbox.exec_here`` when the worker running the
+        task likely holds its host-local sandbox (patch ``sandbox-exec-here``): the task runs sandbox
+        work on its task queue, that home has not refused before, and the command is short enough to
+        hold a workflow task for. None when it does not run here: not asked, or refused
+        (``sandbox_elsewhere``, and that home's later commands go there at once).
+
+        Raises:
+            ActivityError: as ``sandbox.exec`` fails, but for the refusal.
+        """
+        state = self.task.state
+        if (
+            home is None
+            or "sandbox" not in state.colocated
+            or home.queue == state.refused_here
+            or start_to_close > options.LOCAL_COMMAND_LIMIT + options.EXEC_GRACE
+            or not patched(EXEC_HERE_PATCH)
+        ):
+            return None
+        try:
+            return await workflow.execute_local_activity_method(
+                SandboxHere.exec_here,
+                exec_input,
+                **options.local_config(
+                    options.SANDBOX_EXEC_LOCAL, summary=summary, start_to_close=start_to_close
+                ),
+            )
+        except ActivityError as err:
+            if failure_code(err) != ELSEWHERE:
+                raise
+        except ApplicationError as err:  # a local activity's failure may come as itself
+            if err.type != ELSEWHERE:
+                raise as_activity_error(err, "sandbox.exec_here") from err
+        state.refused_here = home.queue
+        return None
+
     def created(self, sandbox: SandboxRef) -> None:
         self.task.emit(
             EventType.SANDBOX_CREATED,
@@ -436,15 +473,19 @@ class EffectRunner:
                     self.task.emit(EventType.SANDBOX_EXEC, call_id=action.call_id, error=failure_message(err))
                     return json.dumps({"error": failure_message(err)}), None
             sandbox = await self.ensure_sandbox()
-            home = near_home(self.task, sandbox)
+            home = at_home(sandbox)
+            summary = f"{action.tool} ({action.call_id}) in sandbox {sandbox.sandbox_id}"
+            start_to_close = timedelta(seconds=timeout) + options.EXEC_GRACE
+            exec_input = self.exec_input(action, command, sandbox)
             try:
-                record = await self.placement.execute(
+                here = await self.exec_here(exec_input, home, summary, start_to_close)
+                record = here or await self.placement.execute(
                     "sandbox",
                     SandboxActivities.exec,
-                    self.exec_input(action, command, sandbox, home),
+                    exec_input,
                     options.SANDBOX_EXEC,
-                    summary=f"{action.tool} ({action.call_id}) in sandbox {sandbox.sandbox_id}",
-                    start_to_close=timedelta(seconds=timeout) + options.EXEC_GRACE,
+                    summary=summary,
+                    start_to_close=start_to_close,
                     home=home,
                 )
                 break

@@ -36,3 +36,19 @@ def failure_details(err: ActivityError | ChildWorkflowError) -> dict[str, Any]:
     if isinstance(cause, ApplicationError) and cause.details and isinstance(cause.details[0], dict):
         return cause.details[0]
     return {}
+
+
+def as_activity_error(err: ApplicationError, activity_type: str) -> ActivityError:
+    """``err``, raised by a local activity as itself, as the ``ActivityError`` an activity's failure
+    comes as (its cause), so that one handler reads both."""
+    wrapped = ActivityError(
+        f"local activity {activity_type} failed",
+        scheduled_event_id=0,
+        started_event_id=0,
+        identity="",
+        activity_type=activity_type,
+        activity_id="",
+        retry_state=None,
+    )
+    wrapped.__cause__ = err
+    return wrapped

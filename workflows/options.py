@@ -74,12 +74,17 @@ def config(
     return options
 
 
-def local_config(base: LocalActivityConfig, *, summary: str | None = None) -> LocalActivityConfig:
+def local_config(
+    base: LocalActivityConfig, *, summary: str | None = None, start_to_close: timedelta | None = None
+) -> LocalActivityConfig:
     """The keyword arguments of one ``workflow.execute_local_activity_method`` call (no heartbeat, no
-    queue: a local activity runs in the workflow's worker, its result recorded in one marker)."""
+    queue: a local activity runs in the workflow's worker, its result recorded in one marker),
+    optionally with a start-to-close timeout of its own."""
     options = LocalActivityConfig(**base)
     if summary is not None:
         options["summary"] = summary[:SUMMARY_CHARS]
+    if start_to_close is not None:
+        options["start_to_close_timeout"] = start_to_close
     return options
 
 
@@ -230,6 +235,24 @@ SANDBOX_DESTROY_LOCAL = LocalActivityConfig(
     retry_policy=RetryPolicy(maximum_attempts=2, non_retryable_error_types=["sandbox_elsewhere"]),
     summary="destroy the sandbox here",
 )
+# A command in the sandbox the worker running the task holds (``sandbox.exec_here``, patch
+# ``sandbox-exec-here``): as ``SANDBOX_EXEC``, locally; refused at once when it does not hold it. Only
+# for a command whose timeout is at most ``LOCAL_COMMAND_LIMIT`` (the default's): while a local activity runs its
+# workflow task stays open (the SDK extends it, three history events every few seconds, and signals wait
+# for the next extension), which is cheap for a short command and not for an hour-long one.
+SANDBOX_EXEC_LOCAL = LocalActivityConfig(
+    start_to_close_timeout=timedelta(minutes=2),
+    retry_policy=RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=30),
+        maximum_attempts=3,
+        non_retryable_error_types=["sandbox_elsewhere"],
+    ),
+    cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+    summary="sandbox command here",
+)
+LOCAL_COMMAND_LIMIT = timedelta(seconds=60)
 # The reaper (workflow ``SandboxReaper``, on a schedule) removes orphaned sandboxes in one activity.
 REAP = ActivityConfig(
     start_to_close_timeout=timedelta(minutes=10),

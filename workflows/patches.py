@@ -96,13 +96,14 @@ BUDGET_TREE_PATCH = "budget-tree"
 # first activation. 0.1.0, 2026-12-03, 36b9042.
 ONE_MARKER_PATCH = "one-marker"
 
-# A command in a host-local sandbox goes to the task queue first when the task runs sandbox commands
-# there (``Home.here_first``): the worker that made the sandbox usually runs the task too, and takes it
-# in the workflow task's completion (eager dispatch) rather than after its own dispatch from the home
-# queue (41.6 ms per step in ``make bench``). Any other worker refuses it before running
-# (``sandbox_elsewhere``); it then goes home, and so do that home's later commands
-# (``TaskState.refused_here``). 0.1.0, 2026-12-03, 71a44fc.
-EXEC_ON_TASK_QUEUE_PATCH = "sandbox-exec-on-task-queue"
+# A command in a host-local sandbox (after the first, which makes it) runs as the local activity
+# ``sandbox.exec_here`` on the worker running the task when the task runs sandbox work there and the
+# command's timeout is at most ``options.LOCAL_COMMAND_LIMIT``: that worker usually holds the sandbox,
+# and the next turn is then scheduled in the same workflow task, where it took an activity on the
+# sandbox's home queue (41.6 ms of queue wait per step in ``make bench``) and a workflow task for its
+# result. A worker that does not hold it refuses (``sandbox_elsewhere``); the command goes home, and so
+# do that home's later commands (``TaskState.refused_here``). 0.1.0, 2026-12-03, 71a44fc.
+EXEC_HERE_PATCH = "sandbox-exec-here"
 
 # Asked once at the start of every run that has ``MINIMUM_ROUND_TRIPS_PATCH``, before its first local
 # activity. Why: a query that arrives while a local activity runs makes the worker end the workflow
@@ -131,7 +132,7 @@ PATCHES_AT_START = (
     SANDBOX_HOME_PATCH,
     APPROVAL_SLA_PATCH,
     BUDGET_TREE_PATCH,
-    EXEC_ON_TASK_QUEUE_PATCH,
+    EXEC_HERE_PATCH,
 )
 # The patches ``ONE_MARKER_PATCH`` stands for: every one declared before it. Never grows.
 ONE_MARKER_COVERS = frozenset(
@@ -185,7 +186,7 @@ __all__ = [
     "CHECK_EDITS_PATCH",
     "DECISION_EXPIRY_PATCH",
     "DELIVER_EVENTS_PATCH",
-    "EXEC_ON_TASK_QUEUE_PATCH",
+    "EXEC_HERE_PATCH",
     "INTERRUPT_PATCH",
     "MCP_UNAVAILABLE_PATCH",
     "MINIMUM_ROUND_TRIPS_PATCH",

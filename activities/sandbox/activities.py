@@ -137,8 +137,6 @@ class SandboxActivities:
         its host's reaper, by label).
         """
         if input.sandbox is not None:
-            if input.held_here_only and not self.holds(input.sandbox):
-                raise self.elsewhere(input.sandbox, "sandbox.exec")
             return await self._exec(input, input.sandbox)
         if input.create is None:
             raise SandboxError(
@@ -274,29 +272,41 @@ class SandboxActivities:
         )
 
 
-class SandboxRelease:
-    """``sandbox.destroy_here``, the local activity a task asks first at its end: the worker running
-    the task usually made its sandbox, so the destroy costs no round trip. Registered on every
-    workflow worker (``sandboxes`` None: it serves no sandbox role), so a task can always ask; a
-    sandbox this worker does not hold is refused (``sandbox_elsewhere``), and the task then sends the
-    destroy to the sandbox's home as before."""
+class SandboxHere:
+    """The local activities a task asks first about the sandbox of the worker running it:
+    ``sandbox.exec_here`` for a command, ``sandbox.destroy_here`` at its end. That worker usually made
+    the sandbox (it serves the sandbox role too), so these cost no round trip through the server.
+    Registered on every workflow worker (``sandboxes`` None: it serves no sandbox role), so a task can
+    always ask; a sandbox this worker does not hold is refused (``sandbox_elsewhere``), and the task
+    then sends the operation to the sandbox's home queue as before."""
 
     def __init__(self, sandboxes: SandboxActivities | None) -> None:
         self.sandboxes = sandboxes
 
-    @activity.defn(name="sandbox.destroy_here")
-    @activity_boundary
-    async def destroy_here(self, input: DestroySandboxInput) -> DestroySandboxResult:
-        """Remove the task's sandbox if this worker holds it.
+    def held(self, sandbox: SandboxRef | None, operation: str) -> SandboxActivities:
+        """This worker's sandbox activities, if it holds ``sandbox``.
 
         Raises:
             SandboxError: ``sandbox_elsewhere`` (not retried): another host holds it, or this worker
                 has no sandbox role.
         """
-        sandbox = input.sandbox
+        if sandbox is None:
+            raise SandboxError(f"{operation} needs a sandbox", code="sandbox_missing", operation=operation)
         if self.sandboxes is None or not self.sandboxes.holds(sandbox):
-            raise SandboxActivities.elsewhere(sandbox, "sandbox.destroy")
-        return await self.sandboxes.destroy(input)
+            raise SandboxActivities.elsewhere(sandbox, operation)
+        return self.sandboxes
+
+    @activity.defn(name="sandbox.exec_here")
+    @activity_boundary
+    async def exec_here(self, input: ExecInput) -> CommandRecord:
+        """Run one command in the task's sandbox if this worker holds it (``sandbox.exec``, locally)."""
+        return await self.held(input.sandbox, "sandbox.exec").exec(input)
+
+    @activity.defn(name="sandbox.destroy_here")
+    @activity_boundary
+    async def destroy_here(self, input: DestroySandboxInput) -> DestroySandboxResult:
+        """Remove the task's sandbox if this worker holds it."""
+        return await self.held(input.sandbox, "sandbox.destroy").destroy(input)
 
 
 def _fit_json(text: str, budget: int) -> str:
