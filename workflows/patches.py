@@ -102,7 +102,7 @@ ONE_MARKER_PATCH = "one-marker"
 # and the next turn is then scheduled in the same workflow task, where it took an activity on the
 # sandbox's home queue (41.6 ms of queue wait per step in ``make bench``) and a workflow task for its
 # result. A worker that does not hold it refuses (``sandbox_elsewhere``); the command goes home, and so
-# do that home's later commands (``TaskState.refused_here``). 0.1.0, 2026-12-03, 71a44fc.
+# do that home's later commands (``TaskState.refused_here``). 0.1.0, 2026-12-03, 948c9af.
 EXEC_HERE_PATCH = "sandbox-exec-here"
 
 # Asked once at the start of every run that has ``MINIMUM_ROUND_TRIPS_PATCH``, before its first local
