@@ -279,6 +279,38 @@ async def test_on_the_host_that_runs_the_task_later_commands_run_in_its_workflow
     )
 
 
+async def test_a_worker_drained_during_a_command_it_runs_here_finishes_it_once(
+    hosts: tuple[TaskEnv, TaskEnv], fleet: Fleet, record_property: Record
+) -> None:
+    """SIGTERM while the task's second command runs as a local activity on its one host: the
+    worker's drain lets the command finish and its workflow task complete, and a worker restarted on
+    the same host finishes the task; the command ran once (one start, one end in its files)."""
+    a, _ = hosts
+    await fleet.start("a-1", a)
+    handle = await a.start({"agent": "lingerer", "prompt": "mark, then linger"})
+    deadline = time.monotonic() + 60
+    while not list(a.config.sandbox_root.glob("*/work/started.txt")):
+        assert time.monotonic() < deadline, "the second command never started"
+        await asyncio.sleep(0.1)
+    fleet.procs["a-1"].send_signal(signal.SIGTERM)
+    await asyncio.to_thread(fleet.procs["a-1"].wait, 60)
+    await fleet.start("a-2", a)
+    result: TaskResult = await asyncio.wait_for(handle.result(), 120)
+
+    assert result.phase is TaskPhase.COMPLETED, result.reason
+    assert result.final_output == "lingered: start end", result.final_output
+    history = await assert_replays(a.client, handle.id)
+    assert local_trips(history, "sandbox.exec_here") == ["completed"]
+    assert "sandbox.lost" not in history and sandboxes_on(a) == []
+    record(
+        record_property,
+        observed="SIGTERM mid local command: drained, the command ran once, the task completed",
+        duplicates=0,
+        lost=0,
+        leftover=len(sandboxes_on(a)),
+    )
+
+
 async def test_a_host_that_never_comes_back_loses_its_sandbox_and_the_task_completes_on_another(
     hosts: tuple[TaskEnv, TaskEnv], fleet: Fleet, record_property: Record
 ) -> None:

@@ -35,6 +35,31 @@ def check_mark() -> SandboxCommand:
     return SandboxCommand(argv=["test", "-f", "mark.txt"])
 
 
+@sandbox_tool
+def linger() -> SandboxCommand:
+    """Note the start, take a while, then note the end; print both notes."""
+    return SandboxCommand(
+        argv=[
+            "sh",
+            "-c",
+            "echo start >> started.txt; sleep 4; echo end >> ended.txt; cat started.txt ended.txt",
+        ]
+    )
+
+
+class LingerScript(ConversationModel):
+    """write_mark, then linger, then the answer: ``lingered: <stdout>``."""
+
+    def respond(self, instructions: str | None, items: list[dict[str, Any]]) -> list[TResponseOutputItem]:
+        outputs = tool_outputs(items)
+        if "linger" in outputs:
+            result = json.loads(outputs["linger"])
+            return [assistant_message(f"lingered: {' '.join(result['stdout'].split())}")]
+        if "write_mark" in outputs:
+            return [function_call("linger", {}, call_id="call_linger")]
+        return [function_call("write_mark", {}, call_id="call_write")]
+
+
 class MarkScript(ConversationModel):
     """write_mark, read_mark, check_mark, then the answer: ``read: <stdout>`` (``read failed: <stderr>``
     right after the read)."""
@@ -63,5 +88,10 @@ registrations = [
             name="marker", instructions="Mark, then read.", tools=[write_mark, read_mark, check_mark]
         ),
         scripted_model=MarkScript,
-    )
+    ),
+    AgentRegistration(
+        name="lingerer",
+        build=lambda: Agent(name="lingerer", instructions="Mark, then linger.", tools=[write_mark, linger]),
+        scripted_model=LingerScript,
+    ),
 ]
