@@ -123,6 +123,6 @@ class EventActivities:
     async def publish(self, input: PublishEventsInput) -> PublishEventsResult:
         """Deliver a task's events (in order); those the sink already holds are dropped. Their data
         is redacted (``security.redact``) before any sink sees it."""
-        events = [e.model_copy(update={"data": redact_value(e.data)}) for e in input.events]
+        events = [e.model_copy(update={"data": redact_value(e.data)}) for e in input.unpacked()]
         new = await asyncio.to_thread(self.sink.publish, input.task_id, events)
-        return PublishEventsResult(delivered=len(input.events), new=new)
+        return PublishEventsResult(delivered=len(events), new=new)

@@ -1,5 +1,5 @@
-"""Task events reach the sink exactly once, in order, whatever happens to the workers; the CLI shows
-the timeline; the event schema shipped for other languages matches the models."""
+"""Task events reach the sink exactly once, in order, whatever happens to the workers, packed or
+whole; the CLI shows the timeline; the event schema shipped for other languages matches the models."""
 
 from __future__ import annotations
 
@@ -10,11 +10,15 @@ import signal
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
+from temporalio import activity
 
-from activities.events import JsonlEventSink
+import agent_worker.worker
+from activities.events import EventActivities, JsonlEventSink
 from cli.main import main as cli_main
+from schemas.events import Event, EventType, PublishEventsInput, PublishEventsResult, event_id_for
 from schemas.tasks import TaskPhase, TaskResult
-from tests.helpers.support import TaskEnv, example_spec, spawn_worker
+from tests.helpers.support import TaskEnv, example_spec, running_worker, spawn_worker
 from workflows import AgentTaskWorkflow
 
 
@@ -95,3 +99,75 @@ def test_the_committed_json_schemas_match_the_models() -> None:
     event = json.loads(expected["event.v1.schema.json"])
     assert event["properties"]["schema"]["const"] == "agent-worker.event/v1"
     assert set(event["required"]) >= {"event_id", "task_id", "seq", "type", "at", "phase"}
+
+
+class _InputBeforePacking(BaseModel):
+    """``events.publish``'s input as a worker from before patch ``packed-events`` reads it."""
+
+    task_id: str
+    events: list[Event]
+
+
+_BEFORE_PACKING_CALLS: list[int] = []
+
+
+class _EventsBeforePacking(EventActivities):
+    @activity.defn(name="events.publish")
+    async def publish(self, input: _InputBeforePacking) -> PublishEventsResult:  # type: ignore[override]
+        """``events.publish`` as it was before packing: only ``events``, whole."""
+        _BEFORE_PACKING_CALLS.append(len(input.events))
+        new = await asyncio.to_thread(self.sink.publish, input.task_id, list(input.events))
+        return PublishEventsResult(delivered=len(input.events), new=new)
+
+
+def _event(seq: int, chain: str | None = "chain-1", task_id: str = "t-1") -> Event:
+    return Event(
+        event_id=event_id_for(task_id, chain, seq),
+        task_id=task_id,
+        run_chain=chain,
+        seq=seq,
+        type=EventType.PHASE_CHANGED,
+        at="2026-12-03T10:00:00Z",
+        phase="running",
+        data={"previous": "received", "phase": "running", "n": seq},
+    )
+
+
+def test_a_packed_delivery_unpacks_to_the_same_events_and_is_a_third_smaller() -> None:
+    """Packing drops only what the delivery's events share; an event whose envelope differs (another
+    run chain, an id not made of the delivery's) goes whole, and one out of order makes the whole
+    delivery go whole."""
+    events = [_event(seq) for seq in range(1, 26)]
+    packed = PublishEventsInput.pack("t-1", events)
+    assert packed.events == [] and len(packed.packed) == 25 and packed.unpacked() == events
+    whole = PublishEventsInput(task_id="t-1", events=events)
+    assert len(packed.model_dump_json()) < 0.7 * len(whole.model_dump_json())
+    odd = _event(1).model_copy(update={"event_id": "t-1/other/1"})
+    mixed = PublishEventsInput.pack("t-1", [odd, *events[1:]])
+    assert [e.seq for e in mixed.events] == [1] and mixed.unpacked() == [odd, *events[1:]]
+    late = _event(25, chain="chain-0")
+    out_of_order = PublishEventsInput.pack("t-1", [*events[:24], late])
+    assert out_of_order.packed == [] and out_of_order.unpacked() == [*events[:24], late]
+
+
+async def test_a_worker_from_before_packed_events_gets_each_part_again_whole(
+    config_env: TaskEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ``events.publish`` from before patch ``packed-events`` reads only ``events``: given a
+    packed part it stores nothing and answers ``delivered`` 0, and the task sends the part again
+    whole. The sink still gets every event once, in order."""
+    calls = _BEFORE_PACKING_CALLS
+    calls.clear()
+    monkeypatch.setattr(agent_worker.worker, "EventActivities", _EventsBeforePacking)
+    env = config_env
+    async with running_worker(env.client, env.config):
+        handle = await env.start(example_spec())
+        await env.approve(handle)
+        result: TaskResult = await asyncio.wait_for(handle.result(), 90)
+    assert result.phase is TaskPhase.COMPLETED, result.reason
+    # Two deliveries (before the wait, at the end), each packed first, then whole.
+    assert len(calls) == 4 and all(whole == 0 for whole in calls[::2]), calls
+    assert all(whole > 0 for whole in calls[1::2]), calls
+    stored = list(JsonlEventSink(env.config.events_dir).read(handle.id))
+    assert [e.seq for e in stored] == list(range(1, len(stored) + 1))
+    assert stored[-1].type.value == "task.finished"

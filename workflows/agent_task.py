@@ -33,7 +33,7 @@ with workflow.unsafe.imports_passed_through():
         DecisionOutcome,
     )
     from schemas.artifacts import ArtifactRef, IngestInput
-    from schemas.events import Event, EventType, PublishEventsInput
+    from schemas.events import Event, EventType, PublishEventsInput, PublishEventsResult, event_id_for
     from schemas.sandbox import DestroySandboxInput, SandboxRef
     from schemas.tasks import (
         BatchItem,
@@ -69,6 +69,7 @@ with workflow.unsafe.imports_passed_through():
         INTERRUPT_PATCH,
         MCP_UNAVAILABLE_PATCH,
         MINIMUM_ROUND_TRIPS_PATCH,
+        PACKED_EVENTS_PATCH,
         RUN_CHAIN_PATCH,
         TENANT_ADMISSION_PATCH,
         THREADS_PATCH,
@@ -855,16 +856,27 @@ class AgentTaskWorkflow:
             return
         events = [e for e in self.state.events if e.seq > self.state.delivered_seq]
         for part in self.delivery_parts(events):
-            delivery = PublishEventsInput(task_id=self.task_id, events=part)
             summary = f"deliver events {part[0].seq}-{part[-1].seq}"
-            # An activity, not a local one: a local activity would run in a workflow task that may
-            # never commit (a timeout, a signal flood), and publish events its retry numbers otherwise.
-            sending = workflow.execute_activity_method(
-                EventActivities.publish, delivery, **options.config(options.EVENTS, summary=summary)
+            packing = patched(PACKED_EVENTS_PATCH)
+            whole = PublishEventsInput(task_id=self.task_id, events=part)
+            result = await self.send_events(
+                PublishEventsInput.pack(self.task_id, part) if packing else whole, summary
             )
-            await asyncio.shield(sending)
+            if packing and result.delivered != len(part):
+                # A worker from before packing read none of the packed events: send them whole.
+                await self.send_events(whole, summary)
             self.state.delivered_seq = part[-1].seq
         self.trim_events()
+
+    async def send_events(self, delivery: PublishEventsInput, summary: str) -> PublishEventsResult:
+        """One ``events.publish``. Shielded, so the last events of a cancelled task are delivered too.
+
+        An activity, not a local one: a local activity would run in a workflow task that may never
+        commit (a timeout, a signal flood), and publish events its retry numbers otherwise."""
+        sending = workflow.execute_activity_method(
+            EventActivities.publish, delivery, **options.config(options.EVENTS, summary=summary)
+        )
+        return await asyncio.shield(sending)
 
     def delivery_parts(self, events: list[Event]) -> list[list[Event]]:
         """``events`` in order, split so no ``events.publish`` input passes ``DELIVERY_BYTES``."""
@@ -929,9 +941,8 @@ class AgentTaskWorkflow:
         if patched(BOUNDED_PATCH):
             data = bounds.cut_values(data)
         chain = self.state.run_chain
-        scope = f"{self.task_id}/{chain}" if chain else self.task_id
         event = Event(
-            event_id=f"{scope}/{self.state.event_seq}",
+            event_id=event_id_for(self.task_id, chain, self.state.event_seq),
             run_chain=chain,
             task_id=self.task_id,
             seq=self.state.event_seq,

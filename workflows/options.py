@@ -237,9 +237,9 @@ SANDBOX_DESTROY_LOCAL = LocalActivityConfig(
 )
 # A command in the sandbox the worker running the task holds (``sandbox.exec_here``, patch
 # ``sandbox-exec-here``): as ``SANDBOX_EXEC``, locally; refused at once when it does not hold it. Only
-# for a command whose timeout is at most ``LOCAL_COMMAND_LIMIT`` (the default's): while a local activity runs its
-# workflow task stays open (the SDK extends it, three history events every few seconds, and signals wait
-# for the next extension), which is cheap for a short command and not for an hour-long one.
+# for a command whose timeout is at most ``LOCAL_COMMAND_LIMIT`` (the default's): while a local
+# activity runs, its workflow task stays open (the SDK extends it, three history events every few
+# seconds, and signals wait for the next extension): cheap for a short command, not for an hour-long one.
 SANDBOX_EXEC_LOCAL = LocalActivityConfig(
     start_to_close_timeout=timedelta(minutes=2),
     retry_policy=RetryPolicy(
