@@ -45,6 +45,7 @@ def test_the_committed_histories_are_all_there() -> None:
         HISTORIES / "pre-minimum-round-trips",
         HISTORIES / "pre-one-marker",
         HISTORIES / "pre-exec-here",
+        HISTORIES / "pre-packed-events",
     ):
         assert EXPECTED <= {p.stem for p in folder.glob("*.json")}, folder
 

@@ -107,7 +107,7 @@ EXEC_HERE_PATCH = "sandbox-exec-here"
 # Events delivered packed (``PublishEventsInput.packed``): without the schema, task id, run chain and
 # event id every event of a delivery shares, about 190 bytes each, a third of ``events.publish``'s
 # input and so of the history it takes. A worker from before it reads no packed event (it answers
-# ``delivered`` 0), and the part is sent again whole. 0.1.0, 2026-12-03, <sha>.
+# ``delivered`` 0), and the part is sent again whole. 0.1.0, 2026-12-03, ed739af.
 PACKED_EVENTS_PATCH = "packed-events"
 
 # Asked once at the start of every run that has ``MINIMUM_ROUND_TRIPS_PATCH``, before its first local
