@@ -8,6 +8,7 @@ activity to the example fails here; the bench's ``round_trips`` section measures
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -77,3 +78,26 @@ def test_the_counts_can_fail_the_history_from_before_the_minimum_goes_past_them(
     assert before.workflow_tasks > WHOLE[0] and len(before.activities) > WHOLE[1], before
     after = round_trips(after_first_signal(events(BEFORE)))
     assert after.workflow_tasks > AFTER_SIGNAL[0] and len(after.activities) > AFTER_SIGNAL[1], after
+
+
+def publish_inputs(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The decoded inputs of every ``events.publish`` the history schedules."""
+    return [
+        json.loads(base64.b64decode(a["input"]["payloads"][0]["data"]))
+        for e in history
+        if (a := e.get("activityTaskScheduledEventAttributes"))
+        and a["activityType"]["name"] == "events.publish"
+    ]
+
+
+def test_the_example_delivers_its_events_packed_in_two_thirds_of_the_bytes() -> None:
+    """Since patch ``packed-events`` the example's two deliveries carry every event packed, none whole,
+    and take at most two thirds of the bytes the same deliveries took whole (``pre-packed-events``)."""
+    now = publish_inputs(events(HISTORY))
+    before = publish_inputs(events(HISTORY.parent / "pre-packed-events" / HISTORY.name))
+    assert len(now) == len(before) == 2
+    assert all(d["events"] == [] and d["packed"] for d in now), now
+    assert [len(d["packed"]) for d in now] == [len(d["events"]) for d in before]
+    size = sum(len(json.dumps(d)) for d in now)
+    size_before = sum(len(json.dumps(d)) for d in before)
+    assert size <= 2 / 3 * size_before, (size, size_before)
