@@ -3,7 +3,8 @@ server, and reports ratios. ``python -m bench`` (``make bench``) runs all ten an
 ``bench/RESULTS.md``, headed by issue 21's targets table (``targets``); each module also runs alone
 (``python -m bench.<module> [--quick]``) and keeps its latest full-size result in ``bench/results/``.
 
-1. ``step_overhead``: one agent step vs one bare activity doing the same work.
+1. ``step_overhead``: one agent step vs a bare step doing the same work, as one activity per model
+   call and one per command (the issue's baseline) and as one activity doing both.
 2. ``vs_plugin``: the same scripted agent through the official ``temporalio-openai-agents`` plugin
    (``plugin_side``, in its own venv: ``plugin_venv``): wall time and history bytes per turn.
 3. ``parked``: N tasks waiting for approval; memory, database size; then approve all.
