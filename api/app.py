@@ -23,6 +23,7 @@ every check through the inbox's service (``inbox.service``), so the API and the 
 """
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
@@ -46,6 +47,8 @@ from schemas.tasks import TaskResult, TaskSpec, TaskStatus
 
 # How often the event stream asks a running task for its newest events.
 POLL_SECONDS = 0.5
+# How long an event stream waits, after the task's phase turned terminal, for the task to close.
+CLOSE_WAIT_SECONDS = 30
 
 
 @dataclass
@@ -266,8 +269,12 @@ def build_api(client: Client, config: ApiConfig) -> FastAPI:
 async def _follow(
     tasks: AgentWorkerClient, task_id: str, after: int, read_stored: Callable[[], list[Event]] | None
 ) -> AsyncIterator[bytes]:
-    """SSE frames of the task's events after sequence number ``after``, then ``end``."""
+    """SSE frames of the task's events after sequence number ``after``, then ``end``. The phase turns
+    terminal before the task has delivered its last events and closed; ``end`` comes once it has
+    closed (or ``CLOSE_WAIT_SECONDS`` later), after the events it recorded meanwhile, so that a reader
+    who reads the task on ``end`` finds its result."""
     seen = after
+    closed = False
     while True:
         try:
             status = await tasks.status(task_id, wait_seconds=10)
@@ -283,6 +290,11 @@ async def _follow(
         for event in fresh:
             seen = event.seq
             yield _frame(event.type.value, _event_json(event), event.seq)
+        if status.phase.terminal and not closed:
+            closed = True
+            with contextlib.suppress(AgentWorkerError, TimeoutError):
+                await asyncio.wait_for(tasks.result(task_id), CLOSE_WAIT_SECONDS)
+            continue  # once more: the events it recorded as it closed
         if status.phase.terminal:
             yield _frame("end", {"phase": status.phase.value, "reason": status.reason})
             return

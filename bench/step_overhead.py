@@ -201,6 +201,7 @@ async def run(quick: bool = False, steps: int | None = None, rounds: int | None 
         "ours_events": ours_size.events,
         "bare_events": bare_size.events,
         "ours_activities": sum(ours_acts.values()),
+        "ours_turns": ours_acts.get("agent.turn", 0),
     }
     return section
 
