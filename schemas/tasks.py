@@ -413,8 +413,9 @@ class TaskState(BaseModel):
     )
     refused_here: str | None = Field(
         default=None,
-        description="The sandbox home queue whose commands a worker of the task queue refused "
-        "(`sandbox_elsewhere`): they go to that home queue at once (`workflows.placement`).",
+        description="The sandbox home queue whose command the worker running the task refused to run "
+        "here (`sandbox.exec_here`: `sandbox_elsewhere`): its later commands go to that home queue at "
+        "once (`workflows.effects`).",
     )
     usage: Usage = Field(default_factory=Usage)
     budget_added: dict[str, float] = Field(

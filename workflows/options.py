@@ -242,13 +242,7 @@ SANDBOX_DESTROY_LOCAL = LocalActivityConfig(
 # seconds, and signals wait for the next extension): cheap for a short command, not for an hour-long one.
 SANDBOX_EXEC_LOCAL = LocalActivityConfig(
     start_to_close_timeout=timedelta(minutes=2),
-    retry_policy=RetryPolicy(
-        initial_interval=timedelta(seconds=1),
-        backoff_coefficient=2.0,
-        maximum_interval=timedelta(seconds=30),
-        maximum_attempts=3,
-        non_retryable_error_types=["sandbox_elsewhere"],
-    ),
+    retry_policy=replace(_retry(3), non_retryable_error_types=["sandbox_elsewhere"]),
     cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
     summary="sandbox command here",
 )

@@ -110,14 +110,9 @@ EXEC_HERE_PATCH = "sandbox-exec-here"
 # ``delivered`` 0), and the part is sent again whole. 0.1.0, 2026-12-03, ed739af.
 PACKED_EVENTS_PATCH = "packed-events"
 
-# Asked once at the start of every run that has ``MINIMUM_ROUND_TRIPS_PATCH``, before its first local
-# activity. Why: a query that arrives while a local activity runs makes the worker end the workflow
-# task early and go on in the next one, but a replay goes on in the same one, and a patch's marker is
-# only found in the workflow task being replayed. A patch first asked right after a local activity
-# could then answer differently on replay (a nondeterminism error). Asked at the start, every marker
-# is in the run's first workflow task, before any local activity, and later asks are remembered. A
-# new patch joins this list (and, not being in ``ONE_MARKER_COVERS``, has a marker of its own).
-PATCHES_AT_START = (
+# The patches of ``PATCHES_AT_START`` declared before ``ONE_MARKER_PATCH``, in the order they are asked.
+# Never grows: ``ONE_MARKER_COVERS`` is made of it.
+_BEFORE_ONE_MARKER = (
     DELIVER_EVENTS_PATCH,
     REAUTHORIZE_PATCH,
     ARCHIVE_EVIDENCE_PATCH,
@@ -137,34 +132,17 @@ PATCHES_AT_START = (
     SANDBOX_HOME_PATCH,
     APPROVAL_SLA_PATCH,
     BUDGET_TREE_PATCH,
-    EXEC_HERE_PATCH,
-    PACKED_EVENTS_PATCH,
 )
-# The patches ``ONE_MARKER_PATCH`` stands for: every one declared before it. Never grows.
-ONE_MARKER_COVERS = frozenset(
-    {
-        DELIVER_EVENTS_PATCH,
-        REAUTHORIZE_PATCH,
-        ARCHIVE_EVIDENCE_PATCH,
-        TENANT_ADMISSION_PATCH,
-        REBUILD_SANDBOX_PATCH,
-        ROLE_QUEUES_PATCH,
-        BOUNDED_PATCH,
-        RUN_CHAIN_PATCH,
-        CHECK_EDITS_PATCH,
-        SETTLE_CANCELLED_WRITE_PATCH,
-        REOPEN_WITHOUT_REVOKED_PATCH,
-        DECISION_EXPIRY_PATCH,
-        PARALLEL_BATCH_PATCH,
-        THREADS_PATCH,
-        INTERRUPT_PATCH,
-        MCP_UNAVAILABLE_PATCH,
-        SANDBOX_HOME_PATCH,
-        MINIMUM_ROUND_TRIPS_PATCH,
-        APPROVAL_SLA_PATCH,
-        BUDGET_TREE_PATCH,
-    }
-)
+# Asked once at the start of every run that has ``MINIMUM_ROUND_TRIPS_PATCH``, before its first local
+# activity. Why: a query that arrives while a local activity runs makes the worker end the workflow
+# task early and go on in the next one, but a replay goes on in the same one, and a patch's marker is
+# only found in the workflow task being replayed. A patch first asked right after a local activity
+# could then answer differently on replay (a nondeterminism error). Asked at the start, every marker
+# is in the run's first workflow task, before any local activity, and later asks are remembered. A
+# new patch joins the end of this list (and, not being in ``ONE_MARKER_COVERS``, has a marker of its own).
+PATCHES_AT_START = (*_BEFORE_ONE_MARKER, EXEC_HERE_PATCH, PACKED_EVENTS_PATCH)
+# The patches ``ONE_MARKER_PATCH`` stands for: every one declared before it.
+ONE_MARKER_COVERS = frozenset({*_BEFORE_ONE_MARKER, MINIMUM_ROUND_TRIPS_PATCH})
 
 
 def patched(patch: str) -> bool:

@@ -15,7 +15,9 @@ role back to its role queue for good and runs it there.
 A sandbox of a host-local tier (process, docker) lives on the host that created it, so every later
 operation on it goes to that host's home queue (``SandboxRef.home_queue``, ``at_home``), whatever the
 placement, with a schedule-to-start timeout: a host that does not take it in time is gone, and the
-caller decides what that costs (``home_unanswered``).
+caller decides what that costs (``home_unanswered``). Before that, a colocated task asks the worker
+running it, which usually holds the sandbox, in a local activity (``sandbox.exec_here`` for a command,
+``workflows.effects``; ``sandbox.destroy_here`` at the end).
 """
 
 from __future__ import annotations
