@@ -384,6 +384,7 @@ def build_workers(
                     artifacts.ingest,
                     artifacts.archive,
                     events.publish,
+                    events.publish_here,  # local: in the workflow task that recorded the events
                     # Asked first for a command and at a task's end: this worker usually holds the
                     # task's sandbox.
                     here.exec_here,

@@ -116,6 +116,14 @@ class PublishEventsInput(BaseModel):
         "chain, and the event id made of them), each about 190 bytes of history; the activity puts "
         "it back (``unpacked``). Sent since patch ``packed-events``, after ``events``.",
     )
+    basis: int | None = Field(
+        default=None,
+        description="Since patch ``local-delivery``: the workflow task that made the delivery, as "
+        "``run index << 32 | history length`` (``delivery_basis``). A sink replaces the events it "
+        "holds from the delivery's first ``seq`` on when they came with a lower basis (a workflow task "
+        "that never committed) and drops the delivery when it holds one with a higher basis (it is "
+        "that lost attempt). None: the events are committed, and the sink keeps the copy it has.",
+    )
 
     def unpacked(self) -> list[Event]:
         """Every event of the delivery, whole, in order."""
@@ -148,8 +156,18 @@ class PublishEventsInput(BaseModel):
         return cls(task_id=task_id, events=whole, run_chain=chain, packed=packed)
 
 
+def delivery_basis(run_index: int, history_length: int) -> int:
+    """The ``PublishEventsInput.basis`` of a delivery made by run ``run_index`` of a run chain in the
+    workflow task that sees ``history_length`` events: later workflow tasks, and the retry of one that
+    failed (its history has grown), have a higher one."""
+    return run_index << 32 | history_length
+
+
 class PublishEventsResult(BaseModel):
     """Output of ``events.publish``."""
 
     delivered: int
     new: int = Field(description="How many the sink did not hold yet.")
+    replaced: int = Field(
+        default=0, description="How many it held from a workflow task that never committed, replaced."
+    )

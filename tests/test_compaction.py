@@ -203,7 +203,7 @@ async def test_a_200_turn_task_completes_against_a_context_limit_with_compaction
             "agent": "step-counter-http",
             "prompt": f"count {n} steps",
             "budgets": budgets,
-            "continue_as_new_after_events": 1500,
+            "continue_as_new_after_events": 1000,
         }
     )
     result: TaskResult = await asyncio.wait_for(handle.result(), 900)

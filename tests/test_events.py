@@ -7,6 +7,8 @@ import asyncio
 import json
 import os
 import signal
+import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -109,6 +111,7 @@ class _InputBeforePacking(BaseModel):
 
 
 _BEFORE_PACKING_CALLS: list[int] = []
+_HERE_CALLS: list[int] = []
 
 
 class _EventsBeforePacking(EventActivities):
@@ -118,6 +121,13 @@ class _EventsBeforePacking(EventActivities):
         _BEFORE_PACKING_CALLS.append(len(input.events))
         new = await asyncio.to_thread(self.sink.publish, input.task_id, list(input.events))
         return PublishEventsResult(delivered=len(input.events), new=new)
+
+    @activity.defn(name="events.publish_here")
+    async def publish_here(self, input: PublishEventsInput) -> PublishEventsResult:
+        """A sink that cannot replace (a custom one without ``publish_from``) answers the local
+        delivery ``delivered`` 0."""
+        _HERE_CALLS.append(len(input.packed) + len(input.events))
+        return PublishEventsResult(delivered=0, new=0)
 
 
 def _event(seq: int, chain: str | None = "chain-1", task_id: str = "t-1") -> Event:
@@ -153,11 +163,13 @@ def test_a_packed_delivery_unpacks_to_the_same_events_and_is_a_third_smaller() -
 async def test_a_worker_from_before_packed_events_gets_each_part_again_whole(
     config_env: TaskEnv, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An ``events.publish`` from before patch ``packed-events`` reads only ``events``: given a
-    packed part it stores nothing and answers ``delivered`` 0, and the task sends the part again
-    whole. The sink still gets every event once, in order."""
+    """A sink that cannot replace answers the local delivery ``delivered`` 0, and the part goes as
+    ``events.publish``; one from before patch ``packed-events`` reads only ``events``: given a packed
+    part it stores nothing and answers ``delivered`` 0, and the task sends the part again whole. The
+    sink still gets every event once, in order."""
     calls = _BEFORE_PACKING_CALLS
     calls.clear()
+    _HERE_CALLS.clear()
     monkeypatch.setattr(agent_worker.worker, "EventActivities", _EventsBeforePacking)
     env = config_env
     async with running_worker(env.client, env.config):
@@ -165,9 +177,63 @@ async def test_a_worker_from_before_packed_events_gets_each_part_again_whole(
         await env.approve(handle)
         result: TaskResult = await asyncio.wait_for(handle.result(), 90)
     assert result.phase is TaskPhase.COMPLETED, result.reason
-    # Two deliveries (before the wait, at the end), each packed first, then whole.
+    # Two deliveries (before the wait, at the end), each tried here, then packed, then whole.
+    assert len(_HERE_CALLS) == 2 and all(_HERE_CALLS), _HERE_CALLS
     assert len(calls) == 4 and all(whole == 0 for whole in calls[::2]), calls
     assert all(whole > 0 for whole in calls[1::2]), calls
     stored = list(JsonlEventSink(env.config.events_dir).read(handle.id))
     assert [e.seq for e in stored] == list(range(1, len(stored) + 1))
     assert stored[-1].type.value == "task.finished"
+
+
+async def test_a_worker_killed_after_its_local_delivery_leaves_the_sink_as_the_history_recorded(
+    config_env: TaskEnv, tmp_path: Path
+) -> None:
+    """The worker delivers the approval request in its workflow task (patch ``local-delivery``) and
+    dies before that task commits; a decision the task cannot know arrives meanwhile, so the retry on
+    the next worker records an ignored decision first and numbers every later event otherwise. The
+    sink ends with exactly what the committed history recorded: every seq once, in order, each event
+    the task's own record of it (the lost attempt's copies replaced), one approval request."""
+    env = config_env
+    killing = {"AGENT_WORKER_EVENT_SINK": "tests.helpers.killing_sink:factory"}
+    first = spawn_worker(env, tmp_path / "worker-1.log", **killing)
+    # A short workflow-task timeout: the dead worker's task is retried after it, not after 60 s.
+    handle = await env.client.start_workflow(
+        AgentTaskWorkflow.run,
+        example_spec(),
+        id=f"t-{uuid.uuid4().hex[:10]}",
+        task_queue=env.task_queue,
+        result_type=TaskResult,
+        task_timeout=timedelta(seconds=5),
+    )
+    try:
+        await asyncio.wait_for(asyncio.to_thread(first.wait), 60)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == -signal.SIGKILL
+    sink = JsonlEventSink(env.config.events_dir)
+    lost = list(sink.read(handle.id))
+    [lost_request] = [e for e in lost if e.type is EventType.APPROVAL_REQUESTED]  # by the lost attempt
+    unknown = {"request_id": "no-such-request", "version": "0" * 64, "decision": "approve"}
+    await handle.signal(AgentTaskWorkflow.submit_decision, {**unknown, "principal": "finance-lead"})
+    second = spawn_worker(env, tmp_path / "worker-2.log")
+    try:
+        waiting = await env.awaiting_approval(handle)  # the task's own record, up to the wait
+        await env.approve(handle)
+        result: TaskResult = await asyncio.wait_for(handle.result(), 90)
+        status = await handle.query(AgentTaskWorkflow.status)
+    finally:
+        second.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(second.wait, 30)
+    assert result.phase is TaskPhase.COMPLETED, result.reason
+    stored = list(sink.read(handle.id))
+    assert [e.seq for e in stored] == list(range(1, len(stored) + 1))
+    recorded = {e.seq: e for e in [*waiting.last_events, *status.last_events]}
+    assert stored[-1].seq == status.last_events[-1].seq and set(recorded) == {e.seq for e in stored}
+    assert all(e == recorded[e.seq] for e in stored)
+    types = [e.type for e in stored]
+    assert types.count(EventType.APPROVAL_REQUESTED) == 1 and EventType.APPROVAL_IGNORED in types
+    # The retry numbered the request otherwise than the lost attempt did: the sink replaced it.
+    moved = next(e.seq for e in stored if e.type is EventType.APPROVAL_REQUESTED)
+    assert moved != lost_request.seq and stored[lost_request.seq] != lost_request, (moved, lost_request)

@@ -46,6 +46,7 @@ def test_the_committed_histories_are_all_there() -> None:
         HISTORIES / "pre-one-marker",
         HISTORIES / "pre-exec-here",
         HISTORIES / "pre-packed-events",
+        HISTORIES / "pre-local-delivery",
     ):
         assert EXPECTED <= {p.stem for p in folder.glob("*.json")}, folder
 

@@ -1,10 +1,9 @@
 """The example task's committed history (the bundled monthly report, approved by a ``temporal
-workflow signal``; recorded by ``make histories``) costs no more round trips than it does today: 9
-workflow tasks and 7 activities, and after the approval signal 4 and 3. The design's minimum (3
-turns, 1 command and 1 write: 7 and 5, then 3 and 2) is two event deliveries away: they stay
-activities of their own, since a local activity would publish events of a workflow task that may
-never commit (docs/how-a-task-runs.md, "Round trips"). A change that adds a workflow task or an
-activity to the example fails here; the bench's ``round_trips`` section measures a fresh run."""
+workflow signal``; recorded by ``make histories``) costs no more round trips than the design's
+minimum (issue 21): 3 turns, 1 command and 1 write are 7 workflow tasks and 5 activities, and after the
+approval signal 3 and 2. Its events go to the sink in local activities of workflow tasks that already
+run (patch ``local-delivery``; docs/how-a-task-runs.md, "Round trips"). A change that adds a workflow
+task or an activity to the example fails here; the bench's ``round_trips`` section measures a fresh run."""
 
 from __future__ import annotations
 
@@ -19,8 +18,8 @@ from workflows.patches import ONE_MARKER_COVERS, PATCHES_AT_START
 HISTORY = Path(__file__).parent / "histories" / "test_approval_by_temporal_cli_completes_with_evidence.json"
 BEFORE = HISTORY.parent / "pre-minimum-round-trips" / HISTORY.name
 # (workflow tasks, activities): the whole task, and from the approval signal on.
-WHOLE = (9, 7)
-AFTER_SIGNAL = (4, 3)
+WHOLE = (7, 5)
+AFTER_SIGNAL = (3, 2)
 
 
 def events(path: Path) -> list[dict[str, Any]]:
@@ -29,18 +28,26 @@ def events(path: Path) -> list[dict[str, Any]]:
 
 def test_the_example_task_takes_at_most_the_design_s_round_trips() -> None:
     trips = round_trips(events(HISTORY))
-    # It is the example: three turns, its one command and its one write, each once, and two event
-    # deliveries (before the wait for the approver, at the end).
-    assert sorted(trips.activities) == ["agent.turn"] * 3 + ["business.write"] + ["events.publish"] * 2 + [
-        "sandbox.exec"
-    ]
+    # It is the example: three turns, its one command and its one write, each once; its two event
+    # deliveries (before the wait for the approver, at the end) are local activities.
+    assert sorted(trips.activities) == ["agent.turn"] * 3 + ["business.write", "sandbox.exec"]
+    assert trips.local_activities.count("events.publish_here") == 2, trips
     assert trips.workflow_tasks <= WHOLE[0] and len(trips.activities) <= WHOLE[1], trips
 
 
-def test_the_approval_takes_at_most_four_workflow_tasks_and_three_activities_after_its_signal() -> None:
+def test_the_approval_takes_at_most_three_workflow_tasks_and_two_activities_after_its_signal() -> None:
     after = round_trips(after_first_signal(events(HISTORY)))
-    assert after.activities == ["business.write", "agent.turn", "events.publish"], after
+    assert after.activities == ["business.write", "agent.turn"], after
+    assert after.local_activities[-1] == "events.publish_here", after
     assert after.workflow_tasks <= AFTER_SIGNAL[0] and len(after.activities) <= AFTER_SIGNAL[1], after
+
+
+def test_the_counts_can_fail_the_history_from_before_local_delivery_goes_past_them() -> None:
+    """The run recorded before patch ``local-delivery`` (9 and 7, then 4 and 3: two ``events.publish``
+    activities, each with the workflow task that takes its result) would fail the counts above."""
+    before = round_trips(events(HISTORY.parent / "pre-local-delivery" / HISTORY.name))
+    assert before.workflow_tasks > WHOLE[0] and len(before.activities) > WHOLE[1], before
+    assert before.activities.count("events.publish") == 2, before
 
 
 def patch_events(history: list[dict[str, Any]]) -> tuple[int, int]:
@@ -92,8 +99,10 @@ def publish_inputs(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def test_the_example_delivers_its_events_packed_in_two_thirds_of_the_bytes() -> None:
     """Since patch ``packed-events`` the example's two deliveries carry every event packed, none whole,
-    and take at most two thirds of the bytes the same deliveries took whole (``pre-packed-events``)."""
-    now = publish_inputs(events(HISTORY))
+    and take at most two thirds of the bytes the same deliveries took whole (``pre-packed-events``).
+    Read from the run before ``local-delivery``, whose deliveries are activities with their input in
+    the history (a local activity's input is not recorded at all)."""
+    now = publish_inputs(events(HISTORY.parent / "pre-local-delivery" / HISTORY.name))
     before = publish_inputs(events(HISTORY.parent / "pre-packed-events" / HISTORY.name))
     assert len(now) == len(before) == 2
     assert all(d["events"] == [] and d["packed"] for d in now), now

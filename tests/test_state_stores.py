@@ -28,6 +28,7 @@ from openai.types.responses import ResponseOutputMessage, ResponseOutputText
 from pydantic import SecretStr
 from temporalio.client import Client, WorkflowHandle
 
+from activities.events import plan_replace
 from activities.stores import postgres_db
 from activities.stores.state import (
     build_admission,
@@ -38,7 +39,7 @@ from activities.stores.state import (
 )
 from schemas.authz import AuthzRequest
 from schemas.config import WorkerConfig
-from schemas.events import Event
+from schemas.events import Event, delivery_basis
 from schemas.tasks import TaskPhase
 from tests.helpers.agents import CALL_LOG_ENV
 from tests.helpers.postgres_server import PostgresServer, start_postgres
@@ -213,6 +214,43 @@ def test_events_are_stored_once_in_order_per_run_chain_whichever_host_publishes(
     assert [e.seq for e in chain("task-1", "c2")] == [1, 2]
     assert [e.event_id for e in chain("task-2", None)] == ["task-2/None/1"]
     assert list(read("task-3")) == [] and list(chain("task-1", "c9")) == []
+
+
+def test_a_local_delivery_replaces_a_lost_attempt_s_events_and_a_late_one_changes_nothing(host: Host) -> None:
+    """A workflow task that delivered locally, then never committed, is retried with more history (a
+    higher basis) and numbers its events otherwise: the sink replaces what the lost attempt delivered
+    from the delivery's first seq on, including an event the retry no longer has; the lost attempt's
+    local activity arriving late, or a committed delivery held, keeps a lower basis from replacing
+    anything; the same attempt retried stores nothing twice. Other run chains are left alone."""
+    sink, other = build_event_sink(host("a")), build_event_sink(host("b"))
+
+    def attempt(seqs: range, name: str, chain: str = "c1") -> list[Event]:
+        return [_event("task-1", chain, s).model_copy(update={"data": {"attempt": name}}) for s in seqs]
+
+    def held(chain: str = "c1") -> list[tuple[int, str]]:
+        return [(e.seq, e.data["attempt"]) for e in other.read_chain("task-1", chain)]  # type: ignore[attr-defined]
+
+    basis = delivery_basis(0, 40)
+    assert sink.publish_from("task-1", attempt(range(1, 4), "first"), basis) == (3, 0)  # type: ignore[attr-defined]
+    assert sink.publish_from("task-1", attempt(range(4, 9), "lost"), basis + 10) == (5, 0)  # type: ignore[attr-defined]
+    assert other.publish_from("task-1", attempt(range(1, 3), "c2", "c2"), basis) == (2, 0)  # type: ignore[attr-defined]
+    # The retry (more history) has one event fewer from seq 4 on: 4..7 replaced, 8 gone.
+    assert other.publish_from("task-1", attempt(range(4, 8), "retry"), basis + 14) == (4, 5)  # type: ignore[attr-defined]
+    assert held() == [(1, "first"), (2, "first"), (3, "first")] + [(s, "retry") for s in range(4, 8)]
+    # The lost attempt's local activity, retried late: nothing.
+    assert sink.publish_from("task-1", attempt(range(4, 9), "lost"), basis + 10) == (0, 0)  # type: ignore[attr-defined]
+    # The committed attempt's local activity retried: only what it had not stored yet.
+    assert sink.publish_from("task-1", attempt(range(6, 10), "retry"), basis + 14) == (2, 0)  # type: ignore[attr-defined]
+    # The next run of the chain (run index 1) goes on after it; a committed delivery is never replaced.
+    assert sink.publish_from("task-1", attempt(range(10, 12), "run 2"), delivery_basis(1, 5)) == (2, 0)  # type: ignore[attr-defined]
+    assert sink.publish("task-1", attempt(range(12, 13), "committed")) == 1
+    assert sink.publish_from("task-1", attempt(range(12, 14), "lower"), delivery_basis(1, 9)) == (0, 0)  # type: ignore[attr-defined]
+    assert [s for s, _ in held()] == list(range(1, 13)) and held()[-1] == (12, "committed")
+    assert held("c2") == [(1, "c2"), (2, "c2")]
+    assert plan_replace({4: 40, 5: 40}, 41) == (True, {4, 5}) and plan_replace({4: None}, 99) == (
+        False,
+        set(),
+    )
 
 
 def test_a_worker_whose_state_database_is_down_refuses_to_start_naming_the_store(

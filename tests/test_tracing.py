@@ -178,6 +178,7 @@ async def test_replaying_a_finished_task_exports_no_spans(
             tenants.release,
             artifacts.ingest,
             events.publish,
+            events.publish_here,
             SandboxHere(None).destroy_here,
         ],
         max_cached_workflows=0,

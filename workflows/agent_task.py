@@ -33,7 +33,14 @@ with workflow.unsafe.imports_passed_through():
         DecisionOutcome,
     )
     from schemas.artifacts import ArtifactRef, IngestInput
-    from schemas.events import Event, EventType, PublishEventsInput, PublishEventsResult, event_id_for
+    from schemas.events import (
+        Event,
+        EventType,
+        PublishEventsInput,
+        PublishEventsResult,
+        delivery_basis,
+        event_id_for,
+    )
     from schemas.sandbox import DestroySandboxInput, SandboxRef
     from schemas.tasks import (
         BatchItem,
@@ -67,6 +74,7 @@ with workflow.unsafe.imports_passed_through():
         CHECK_EDITS_PATCH,
         DELIVER_EVENTS_PATCH,
         INTERRUPT_PATCH,
+        LOCAL_DELIVERY_PATCH,
         MCP_UNAVAILABLE_PATCH,
         MINIMUM_ROUND_TRIPS_PATCH,
         PACKED_EVENTS_PATCH,
@@ -169,6 +177,10 @@ class AgentTaskWorkflow:
         self.delivering = False
         # The minimum of round trips (``MINIMUM_ROUND_TRIPS_PATCH``; decided in ``run``).
         self.lean = False
+        # Events delivered by a local activity (``LOCAL_DELIVERY_PATCH``; decided in ``run``), and this
+        # run's index in its chain (part of each delivery's basis).
+        self.local_delivery = False
+        self.run_index = 0
         # What the search attributes were last set to (``publish``): only changes are upserted.
         self.published: dict[str, Any] = {}
         # On a thread, with the code that knows threads (decided in ``run``).
@@ -200,6 +212,8 @@ class AgentTaskWorkflow:
         self.lean = patched(MINIMUM_ROUND_TRIPS_PATCH)
         if self.lean:
             ask_patches_at_start()  # before any local activity (why: ``PATCHES_AT_START``)
+        self.local_delivery = self.lean and patched(LOCAL_DELIVERY_PATCH)
+        self.run_index = self.state.usage.runs
         self.budget.tree = patched(BUDGET_TREE_PATCH)
         self.threaded = spec.thread is not None and patched(THREADS_PATCH)
         if self.state.phase is TaskPhase.RECEIVED:
@@ -859,20 +873,43 @@ class AgentTaskWorkflow:
             summary = f"deliver events {part[0].seq}-{part[-1].seq}"
             packing = patched(PACKED_EVENTS_PATCH)
             whole = PublishEventsInput(task_id=self.task_id, events=part)
-            result = await self.send_events(
-                PublishEventsInput.pack(self.task_id, part) if packing else whole, summary
-            )
+            delivery = PublishEventsInput.pack(self.task_id, part) if packing else whole
+            if self.local_delivery:
+                history = workflow.info().get_current_history_length()
+                delivery.basis = whole.basis = delivery_basis(self.run_index, history)
+                if await asyncio.shield(self.deliver_here(delivery, len(part), summary)):
+                    self.state.delivered_seq = part[-1].seq
+                    continue
+            result = await self.send_events(delivery, summary)
             if packing and result.delivered != len(part):
                 # A worker from before packing read none of the packed events: send them whole.
                 await self.send_events(whole, summary)
             self.state.delivered_seq = part[-1].seq
         self.trim_events()
 
+    async def deliver_here(self, delivery: PublishEventsInput, count: int, summary: str) -> bool:
+        """Deliver in this workflow task, as the local activity ``events.publish_here`` (patch
+        ``local-delivery``): no activity and no workflow task of its own. The workflow task may still
+        fail to commit, and its retry number its events otherwise; the delivery's ``basis`` lets the
+        sink replace what it delivered then (``activities.events``). False when the worker's sink
+        cannot replace, or did not answer in a few tries: the events then go as ``events.publish``."""
+        try:
+            result = await workflow.execute_local_activity_method(
+                EventActivities.publish_here,
+                delivery,
+                **options.local_config(options.EVENTS_LOCAL, summary=summary),
+            )
+        except (ActivityError, ApplicationError) as err:  # a local activity's failure comes as itself
+            if is_cancelled_exception(err):
+                raise
+            return False
+        return result.delivered == count
+
     async def send_events(self, delivery: PublishEventsInput, summary: str) -> PublishEventsResult:
         """One ``events.publish``. Shielded, so the last events of a cancelled task are delivered too.
 
-        An activity, not a local one: a local activity would run in a workflow task that may never
-        commit (a timeout, a signal flood), and publish events its retry numbers otherwise."""
+        An activity: committed in the history before it runs, so what it delivers is what the task
+        recorded (``deliver_here`` first, since patch ``local-delivery``)."""
         sending = workflow.execute_activity_method(
             EventActivities.publish, delivery, **options.config(options.EVENTS, summary=summary)
         )

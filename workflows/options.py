@@ -218,8 +218,15 @@ EVENTS = ActivityConfig(
     heartbeat_timeout=HEARTBEAT,
     summary="deliver events",
 )
-# Since ``MINIMUM_ROUND_TRIPS_PATCH`` these run as local activities (event delivery does not: see the
-# patch), in the workflow task that
+# Since patch ``local-delivery`` events go first as the local activity ``events.publish_here``, in the
+# workflow task that recorded them; a sink that does not answer in a few tries gets them as
+# ``events.publish`` (``EVENTS``, which keeps trying), so the workflow task is not held open by an outage.
+EVENTS_LOCAL = LocalActivityConfig(
+    start_to_close_timeout=timedelta(seconds=10),
+    retry_policy=_retry(3, max_interval=4.0),
+    summary="deliver events here",
+)
+# Since ``MINIMUM_ROUND_TRIPS_PATCH`` these run as local activities, in the workflow task that
 # asks for them (no round trip through the server, only a marker in the history). Local activities
 # have no heartbeat, so their timeouts are short; a longer outage retries in a later workflow task.
 INGEST_LOCAL = LocalActivityConfig(

@@ -109,6 +109,14 @@ EXEC_HERE_PATCH = "sandbox-exec-here"
 # input and so of the history it takes. A worker from before it reads no packed event (it answers
 # ``delivered`` 0), and the part is sent again whole. 0.1.0, 2026-12-03, ed739af.
 PACKED_EVENTS_PATCH = "packed-events"
+# Events delivered by the local activity ``events.publish_here`` in the workflow task that recorded
+# them (issue 21): no ``events.publish`` activity and no workflow task for its result, two of each in
+# the example task (before the wait for the approver, at the end). A workflow task can fail after its
+# local delivery ran and its retry number its events otherwise, so each delivery carries its
+# ``basis`` (run index and history length) and the built-in sinks keep the copy of the highest
+# (``activities.events.plan_replace``): they end with what the committed history recorded. A sink
+# that cannot replace, or does not answer, gets them as ``events.publish``. 0.1.0, 2026-12-04.
+LOCAL_DELIVERY_PATCH = "local-delivery"
 
 # The patches of ``PATCHES_AT_START`` declared before ``ONE_MARKER_PATCH``, in the order they are asked.
 # Never grows: ``ONE_MARKER_COVERS`` is made of it.
@@ -140,7 +148,7 @@ _BEFORE_ONE_MARKER = (
 # could then answer differently on replay (a nondeterminism error). Asked at the start, every marker
 # is in the run's first workflow task, before any local activity, and later asks are remembered. A
 # new patch joins the end of this list (and, not being in ``ONE_MARKER_COVERS``, has a marker of its own).
-PATCHES_AT_START = (*_BEFORE_ONE_MARKER, EXEC_HERE_PATCH, PACKED_EVENTS_PATCH)
+PATCHES_AT_START = (*_BEFORE_ONE_MARKER, EXEC_HERE_PATCH, PACKED_EVENTS_PATCH, LOCAL_DELIVERY_PATCH)
 # The patches ``ONE_MARKER_PATCH`` stands for: every one declared before it.
 ONE_MARKER_COVERS = frozenset({*_BEFORE_ONE_MARKER, MINIMUM_ROUND_TRIPS_PATCH})
 
@@ -172,6 +180,7 @@ __all__ = [
     "DELIVER_EVENTS_PATCH",
     "EXEC_HERE_PATCH",
     "INTERRUPT_PATCH",
+    "LOCAL_DELIVERY_PATCH",
     "MCP_UNAVAILABLE_PATCH",
     "MINIMUM_ROUND_TRIPS_PATCH",
     "ONE_MARKER_COVERS",

@@ -27,6 +27,7 @@ from temporalio.client import Client
 
 from activities.agent.journal import ModelCallJournal
 from activities.authz import ALL_TOOLS
+from activities.events import plan_replace
 from activities.stores import postgres_db as db
 from activities.tenants import TenantAdmission
 from schemas.authz import AuthzDecision, AuthzRequest
@@ -252,6 +253,42 @@ class PostgresEventSink:
                             ],
                         )
                 return len(new)
+
+        return db.run(self.dsn, "events.publish", work)
+
+    def publish_from(self, task_id: str, events: list[Event], basis: int) -> tuple[int, int]:
+        """Store a local delivery (``activities.events.plan_replace``): (new, replaced)."""
+        if not events:
+            return 0, 0
+        chain, first = events[0].run_chain or _NO_CHAIN, events[0].seq
+
+        def work(conn: Any) -> tuple[int, int]:
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (db.LOCK_EVENTS, task_id))
+                rows = conn.execute(
+                    "SELECT seq, basis FROM agent_worker_events "
+                    "WHERE task_id = %s AND run_chain = %s AND seq >= %s",
+                    (task_id, chain, first),
+                ).fetchall()
+                take, drop = plan_replace(dict(rows), basis)
+                if not take:
+                    return 0, 0
+                if drop:
+                    conn.execute(
+                        "DELETE FROM agent_worker_events WHERE task_id = %s AND run_chain = %s "
+                        "AND seq = ANY(%s)",
+                        (task_id, chain, sorted(drop)),
+                    )
+                held = {seq for seq, _ in rows} - drop
+                new = [e for e in events if e.seq not in held]
+                if new:
+                    with conn.cursor() as cur:
+                        cur.executemany(
+                            "INSERT INTO agent_worker_events (task_id, run_chain, seq, event, basis) "
+                            "VALUES (%s, %s, %s, %s::jsonb, %s)",
+                            [(task_id, chain, e.seq, e.model_dump_json(by_alias=True), basis) for e in new],
+                        )
+                return len(new), len(drop)
 
         return db.run(self.dsn, "events.publish", work)
 

@@ -80,6 +80,15 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         );
         """,
     ),
+    (
+        3,
+        "events: the basis of a local delivery",
+        # NULL: a committed delivery's (``events.publish``); a number: a local one's, which a later
+        # attempt of its workflow task may replace (``activities.events.plan_replace``).
+        """
+        ALTER TABLE agent_worker_events ADD COLUMN basis bigint;
+        """,
+    ),
 ]
 LATEST = MIGRATIONS[-1][0]
 # The tables each store needs, to name the store that cannot be used.
