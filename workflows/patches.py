@@ -115,7 +115,7 @@ PACKED_EVENTS_PATCH = "packed-events"
 # local delivery ran and its retry number its events otherwise, so each delivery carries its
 # ``basis`` (run index and history length) and the built-in sinks keep the copy of the highest
 # (``activities.events.plan_replace``): they end with what the committed history recorded. A sink
-# that cannot replace, or does not answer, gets them as ``events.publish``. 0.1.0, 2026-12-04.
+# that cannot replace, or does not answer, gets them as ``events.publish``. 0.1.0, 2026-12-04, 8871c6b.
 LOCAL_DELIVERY_PATCH = "local-delivery"
 
 # The patches of ``PATCHES_AT_START`` declared before ``ONE_MARKER_PATCH``, in the order they are asked.
