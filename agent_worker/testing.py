@@ -85,12 +85,13 @@ def _registration_path(agents: Sequence[AgentRegistration | str]) -> list[str]:
 
 async def _connect(address: str, within: float = 60.0) -> Any:
     from temporalio.client import Client
-    from temporalio.contrib.pydantic import pydantic_data_converter
+
+    from schemas.payloads import DATA_CONVERTER
 
     deadline = time.monotonic() + within
     while True:
         try:
-            client = await Client.connect(address, data_converter=pydantic_data_converter)
+            client = await Client.connect(address, data_converter=DATA_CONVERTER)
             await client.count_workflows()
             return client
         except Exception:  # the server is still starting: retry until the deadline

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
-from temporalio.contrib.pydantic import pydantic_data_converter
 
 from cli.devserver import dev_server_command, free_port, port_open, stop_process_group, wait_ready
 from schemas.config import EXAMPLE_AGENT, WorkerConfig
+from schemas.payloads import DATA_CONVERTER
 from worker import build_workers
 
 REPO = Path(__file__).resolve().parent.parent
@@ -237,7 +237,7 @@ def _start_server(
 async def connect(address: str) -> Client:
     """A client of the server at ``address`` once it answers (within a minute)."""
     await wait_ready(address, within=60)
-    return await Client.connect(address, data_converter=pydantic_data_converter)
+    return await Client.connect(address, data_converter=DATA_CONVERTER)
 
 
 KEEP_ENV = "AW_BENCH_KEEP"

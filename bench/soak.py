@@ -47,13 +47,13 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 
 from bench import soak_shared
 from bench.soak_fleet import Chaos, Fleet, chaos_loop
 from cli import devserver
 from schemas.config import EXAMPLE_AGENT, WorkerConfig
+from schemas.payloads import DATA_CONVERTER
 from schemas.tasks import TaskResult, TaskStatus
 from workflows import AgentTaskWorkflow
 
@@ -280,7 +280,7 @@ async def _soak(
     started = time.monotonic()
     try:
         await devserver.wait_ready(address)
-        client = await Client.connect(address, data_converter=pydantic_data_converter)
+        client = await Client.connect(address, data_converter=DATA_CONVERTER)
         fleet = Fleet(envs, work)
         await fleet.wait_ready()
         plans = {f"soak-{args.seed}-{i:04d}": make_plan(rng) for i in range(args.tasks)}

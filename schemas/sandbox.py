@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -107,6 +108,9 @@ class SandboxPlacement(BaseModel):
 class ExecInput(BaseModel):
     """Input of ``sandbox.exec``."""
 
+    # Written without its defaults (``schemas.payloads``): an activity's own payload, once a step.
+    compact_payload: ClassVar[bool] = True
+
     task_id: str
     call_id: str
     sandbox: SandboxRef | None = Field(
@@ -123,6 +127,10 @@ class ExecInput(BaseModel):
 
 class CommandRecord(BaseModel):
     """Evidence of one sandbox command: what ran, how it ended, and digests of its full output."""
+
+    # Written without its defaults (``schemas.payloads``): ``sandbox.exec``'s result, once a step (a
+    # task's result carries it whole).
+    compact_payload: ClassVar[bool] = True
 
     call_id: str
     sandbox_id: str

@@ -6,7 +6,7 @@ A turn runs the OpenAI Agents SDK until the agent finishes or proposes effectful
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
@@ -17,6 +17,9 @@ from schemas.digests import DIGEST_PATTERN
 
 class TurnInput(BaseModel):
     """Input of ``agent.turn``."""
+
+    # Written without its defaults (``schemas.payloads``): an activity's own payload, once a step.
+    compact_payload: ClassVar[bool] = True
 
     task_id: str
     agent: str
@@ -127,6 +130,9 @@ class CompactionRecord(BaseModel):
 
 class TurnResult(BaseModel):
     """Output of ``agent.turn``: a final answer, or effectful calls for the workflow to decide."""
+
+    # Written without its defaults (``schemas.payloads``): an activity's own payload, once a step.
+    compact_payload: ClassVar[bool] = True
 
     turn: int
     status: Literal["final", "proposed"]

@@ -38,8 +38,9 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from google.protobuf.message import DecodeError
 from temporalio.api.common.v1 import Payload
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter, DefaultFailureConverterWithEncodedAttributes, PayloadCodec
+
+from schemas.payloads import DATA_CONVERTER
 
 if TYPE_CHECKING:
     from schemas.config import WorkerConfig
@@ -210,13 +211,13 @@ def data_converter(keys: Mapping[str, bytes] | None, current: str | None) -> Dat
     if not keys:
         if current:
             raise KeySpecError(f"encryption key id {current!r} given, but no encryption keys")
-        return pydantic_data_converter
+        return DATA_CONVERTER
     if current is None:
         if len(keys) > 1:
             raise KeySpecError(f"several encryption keys ({_ids(keys)}): say which one is current")
         [current] = keys
     return dataclasses.replace(
-        pydantic_data_converter,
+        DATA_CONVERTER,
         payload_codec=EncryptionCodec(keys, current),
         failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
     )

@@ -25,6 +25,7 @@ from temporalio.converter import DataConverter
 from temporalio.worker import Replayer
 
 from cli.devserver import temporal_binary
+from schemas.payloads import DATA_CONVERTER
 from schemas.tasks import TaskPhase, TaskResult
 from security.codec import (
     DecryptionError,
@@ -115,7 +116,7 @@ async def test_canary_never_reaches_the_server_with_the_codec_on(
     the server stores, while the task still runs to completion through an approval and replays; with
     it off, the same secret is there in plain text."""
     canary = f"canary-{uuid.uuid4().hex}"
-    converter = data_converter({"A": KEY_A}, "A") if encrypted else pydantic_data_converter
+    converter = data_converter({"A": KEY_A}, "A") if encrypted else DATA_CONVERTER
     client = await connect_with(config_env.address, converter)
     env = TaskEnv(client=client, config=config_env.config, address=config_env.address)
     async with running_worker(client, env.config):
@@ -218,7 +219,7 @@ def test_converter_settings_that_would_silently_store_plaintext_are_refused() ->
         data_converter({"A": KEY_A, "B": KEY_B}, None)
     with pytest.raises(KeySpecError, match="'C' is not among the keys"):
         data_converter({"A": KEY_A}, "C")
-    assert data_converter(None, None) is pydantic_data_converter
+    assert data_converter(None, None) is DATA_CONVERTER  # plain: the compact pydantic JSON (schemas.payloads)
     codec = data_converter(parse_keys(f"A:{base64.b64encode(KEY_A).decode()}"), None).payload_codec
     assert isinstance(codec, EncryptionCodec) and codec.current == "A"
 

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Replayer
 
@@ -34,6 +33,7 @@ from examples import EXAMPLES
 from schemas import visibility
 from schemas.approvals import ApprovalRequest
 from schemas.config import EXAMPLE_AGENT, WorkerConfig
+from schemas.payloads import DATA_CONVERTER
 from schemas.tasks import TaskPhase, TaskResult, TaskStatus
 from worker import build_workers
 from workflows import AgentTaskWorkflow, FleetDoctorWorkflow, SandboxReaperWorkflow
@@ -79,7 +79,7 @@ async def connect(address: str) -> Client:
     deadline = time.monotonic() + 30
     while True:
         try:
-            client = await Client.connect(address, data_converter=pydantic_data_converter)
+            client = await Client.connect(address, data_converter=DATA_CONVERTER)
             await client.count_workflows()
             return client
         except Exception:
@@ -323,7 +323,7 @@ async def assert_replays(
     """
     history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
     await Replayer(
-        workflows=WORKFLOWS, data_converter=pydantic_data_converter, workflow_runner=workflow_runner()
+        workflows=WORKFLOWS, data_converter=DATA_CONVERTER, workflow_runner=workflow_runner()
     ).replay_workflow(history)
     record_dir = os.environ.get("AW_RECORD_HISTORIES")
     if record_dir and keep:
