@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from temporalio.client import (
     Client,
+    WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
     WorkflowUpdateFailedError,
@@ -50,6 +51,8 @@ if TYPE_CHECKING:
 DECISION_SIGNAL = "submit_decision"
 """The decision signal's name, for a client that is not this one (the Temporal CLI's ``--name``)."""
 DEFAULT_TIMEOUT = 30.0
+# ``next_request`` asks the task itself every this many polls, whatever its search attributes say.
+QUERY_EVERY_POLLS = 10
 # The workflow task timeout a task starts with (Temporal's default is 10 s; continue-as-new keeps it).
 # A worker that lost a task's cache (a restart, a flood of signals that outran it) replays the whole
 # history in one workflow task, and a long history of signals takes seconds to decode in the SDK
@@ -206,19 +209,41 @@ class AgentWorkerClient:
             AgentWorkerError: no request came within ``within`` seconds.
         """
         deadline = time.monotonic() + within
+        polls = 0
         while True:
-            status = await self.status(task_id)
-            if status.pending:
-                return status.pending[0]
-            if status.phase.terminal:
-                raise TaskEnded(
-                    f"task {task_id} ended {status.phase.value} with no request pending: {status.reason}"
-                )
+            # The task is asked (a query) only once its search attributes name an approver or it has
+            # closed, and every few polls in case it set none: a query that reaches the worker while
+            # a local activity of the task runs (its start's admission, its events' delivery) costs
+            # the task a workflow task of its own.
+            maybe, phase = await self._may_have_request(task_id)
+            if maybe or (polls and polls % QUERY_EVERY_POLLS == 0):
+                status = await self.status(task_id)
+                if status.pending:
+                    return status.pending[0]
+                if status.phase.terminal:
+                    raise TaskEnded(
+                        f"task {task_id} ended {status.phase.value} with no request pending: {status.reason}"
+                    )
+                phase = status.phase.value
             if time.monotonic() > deadline:
                 raise AgentWorkerError(
-                    f"task {task_id} asked for no approval within {within:g} s (phase {status.phase.value})"
+                    f"task {task_id} asked for no approval within {within:g} s (phase {phase})"
                 )
+            polls += 1
             await asyncio.sleep(poll)
+
+    async def _may_have_request(self, task_id: str) -> tuple[bool, str]:
+        """Whether visibility says the task names an approver, or has closed (True when it cannot
+        be read: the query then says what is wrong), and the phase it shows."""
+        try:
+            description = await self.handle(task_id).describe()
+        except RPCError:
+            return True, "unknown"
+        attributes = description.typed_search_attributes
+        closed = description.status is not WorkflowExecutionStatus.RUNNING
+        return closed or bool(attributes.get(visibility.APPROVERS)), attributes.get(
+            visibility.PHASE
+        ) or "unknown"
 
     async def awaiting(
         self, *, principal: str | None = None, tenant: str | None = None, wait_seconds: float = 5.0
