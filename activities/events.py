@@ -101,7 +101,7 @@ class JsonlEventSink:
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("r+b" if path.exists() else "w+b") as f:
             fcntl.flock(f, fcntl.LOCK_EX)
-            _last_seq(f, chain)  # cuts a torn last line
+            _cut_torn_line(f)
             start, lines = _lines_from(f, chain, first)
             ours = [(line, json.loads(line)) for line in lines]
             stored = {int(d["seq"]): d.get("basis") for _, d in ours if d.get("run_chain") == chain}
@@ -143,23 +143,30 @@ def _last_seq(f: BinaryIO, chain: str | None) -> int:
     """The ``seq`` of the file's last complete line of run chain ``chain`` (0 when it has none). A
     torn last line, left by a crash in the middle of a write, is cut off first (the caller holds the
     lock). Only the tail is read, unless the chain is not in it (a new run of a reused task id)."""
-    f.seek(0, os.SEEK_END)
-    size = f.tell()
-    if size == 0:
+    start, tail = _cut_torn_line(f)
+    if not tail:
         return 0
-    start = max(0, size - 65536)
-    f.seek(start)
-    tail = f.read()
-    if not tail.endswith(b"\n"):
-        cut = tail.rfind(b"\n") + 1  # 0 when the whole tail is one torn line
-        f.truncate(start + cut)
-        tail = tail[:cut]
-        size = start + cut
+    size = start + len(tail)
     found = _last_seq_in(tail.splitlines()[1 if start else 0 :], chain)  # a tail's first line may be cut
     if found is None and start:
         f.seek(0)
         found = _last_seq_in(f.read(size).splitlines(), chain)
     return found or 0
+
+
+def _cut_torn_line(f: BinaryIO) -> tuple[int, bytes]:
+    """Cut off a torn last line, left by a crash in the middle of a write (the caller holds the
+    lock); return the file's last 64 KiB, whole lines only, and where they start."""
+    f.seek(0, os.SEEK_END)
+    size = f.tell()
+    start = max(0, size - 65536)
+    f.seek(start)
+    tail = f.read()
+    if tail and not tail.endswith(b"\n"):
+        cut = tail.rfind(b"\n") + 1  # 0 when the whole tail is one torn line
+        f.truncate(start + cut)
+        tail = tail[:cut]
+    return start, tail
 
 
 def _lines_from(f: BinaryIO, chain: str | None, first: int) -> tuple[int, list[bytes]]:
