@@ -36,7 +36,8 @@ from activities.errors import (
 )
 from schemas.artifacts import ArtifactRef, IngestInput, IngestResult
 from schemas.digests import canonical_json, digest_bytes, is_digest
-from schemas.tasks import EvidenceArchive
+from schemas.sandbox import CommandRecord
+from schemas.tasks import EvidenceArchive, StoredArchive
 
 
 @runtime_checkable
@@ -213,9 +214,33 @@ class ArtifactActivities:
     @activity_boundary
     async def archive(self, archive: EvidenceArchive) -> ArtifactRef:
         """Store one part of a task's older evidence as JSON; the task keeps only the reference."""
+        return await asyncio.to_thread(self._store_archive, archive)
+
+    @activity.defn(name="artifacts.archive_stored")
+    @activity_boundary
+    async def archive_stored(self, archive: StoredArchive) -> ArtifactRef:
+        """``archive`` for records ``sandbox.exec`` stored: each is loaded by its digest (verified),
+        its takeover put back, and the part stored as the same ``EvidenceArchive`` document. A record
+        not in the store (run by a worker that did not store it) fails the activity for good with
+        ``artifact_not_found``: the task then archives the part with the records inline."""
+        return await asyncio.to_thread(self._archive_stored, archive)
+
+    def _archive_stored(self, archive: StoredArchive) -> ArtifactRef:
+        commands = []
+        for digest in archive.commands:
+            record = CommandRecord.model_validate(self.store.get_json(digest))
+            if digest in archive.takeovers:
+                record = record.model_copy(update={"takeover_seconds": archive.takeovers[digest]})
+            commands.append(record)
+        return self._store_archive(
+            EvidenceArchive(
+                task_id=archive.task_id, part=archive.part, commands=commands, artifacts=archive.artifacts
+            )
+        )
+
+    def _store_archive(self, archive: EvidenceArchive) -> ArtifactRef:
         data = canonical_json(archive.model_dump(mode="json"))
-        name = f"evidence-{archive.part:04d}.json"
-        return await asyncio.to_thread(self.store.ref, name, data, "application/json")
+        return self.store.ref(f"evidence-{archive.part:04d}.json", data, "application/json")
 
     def _ingest(self, input: IngestInput) -> IngestResult:
         refs = []

@@ -383,6 +383,7 @@ def build_workers(
                 activities=[
                     artifacts.ingest,
                     artifacts.archive,
+                    artifacts.archive_stored,
                     events.publish,
                     events.publish_here,  # local: in the workflow task that recorded the events
                     # Asked first for a command and at a task's end: this worker usually holds the

@@ -60,7 +60,8 @@ def referenced(evidence: Evidence) -> Iterator[tuple[str, str, ArtifactRef]]:
         yield "artifact", ref.name, ref
     for command in evidence.commands:
         yield "command", command.stdout_artifact.name, command.stdout_artifact
-        yield "command", command.stderr_artifact.name, command.stderr_artifact
+        if command.stderr_artifact is not None:
+            yield "command", command.stderr_artifact.name, command.stderr_artifact
         if command.tool_output is not None:
             yield "command", command.tool_output.name, command.tool_output
         for ref in command.outputs:

@@ -176,3 +176,15 @@ class ActionResult(BaseModel):
         description="Digest of the full output in the artifact store: large outputs stay out of history.",
     )
     edited_arguments: dict[str, Any] | None = None
+
+
+# The outcomes of actions that ran: the next turn reads such a result whole by its ``output_ref``
+# when it has one (``activities.agent.turn``), so the preview in ``output`` is not read.
+RAN = frozenset({ActionStatus.EXECUTED, ActionStatus.EDITED, ActionStatus.FAILED})
+
+
+def without_preview(result: ActionResult) -> ActionResult:
+    """``result`` as a turn's input carries it: without the preview a turn does not read."""
+    if result.output_ref is None or result.status not in RAN or not result.output:
+        return result
+    return result.model_copy(update={"output": ""})

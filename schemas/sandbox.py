@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.actions import SandboxCommand
 from schemas.artifacts import ArtifactRef
+from schemas.digests import canonical_json, digest_bytes
 
 
 class SandboxBackend(StrEnum):
@@ -142,7 +143,11 @@ class CommandRecord(BaseModel):
     stdout: str = Field(description="Standard output, capped at the spec's output limit.")
     stderr: str = ""
     stdout_artifact: ArtifactRef
-    stderr_artifact: ArtifactRef
+    stderr_artifact: ArtifactRef | None = Field(
+        default=None,
+        description="The full standard error. None: the command wrote nothing there (records made "
+        "before agent-worker 0.1.0 of 2026-12-04 name the empty artifact instead).",
+    )
     truncated: bool = False
     outputs: list[ArtifactRef] = Field(default_factory=list)
     missing_outputs: list[str] = Field(default_factory=list)
@@ -159,6 +164,20 @@ class CommandRecord(BaseModel):
         description="This attempt took over from a worker lost mid-command: seconds from that worker's "
         "last heartbeat to this attempt's start. None: no worker was lost.",
     )
+
+
+def stored_record(record: CommandRecord) -> bytes:
+    """The command record as ``sandbox.exec`` stores it, for the task to archive by digest
+    (``artifacts.archive_stored``): canonical JSON without the sandbox it made (the task's state keeps
+    that apart) and without a takeover (the archive puts it back, from the task's own copy)."""
+    bare = record.model_copy(update={"sandbox": None, "takeover_seconds": None})
+    return canonical_json(bare.model_dump(mode="json"))
+
+
+def record_digest(record: CommandRecord) -> str:
+    """The digest ``stored_record(record)`` is stored under: workflow code computes it from its own
+    copy of the record, so archiving never carries the record again."""
+    return digest_bytes(stored_record(record))
 
 
 class DestroySandboxInput(BaseModel):

@@ -225,6 +225,12 @@ class Budgets(BaseModel):
     extension: BudgetExtension | None = None
 
 
+# Command records and artifact references a task keeps inline when its spec does not say
+# (``TaskSpec.inline_evidence``); tasks begun before patch ``lean-evidence`` keep the earlier default.
+INLINE_EVIDENCE = 20
+INLINE_EVIDENCE_BEFORE = 100
+
+
 class TaskSpec(BaseModel):
     """What a client asks for. Plain JSON; every field but ``agent`` and ``prompt`` has a default."""
 
@@ -249,13 +255,15 @@ class TaskSpec(BaseModel):
         description="A conversation thread: a task naming a thread whose earlier task has finished "
         "continues that task's conversation, its prompt the next user message (see workflows/threads.py).",
     )
-    inline_evidence: int = Field(
-        default=100,
+    inline_evidence: int | None = Field(
+        default=None,
         ge=1,
         le=10_000,
         description="Command records and artifact references the task carries inline. At each "
-        "continue-as-new, older ones move to the artifact store (`Evidence.archived`), so the state "
-        "stays bounded however long the task runs.",
+        "continue-as-new and at the end, older ones move to the artifact store (`Evidence.archived`), "
+        "so the state and the result stay bounded however long the task runs. None: "
+        f"{INLINE_EVIDENCE} ({INLINE_EVIDENCE_BEFORE}, and at continue-as-new only, for a task begun "
+        "before agent-worker 0.1.0 of 2026-12-04, patch `lean-evidence`).",
     )
 
     @model_validator(mode="after")
@@ -502,6 +510,23 @@ class EvidenceArchive(BaseModel):
     task_id: str
     part: int = Field(ge=1, description="1 for the oldest part.")
     commands: list[CommandRecord] = Field(default_factory=list)
+    artifacts: list[ArtifactRef] = Field(default_factory=list)
+
+
+class StoredArchive(BaseModel):
+    """Input of ``artifacts.archive_stored``: one part of a task's older evidence with each command
+    record named by the digest ``sandbox.exec`` stored it under (``schemas.sandbox.record_digest``),
+    so archiving does not write the records into the task's history a second time. The document
+    stored is the ``EvidenceArchive`` that ``artifacts.archive`` would store for the same part."""
+
+    task_id: str
+    part: int = Field(ge=1)
+    commands: list[str] = Field(default_factory=list, description="Digests of the stored records.")
+    takeovers: dict[str, float] = Field(
+        default_factory=dict,
+        description="A record's ``takeover_seconds`` by its digest, for the few that have one (the "
+        "stored record goes without it).",
+    )
     artifacts: list[ArtifactRef] = Field(default_factory=list)
 
 

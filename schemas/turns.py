@@ -24,7 +24,9 @@ class TurnInput(BaseModel):
     task_id: str
     agent: str
     turn: int = Field(ge=1)
-    prompt: str
+    prompt: str = Field(
+        description="The task's prompt; empty for a turn that continues a run or a conversation."
+    )
     inputs: list[ArtifactRef] = Field(default_factory=list)
     run_state_ref: str | None = Field(default=None, pattern=DIGEST_PATTERN)
     results: list[ActionResult] = Field(default_factory=list)
@@ -83,8 +85,23 @@ class TurnUsage(BaseModel):
     provider: str | None = Field(default=None, description="The provider of the turn's last call.")
     api: str | None = Field(default=None, description="The API of the turn's last call.")
     calls: list[ModelCall] = Field(
-        default_factory=list, description=f"Each call's model, the first {MAX_CALL_RECORDS}."
+        default_factory=list,
+        description=f"Each call's model, the first {MAX_CALL_RECORDS}; empty when every call was "
+        "answered, fresh, by the turn's model through the provider and API above (`records`).",
     )
+
+    def plain(self, model: str, calls: list[ModelCall]) -> bool:
+        """Whether ``calls`` (all of the turn's) tell nothing beyond ``model``, ``provider`` and
+        ``api``: each a fresh answer of that model, nothing skipped. The turn then leaves them out."""
+        same = ModelCall(model=model, provider=self.provider or "", api=self.api or "")
+        return len(calls) == self.model_calls and all(c == same for c in calls)
+
+    def records(self, model: str) -> list[ModelCall]:
+        """Each call's model, with the calls ``plain`` left out filled in again."""
+        if self.calls or not self.model_calls:
+            return self.calls
+        same = ModelCall(model=model, provider=self.provider or "", api=self.api or "")
+        return [same] * min(self.model_calls, MAX_CALL_RECORDS)
 
 
 # A turn's read-only tool call records are capped (the first ones are kept); the rest are counted.

@@ -108,7 +108,8 @@ async def test_older_evidence_moves_to_the_store_and_the_bundle_puts_it_back(
             for e in history.events
             if e.HasField("activity_task_scheduled_event_attributes")
         ]
-        if "artifacts.archive" in scheduled:
+        assert "artifacts.archive" not in scheduled, "every record was stored: archived by digest"
+        if "artifacts.archive_stored" in scheduled:
             archiving_runs.append(run_id)
     assert archiving_runs
     archiving_run = archiving_runs[0]

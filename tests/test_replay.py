@@ -47,6 +47,7 @@ def test_the_committed_histories_are_all_there() -> None:
         HISTORIES / "pre-exec-here",
         HISTORIES / "pre-packed-events",
         HISTORIES / "pre-local-delivery",
+        HISTORIES / "pre-lean-evidence",
     ):
         assert EXPECTED <= {p.stem for p in folder.glob("*.json")}, folder
 

@@ -26,7 +26,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.tenants import TenantActivities
     from activities.threads import ThreadActivities
     from schemas import visibility
-    from schemas.actions import ActionResult, ActionStatus
+    from schemas.actions import ActionResult, ActionStatus, without_preview
     from schemas.approvals import (
         ApprovalRequest,
         DecisionKind,
@@ -74,6 +74,7 @@ with workflow.unsafe.imports_passed_through():
         CHECK_EDITS_PATCH,
         DELIVER_EVENTS_PATCH,
         INTERRUPT_PATCH,
+        LEAN_EVIDENCE_PATCH,
         LOCAL_DELIVERY_PATCH,
         MCP_UNAVAILABLE_PATCH,
         MINIMUM_ROUND_TRIPS_PATCH,
@@ -94,8 +95,10 @@ EVENT_TAIL = 100
 # What ``status`` shows of the prompt.
 STATUS_PROMPT_CHARS = 500
 # Undelivered events that trigger a delivery between steps (it also happens before every wait for a
-# human, before continue-as-new, and at the end).
-DELIVERY_BATCH = 25
+# human, before continue-as-new, and at the end); each delivery is a marker in the history. 25 in
+# runs begun before patch ``lean-evidence``.
+DELIVERY_BATCH = 50
+DELIVERY_BATCH_BEFORE = 25
 # Ignored decisions and inputs recorded one by one between two event deliveries; past it they are
 # counted and summed up in one event, so a flood of bad signals costs a counter each.
 IGNORED_EVENTS_PER_DELIVERY = 100
@@ -227,7 +230,8 @@ class AgentTaskWorkflow:
             if self.state.phase in (TaskPhase.RECEIVED, TaskPhase.INITIALIZING):
                 await self.initialize()
             while not self.state.phase.terminal:
-                if self.undelivered() >= DELIVERY_BATCH:
+                batch = DELIVERY_BATCH if patched(LEAN_EVIDENCE_PATCH) else DELIVERY_BATCH_BEFORE
+                if self.undelivered() >= batch:
                     await self.deliver_events()
                 await self.maybe_continue_as_new()
                 if self.state.batch:
@@ -372,14 +376,18 @@ class AgentTaskWorkflow:
             EventType.TURN_STARTED, turn=turn, results=len(state.pending_results), follow_ups=follow_ups
         )
         self.details(f"Agent turn {turn} running")
+        lean = patched(LEAN_EVIDENCE_PATCH)
+        # A turn that continues a run or a conversation does not read the prompt (nor the preview of
+        # a result it reads by reference): neither goes into the history again.
+        continues = state.run_state_ref is not None or state.conversation_ref is not None
         turn_input = TurnInput(
             task_id=self.task_id,
             agent=spec.agent,
             turn=turn,
-            prompt=spec.prompt,
+            prompt="" if lean and continues else spec.prompt,
             inputs=state.inputs,
             run_state_ref=state.run_state_ref,
-            results=state.pending_results,
+            results=[without_preview(r) for r in state.pending_results] if lean else state.pending_results,
             conversation_ref=state.conversation_ref,
             follow_ups=[f.text for f in state.follow_ups[:follow_ups]],
             run_chain=state.run_chain,
@@ -450,7 +458,12 @@ class AgentTaskWorkflow:
             cost_usd=result.usage.cost_usd,
             provider=result.usage.provider,
             api=result.usage.api,
-            calls=[c.model_dump(mode="json") for c in result.usage.calls],
+            calls=[
+                c.model_dump(mode="json")
+                for c in (
+                    result.usage.records(result.model) if patched(LEAN_EVIDENCE_PATCH) else result.usage.calls
+                )
+            ],
         )
         if state.end_after_turn is not None:
             # The model has now seen the outcome that ends the task (e.g. a rejection).
@@ -702,7 +715,7 @@ class AgentTaskWorkflow:
             self.state.admitted = False
         if bounded:
             # The result carries the inline evidence: older records move out until it fits.
-            await asyncio.shield(self.evidence_keeper.archive_older(by_count=False))
+            await asyncio.shield(self.evidence_keeper.archive_older(at_end=True))
         self.set_phase(phase)
         self.emit(EventType.TASK_FINISHED, phase=phase.value, reason=self.state.reason)
         assert self.spec is not None

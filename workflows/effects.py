@@ -474,7 +474,7 @@ class EffectRunner:
                     return json.dumps({"error": failure_message(err)}), None
             sandbox = await self.ensure_sandbox()
             home = at_home(sandbox)
-            summary = f"{action.tool} ({action.call_id}) in sandbox {sandbox.sandbox_id}"
+            summary = f"{action.tool} ({action.call_id})"  # the record names the sandbox
             start_to_close = timedelta(seconds=timeout) + options.EXEC_GRACE
             exec_input = self.exec_input(action, command, sandbox)
             try:

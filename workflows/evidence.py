@@ -2,28 +2,41 @@
 
 A task's evidence (command records, artifact references) grows with every command it runs. All of it
 travels in ``TaskState`` across continue-as-new, and Temporal refuses a payload over 2 MB: the task's
-next workflow task would then fail forever. So at each continue-as-new the older records move to the
-artifact store as ``EvidenceArchive`` documents (activity ``artifacts.archive``), and the state keeps
-their references and the newest ``spec.inline_evidence`` records. If the state is still too large to
-carry (follow-up input piling up while the task waits, say), the task hands off, explained, instead.
+next workflow task would then fail forever. So at each continue-as-new, and at the end, the older
+records move to the artifact store as ``EvidenceArchive`` documents (activity ``artifacts.archive``,
+or ``artifacts.archive_stored`` by the digests the records were stored under), and the state and the
+result keep their references and the newest ``spec.inline_evidence`` records. If the state is still
+too large to carry (follow-up input piling up while the task waits, say), the task hands off,
+explained, instead.
 """
 
 from __future__ import annotations
 
 from temporalio import workflow
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from activities.artifacts import ArtifactActivities
     from schemas.artifacts import ArtifactRef
     from schemas.events import EventType
-    from schemas.sandbox import CommandRecord
-    from schemas.tasks import MAX_INLINE_TOOL_CALLS, Evidence, EvidenceArchive, TaskInput, TaskState
+    from schemas.sandbox import CommandRecord, record_digest
+    from schemas.tasks import (
+        INLINE_EVIDENCE,
+        INLINE_EVIDENCE_BEFORE,
+        MAX_INLINE_TOOL_CALLS,
+        Evidence,
+        EvidenceArchive,
+        StoredArchive,
+        TaskInput,
+        TaskState,
+    )
     from schemas.turns import TurnResult
     from workflows import options
     from workflows.bounds import size_of
     from workflows.context import TaskContext
+    from workflows.failures import failure_code
     from workflows.handoff import HandOff
-    from workflows.patches import ARCHIVE_EVIDENCE_PATCH, BOUNDED_PATCH, patched
+    from workflows.patches import ARCHIVE_EVIDENCE_PATCH, BOUNDED_PATCH, LEAN_EVIDENCE_PATCH, patched
 
 # Temporal refuses payloads over 2 MB (TMPRL1103); leave room for the envelope and the next run's start.
 MAX_CARRIED_BYTES = 1_500_000
@@ -99,10 +112,23 @@ class EvidenceKeeper:
     def __init__(self, task: TaskContext) -> None:
         self.task = task
 
-    async def archive_older(self, by_count: bool = True) -> None:
-        """Archive all but the newest ``spec.inline_evidence`` command records and artifact references
-        (``by_count``), and older ones still while the newest pass ``INLINE_EVIDENCE_BYTES``."""
-        state, keep = self.task.state, self.task.valid_spec.inline_evidence
+    def inline_limit(self) -> int:
+        """How many command records and artifact references the task keeps inline: the spec's
+        ``inline_evidence``, else ``INLINE_EVIDENCE`` (``INLINE_EVIDENCE_BEFORE`` for a run begun
+        before ``LEAN_EVIDENCE_PATCH``)."""
+        limit = self.task.valid_spec.inline_evidence
+        if limit is not None:
+            return limit
+        return INLINE_EVIDENCE if patched(LEAN_EVIDENCE_PATCH) else INLINE_EVIDENCE_BEFORE
+
+    async def archive_older(self, at_end: bool = False) -> None:
+        """Archive all but the newest ``inline_limit()`` command records and artifact references, and
+        older ones still while the newest pass ``INLINE_EVIDENCE_BYTES``. At the task's end
+        (``at_end``) only by bytes, for runs begun before ``LEAN_EVIDENCE_PATCH``: since, the result
+        keeps the same newest ones as a continued run, so it grows no more with the task's length."""
+        state, lean = self.task.state, patched(LEAN_EVIDENCE_PATCH)
+        keep = self.inline_limit()
+        by_count = lean or not at_end
         old_commands = max(len(state.commands) - keep, 0) if by_count else 0
         old_artifacts = max(len(state.artifacts) - keep, 0) if by_count else 0
         if patched(BOUNDED_PATCH):
@@ -112,20 +138,7 @@ class EvidenceKeeper:
         if not (commands or artifacts) or not patched(ARCHIVE_EVIDENCE_PATCH):
             return
         for part_commands, part_artifacts in _parts(commands, artifacts):
-            ref = await workflow.execute_activity_method(
-                ArtifactActivities.archive,
-                EvidenceArchive(
-                    task_id=self.task.task_id,
-                    part=len(state.archived_evidence) + 1,
-                    commands=part_commands,
-                    artifacts=part_artifacts,
-                ),
-                **options.config(
-                    options.INGEST,
-                    summary=f"archive older evidence: {len(part_commands)} commands, "
-                    f"{len(part_artifacts)} artifacts",
-                ),
-            )
+            ref = await self.archive_part(part_commands, part_artifacts, stored=lean)
             state.archived_evidence.append(ref)
             state.archived_missing += missing_outputs(part_commands)
             del state.commands[: len(part_commands)]
@@ -137,6 +150,42 @@ class EvidenceKeeper:
                 commands=len(part_commands),
                 artifacts=len(part_artifacts),
             )
+
+    async def archive_part(
+        self, commands: list[CommandRecord], artifacts: list[ArtifactRef], *, stored: bool
+    ) -> ArtifactRef:
+        """Store one part of the older evidence; its reference. With ``stored``, the records go by
+        the digests ``sandbox.exec`` stored them under (``artifacts.archive_stored``), so the task's
+        history holds each record once; a record the store lacks (run before records were stored)
+        sends the part with its records inline, as before (``artifacts.archive``)."""
+        part = len(self.task.state.archived_evidence) + 1
+        summary = f"archive older evidence: {len(commands)} commands, {len(artifacts)} artifacts"
+        if stored:
+            digests = [record_digest(c) for c in commands]
+            try:
+                return await workflow.execute_activity_method(
+                    ArtifactActivities.archive_stored,
+                    StoredArchive(
+                        task_id=self.task.task_id,
+                        part=part,
+                        commands=digests,
+                        takeovers={
+                            d: c.takeover_seconds
+                            for d, c in zip(digests, commands, strict=True)
+                            if c.takeover_seconds is not None
+                        },
+                        artifacts=artifacts,
+                    ),
+                    **options.config(options.INGEST, summary=f"{summary} (by digest)"),
+                )
+            except ActivityError as err:
+                if failure_code(err) not in ("artifact_not_found", "artifact_corrupt"):
+                    raise
+        return await workflow.execute_activity_method(
+            ArtifactActivities.archive,
+            EvidenceArchive(task_id=self.task.task_id, part=part, commands=commands, artifacts=artifacts),
+            **options.config(options.INGEST, summary=summary),
+        )
 
     def record_tool_calls(self, result: TurnResult) -> None:
         """Keep a turn's read-only tool calls as evidence (the newest ``MAX_INLINE_TOOL_CALLS`` of

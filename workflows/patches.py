@@ -117,6 +117,12 @@ PACKED_EVENTS_PATCH = "packed-events"
 # (``activities.events.plan_replace``): they end with what the committed history recorded. A sink
 # that cannot replace, or does not answer, gets them as ``events.publish``. 0.1.0, 2026-12-04, 8871c6b.
 LOCAL_DELIVERY_PATCH = "local-delivery"
+# History per turn at the floor: a finished task's result keeps the newest ``inline_evidence``
+# records (default 20, was 100 and only at continue-as-new) with the older ones archived, and
+# archiving names each record by the digest ``sandbox.exec`` stored it under
+# (``artifacts.archive_stored``) instead of carrying it again; a turn's input leaves out the preview
+# of a result the turn reads by reference (``TurnInput.results``). 0.1.0, 2026-12-04, (this commit).
+LEAN_EVIDENCE_PATCH = "lean-evidence"
 
 # The patches of ``PATCHES_AT_START`` declared before ``ONE_MARKER_PATCH``, in the order they are asked.
 # Never grows: ``ONE_MARKER_COVERS`` is made of it.
@@ -148,7 +154,13 @@ _BEFORE_ONE_MARKER = (
 # could then answer differently on replay (a nondeterminism error). Asked at the start, every marker
 # is in the run's first workflow task, before any local activity, and later asks are remembered. A
 # new patch joins the end of this list (and, not being in ``ONE_MARKER_COVERS``, has a marker of its own).
-PATCHES_AT_START = (*_BEFORE_ONE_MARKER, EXEC_HERE_PATCH, PACKED_EVENTS_PATCH, LOCAL_DELIVERY_PATCH)
+PATCHES_AT_START = (
+    *_BEFORE_ONE_MARKER,
+    EXEC_HERE_PATCH,
+    PACKED_EVENTS_PATCH,
+    LOCAL_DELIVERY_PATCH,
+    LEAN_EVIDENCE_PATCH,
+)
 # The patches ``ONE_MARKER_PATCH`` stands for: every one declared before it.
 ONE_MARKER_COVERS = frozenset({*_BEFORE_ONE_MARKER, MINIMUM_ROUND_TRIPS_PATCH})
 
@@ -180,6 +192,7 @@ __all__ = [
     "DELIVER_EVENTS_PATCH",
     "EXEC_HERE_PATCH",
     "INTERRUPT_PATCH",
+    "LEAN_EVIDENCE_PATCH",
     "LOCAL_DELIVERY_PATCH",
     "MCP_UNAVAILABLE_PATCH",
     "MINIMUM_ROUND_TRIPS_PATCH",

@@ -44,7 +44,7 @@ from activities.artifacts import ArtifactStore
 from activities.errors import AgentError, ToolPlanError, TurnError, activity_boundary
 from activities.stores.streams import StreamBackend
 from activities.tools import mcp as mcp_tools
-from schemas.actions import ActionResult, ActionStatus, ProposedAction, action_version
+from schemas.actions import RAN, ActionResult, ActionStatus, ProposedAction, action_version
 from schemas.config import ConfigError, WorkerConfig
 from schemas.turns import (
     MAX_CALL_RECORDS,
@@ -66,10 +66,8 @@ log = structlog.get_logger(__name__)
 FINAL_OUTPUT_CHARS = 200_000
 MAX_PROPOSED_ARGUMENT_BYTES = 256_000
 
+
 # Results the model sees as its tool's output; everything else is a refusal of the call.
-_RAN = frozenset({ActionStatus.EXECUTED, ActionStatus.EDITED, ActionStatus.FAILED})
-
-
 def journal_key(input: TurnInput) -> str:
     """Whose model calls the turn's journal holds: the task's run chain, so a reused task id (a new
     chain) is never answered with an earlier run's responses. Tasks without a chain keep the task id."""
@@ -228,8 +226,9 @@ class AgentActivities:
             ),
             provider=last.provider if last else chain[0].provider,
             api=last.api if last else chain[0].api,
-            calls=calls[:MAX_CALL_RECORDS],
         )
+        if not usage.plain(model_name, calls):
+            usage.calls = calls[:MAX_CALL_RECORDS]
         metrics.activity_counter(
             "agent_worker_model_cost_microusd", round(usage.cost_usd * 1e6), model=model_name
         )
@@ -334,7 +333,7 @@ class AgentActivities:
                 raise TurnError(
                     f"no result for pending call {call_id} ({item.tool_name})", operation="agent.turn"
                 )
-            if result.status in _RAN:
+            if result.status in RAN:
                 state.approve(item)
             else:
                 state.reject(item, rejection_message=result.output)
@@ -408,7 +407,7 @@ def _pending_outputs(
             raise TurnError(
                 f"no result for pending call {call_id} ({item.get('name')})", operation="agent.turn"
             )
-        text = outputs[call_id] if result.status in _RAN else result.output
+        text = outputs[call_id] if result.status in RAN else result.output
         pending.append({"type": "function_call_output", "call_id": call_id, "output": text})
     return pending
 

@@ -26,6 +26,7 @@ from schemas.sandbox import (
     SandboxBackend,
     SandboxPlacement,
     SandboxRef,
+    stored_record,
 )
 from telemetry import metrics
 
@@ -220,13 +221,13 @@ class SandboxActivities:
         stdout_ref, stderr_ref, output_ref = await asyncio.to_thread(
             lambda: (
                 self.store.ref(f"{input.call_id}.stdout", out, "text/plain"),
-                self.store.ref(f"{input.call_id}.stderr", err, "text/plain"),
+                self.store.ref(f"{input.call_id}.stderr", err, "text/plain") if err else None,
                 self.store.ref(
                     f"{input.call_id}.result.json", canonical_json(tool_output), "application/json"
                 ),
             )
         )
-        return CommandRecord(
+        record = CommandRecord(
             call_id=input.call_id,
             sandbox_id=sandbox.sandbox_id,
             argv=input.command.argv,
@@ -243,6 +244,9 @@ class SandboxActivities:
             missing_outputs=missing,
             tool_output=output_ref,
         )
+        # The task archives its older records by this copy's digest (``artifacts.archive_stored``).
+        await asyncio.to_thread(self.store.put, stored_record(record))
+        return record
 
     @activity.defn(name="sandbox.destroy")
     @activity_boundary
