@@ -5,7 +5,8 @@ Three runs of section 3's flow (``bench.parked``: park ``bench-approval`` tasks,
 all at once, as fast as the client sends the signals) on one dev server, one worker process each:
 
 - warm: ``WARM_TASKS`` tasks on the product's default cache, which holds them all;
-- bare: as many ``BareApproval`` workflows on the baseline worker (wait for a signal, insert a row);
+- bare: as many ``BareApproval`` workflows on the baseline worker (wait for a signal, insert a row),
+  and as many ``BareApprovalAnswer`` (then give the model the receipt: bare doing what our task does);
 - over-full: ``--active-tasks`` tasks (default ``DEFAULT_ACTIVE``) on a cache that holds fewer. The
   issue's case is 3,000 active tasks on the default cache (428 workflows), about 11 minutes here
   (``bench/results/approval_cpu-3000.md``). By default this runs fewer tasks with the cache cut in
@@ -61,11 +62,12 @@ async def run(quick: bool = False, active: int | None = None, warm: int | None =
     began = time.perf_counter()
     scratchpad = Section("approval_cpu", "")  # parked's progress notes, not wanted here
     with scratch("approval-cpu") as tmp:
-        for sub in ("warm", "bare", "cold", "sandboxed"):
+        for sub in ("warm", "bare", "answer", "cold", "sandboxed"):
             (tmp / sub).mkdir()
         async with dev_server(tmp / "server") as server:
             ours = await parked.park_ours(server, tmp / "warm", warm_n, scratchpad)
             bare = await parked.park_bare(server, tmp / "bare", warm_n)
+            answer = await parked.park_bare(server, tmp / "answer", warm_n, "BareApprovalAnswer")
             cold = await parked.park_ours(server, tmp / "cold", active_n, scratchpad, cache=cache)
             # The same over-full run with the SDK's full sandbox: our packages imported again for
             # every workflow instance, as before ``workflow_passthrough``.
@@ -88,6 +90,9 @@ async def run(quick: bool = False, active: int | None = None, warm: int | None =
          "1.00x", _hit_rate(ours), f"{ours['commits_per_s']:.1f}"],
         ["bare Temporal", str(warm_n), "SDK default", f"{bare['cpu_ms_approve']:.1f}",
          ratio(bare["cpu_ms_approve"], ours["cpu_ms_approve"]), "", f"{bare['commits_per_s']:.1f}"],
+        ["bare Temporal, with the model's answer (`BareApprovalAnswer`: what our task does after the "
+         "write)", str(warm_n), "SDK default", f"{answer['cpu_ms_approve']:.1f}",
+         ratio(answer["cpu_ms_approve"], ours["cpu_ms_approve"]), "", f"{answer['commits_per_s']:.1f}"],
         ["agent-worker, over-full cache", str(active_n), f"{cold['cache_size']:.0f}",
          f"{cold['cpu_ms_approve']:.1f}", ratio(cold["cpu_ms_approve"], ours["cpu_ms_approve"]),
          _hit_rate(cold), f"{cold['commits_per_s']:.1f}"],
@@ -105,8 +110,12 @@ async def run(quick: bool = False, active: int | None = None, warm: int | None =
         "default)"
     )
     section.notes += [
-        f"Agent-worker against bare, warm: {ratio(ours['cpu_ms_approve'], bare['cpu_ms_approve'])} the "
-        f"CPU per approval. Over-full against warm: {ratio(cold['cpu_ms_approve'], ours['cpu_ms_approve'])}.",
+        f"Agent-worker against bare, warm: {ratio(ours['cpu_ms_approve'], answer['cpu_ms_approve'])} the "
+        "CPU per approval of bare doing the same (the write, then the model's answer to its receipt: "
+        "one `Runner` call of the same scripted model, as our task's last turn), "
+        f"{ratio(ours['cpu_ms_approve'], bare['cpu_ms_approve'])} that of bare doing the write alone (the "
+        "baseline the issue's 7x was measured against). Over-full against warm: "
+        f"{ratio(cold['cpu_ms_approve'], ours['cpu_ms_approve'])}.",
         "Passing our packages through the workflow sandbox (`workflow_passthrough`, the default): the "
         f"over-full run at {ratio(cold['cpu_ms_approve'], sandboxed['cpu_ms_approve'])} the CPU per "
         "approval of the same run with the SDK's full sandbox, which imports them again for every "
@@ -125,6 +134,7 @@ async def run(quick: bool = False, active: int | None = None, warm: int | None =
         "cold_cache": cold["cache_size"],
         "ours_cpu_ms_approve": ours["cpu_ms_approve"],
         "bare_cpu_ms_approve": bare["cpu_ms_approve"],
+        "bare_answer_cpu_ms_approve": answer["cpu_ms_approve"],
         "cold_cpu_ms_approve": cold["cpu_ms_approve"],
         "sandboxed_cpu_ms_approve": sandboxed["cpu_ms_approve"],
         "sandboxed_misses_approve": sandboxed["cache_misses_approve"],

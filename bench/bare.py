@@ -10,6 +10,8 @@ nothing around it (no policy, approvals, events, evidence, budgets, sandbox life
   run) and ``bare.command`` (the shell command, its output added to the conversation).
 - ``BareNoop`` runs ``bare.noop`` N times: the cost of one activity round trip.
 - ``BareApproval`` waits for the signal ``approve``, then ``bare.commit`` inserts one row.
+- ``BareApprovalAnswer`` does the same, then ``bare.answer`` gives the model the receipt, as an agent
+  does after its write: one model call through the ``Runner`` (``bench.agents.ApprovalModel``).
 - ``BareSlow`` runs ``bare.slow_steps``: six 0.4 s steps, heartbeating the step reached and resuming
   from it on retry (the standard Temporal pattern), each step logged like ``bench-notes`` calls.
 
@@ -28,6 +30,7 @@ import sqlite3
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 from temporalio import activity, workflow
@@ -102,6 +105,7 @@ class BareActivities:
                 "CREATE TABLE IF NOT EXISTS rows (task_id TEXT PRIMARY KEY, committed_at TEXT NOT NULL)"
             )
         self._agents: dict[bool, object] = {}
+        self._answering: Any = None
 
     def agent(self, run_tool: bool = True):  # noqa: ANN201 - lazily: the SDK is imported only in activities
         """The bare agent; with ``run_tool`` False its tool returns nothing and runs nothing (the
@@ -198,6 +202,39 @@ class BareActivities:
     def _insert(self, task_id: str, now: str) -> None:
         with sqlite3.connect(self.db, timeout=30) as db:
             db.execute("INSERT OR IGNORE INTO rows VALUES (?, ?)", (task_id, now))
+
+    @activity.defn(name="bare.answer")
+    async def answer(self, input: CommitInput) -> str:
+        """The model's answer once the write is done: the prompt, its write call and the receipt,
+        through the ``Runner`` to ``ApprovalModel`` (which answers ``recorded as ...``)."""
+        from agents import Agent, RunConfig, Runner
+
+        from bench.agents import ApprovalModel
+
+        call = {"value": input.task_id}
+        items = [
+            {"role": "user", "content": f"record: {input.task_id}"},
+            {
+                "type": "function_call",
+                "call_id": "call_record",
+                "name": "record_value",
+                "arguments": json.dumps(call),
+            },
+            {
+                "type": "function_call_output",
+                "call_id": "call_record",
+                "output": json.dumps({"record_id": input.task_id}),
+            },
+        ]
+        if self._answering is None:
+            self._answering = Agent(name="bare-approval", instructions="Record values.")
+        result = await Runner.run(
+            self._answering,
+            items,  # type: ignore[arg-type]
+            run_config=RunConfig(model=ApprovalModel(), tracing_disabled=True),
+            max_turns=1,
+        )
+        return str(result.final_output)
 
     @activity.defn(name="bare.slow_steps")
     async def slow_steps(self, input: SlowInput) -> None:
@@ -312,6 +349,22 @@ class BareApproval:
         )
 
 
+@workflow.defn(name="BareApprovalAnswer")
+class BareApprovalAnswer(BareApproval):
+    """``BareApproval``, then ``bare.answer``: what an agent does after an approved write."""
+
+    @workflow.run
+    async def run(self) -> None:
+        await workflow.wait_condition(lambda: self.approved)
+        task = CommitInput(task_id=workflow.info().workflow_id)
+        await workflow.execute_activity_method(
+            BareActivities.commit, task, start_to_close_timeout=STEP_TIMEOUT, retry_policy=RETRY
+        )
+        await workflow.execute_activity_method(
+            BareActivities.answer, task, start_to_close_timeout=STEP_TIMEOUT, retry_policy=RETRY
+        )
+
+
 @workflow.defn(name="BareSlow")
 class BareSlow:
     """One ``bare.slow_steps`` activity with agent-worker's heartbeat timeout."""
@@ -327,7 +380,7 @@ class BareSlow:
         )
 
 
-WORKFLOWS = [BareCount, BareSplitCount, BareNoop, BareApproval, BareSlow]
+WORKFLOWS = [BareCount, BareSplitCount, BareNoop, BareApproval, BareApprovalAnswer, BareSlow]
 
 
 def build_worker(client: Client, task_queue: str, data_dir: Path) -> Worker:
@@ -340,7 +393,15 @@ def build_worker(client: Client, task_queue: str, data_dir: Path) -> Worker:
         client,
         task_queue=task_queue,
         workflows=WORKFLOWS,
-        activities=[acts.step, acts.model, acts.command, acts.noop, acts.commit, acts.slow_steps],
+        activities=[
+            acts.step,
+            acts.model,
+            acts.command,
+            acts.noop,
+            acts.commit,
+            acts.answer,
+            acts.slow_steps,
+        ],
         max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
     )
 
@@ -352,6 +413,9 @@ async def _serve(address: str, task_queue: str, data_dir: Path) -> None:
     stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         asyncio.get_running_loop().add_signal_handler(signum, stop.set)
+    # The model's answer once before serving: its imports and the SDK's first-call costs stay out
+    # of what the benchmarks measure, as for agent-worker, whose tasks made their first turn before.
+    await BareActivities(data_dir).answer(CommitInput(task_id="warm-up"))
     async with build_worker(client, task_queue, data_dir):
         print("bare worker started", flush=True)
         await stop.wait()

@@ -210,8 +210,9 @@ async def park_ours(
     return figures
 
 
-async def park_bare(server: Any, tmp: Path, n: int) -> dict[str, float]:
-    """The baseline of ``park_ours``: ``n`` ``BareApproval`` workflows on a bare worker process."""
+async def park_bare(server: Any, tmp: Path, n: int, workflow: str = "BareApproval") -> dict[str, float]:
+    """The baseline of ``park_ours``: ``n`` ``workflow`` workflows (``BareApproval``, or
+    ``BareApprovalAnswer``, which also gives the model the receipt) on a bare worker process."""
     queue = f"bare-{uuid.uuid4().hex[:8]}"
     worker = await spawn_bare_worker(server.address, queue, tmp / "bare", tmp / "bare.log")
     try:
@@ -219,7 +220,7 @@ async def park_bare(server: Any, tmp: Path, n: int) -> dict[str, float]:
         cpu_start = cpu_seconds(worker.pid)
         started = time.perf_counter()
         handles = await gather_limited(
-            IN_FLIGHT, (server.client.start_workflow("BareApproval", id=i, task_queue=queue) for i in ids)
+            IN_FLIGHT, (server.client.start_workflow(workflow, id=i, task_queue=queue) for i in ids)
         )
         await gather_limited(IN_FLIGHT, (h.query("parked") for h in handles))
         park_seconds = time.perf_counter() - started

@@ -94,11 +94,20 @@ def _bytes(f: Figures) -> Measured:
 
 def _warm_cpu(f: Figures) -> Measured:
     ours, bare, n = _need(f, "approval_cpu", "ours_cpu_ms_approve", "bare_cpu_ms_approve", "warm_tasks")
-    return (
-        f"{ours / bare:.1f}x ({ours:.0f} against {bare:.1f} ms; {n:.0f} tasks, all cached)",
-        ours / bare <= 2.5,
-        "",
+    try:
+        [same] = _need(f, "approval_cpu", "bare_answer_cpu_ms_approve")
+    except Missing:  # a report from before the baseline that also answers
+        return (
+            f"{ours / bare:.1f}x ({ours:.0f} against {bare:.1f} ms; {n:.0f} tasks, all cached)",
+            ours / bare <= 2.5,
+            "",
+        )
+    now = (
+        f"{ours / same:.1f}x ({ours:.0f} against {same:.1f} ms for bare's write and the model's answer; "
+        f"{ours / bare:.1f}x the write alone, {bare:.1f} ms, as the issue's 7x was measured; {n:.0f} "
+        "tasks, all cached)"
     )
+    return now, ours / same <= 2.5, ""
 
 
 def _cold_cpu(f: Figures) -> Measured:

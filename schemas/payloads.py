@@ -29,6 +29,7 @@ from temporalio.converter import (
     CompositePayloadConverter,
     DataConverter,
     DefaultPayloadConverter,
+    EncodingPayloadConverter,
     JSONPlainPayloadConverter,
 )
 
@@ -38,15 +39,41 @@ def is_compact(value: Any) -> bool:
     return isinstance(value, BaseModel) and getattr(type(value), "compact_payload", False) is True
 
 
+# A field's default as ``defaults_of`` compares it: the value, or the factory that makes it.
+_Default = tuple[bool, Any]  # (made by a factory, the value or the factory)
+_DEFAULTS: dict[type[BaseModel], dict[str, _Default | None]] = {}
+
+
+def _defaults(cls: type[BaseModel]) -> dict[str, _Default | None]:
+    """Each field's default, or None where none may be left out (required, ``Literal``, or a factory
+    that reads the other fields). Worked out once per class: pydantic's ``get_default`` inspects a
+    factory's signature on every call, which was most of the cost of writing a payload."""
+    found = _DEFAULTS.get(cls)
+    if found is None:
+        found = {}
+        for name, field in cls.model_fields.items():
+            if field.is_required() or get_origin(field.annotation) is Literal:
+                found[name] = None
+            elif field.default_factory is None:
+                found[name] = (False, field.default)
+            elif field.default_factory_takes_validated_data:
+                found[name] = None
+            else:
+                found[name] = (True, field.default_factory)
+        _DEFAULTS[cls] = found
+    return found
+
+
 def defaults_of(model: BaseModel) -> dict[Any, Any]:
     """The ``exclude`` of ``model.model_dump``: every field at its default, at any depth, but those
     typed ``Literal`` (a union's tag is one)."""
     spec: dict[Any, Any] = {}
-    for name, field in type(model).model_fields.items():
+    for name, default in _defaults(type(model)).items():
         value = getattr(model, name)
-        if not field.is_required() and get_origin(field.annotation) is not Literal:
-            default = field.get_default(call_default_factory=True)
-            if type(value) is type(default) and value == default:
+        if default is not None:
+            made, given = default
+            default_value = given() if made else given
+            if type(value) is type(default_value) and value == default_value:
                 spec[name] = True
                 continue
         if nested := _nested_defaults(value):
@@ -79,14 +106,18 @@ class CompactJSONPayloadConverter(PydanticJSONPlainPayloadConverter):
 class CompactPayloadConverter(CompositePayloadConverter):
     """The SDK's default payload converters, with ``CompactJSONPayloadConverter`` for JSON."""
 
+    # Made once, as the SDK's ``DefaultPayloadConverter`` does: the SDK builds a converter for every
+    # serialization context (each payload of a workflow activation), through this constructor.
+    converters_in_order: tuple[EncodingPayloadConverter, ...] = ()
+
     def __init__(self) -> None:
-        json_converter = CompactJSONPayloadConverter()
-        super().__init__(
-            *(
+        if not CompactPayloadConverter.converters_in_order:
+            json_converter = CompactJSONPayloadConverter()
+            CompactPayloadConverter.converters_in_order = tuple(
                 json_converter if isinstance(c, JSONPlainPayloadConverter) else c
                 for c in DefaultPayloadConverter.default_encoding_payload_converters
             )
-        )
+        super().__init__(*CompactPayloadConverter.converters_in_order)
 
 
 # The project's plain data converter (``security.codec.data_converter`` adds encryption to it).

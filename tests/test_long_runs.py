@@ -12,7 +12,7 @@ import pytest
 from temporalio.client import Client
 
 from cli.evidence import expand
-from schemas.tasks import Evidence, TaskPhase, TaskResult
+from schemas.tasks import INLINE_EVIDENCE, Evidence, TaskPhase, TaskResult
 from tests.helpers.support import (
     DevServer,
     TaskEnv,
@@ -140,11 +140,14 @@ async def test_500_turns_across_continue_as_new_match_a_run_without(quiet_env: T
         == plain_result.final_output
         == "counted to 500: sum 125250, read 1892 characters of tool output"
     )
-    # The split task moved its older command records to the artifact store at each continue-as-new.
-    assert split_result.evidence.archived and len(split_result.evidence.commands) < 500
+    # The split task moved its older command records to the artifact store at each continue-as-new,
+    # and both keep only the newest inline in their results (patch ``lean-evidence``).
+    for result in (split_result, plain_result):
+        assert result.evidence.archived and len(result.evidence.commands) == INLINE_EVIDENCE
     split_evidence, unread = expand(split_result.evidence, env.store())
-    assert unread == []
-    assert comparable(split_evidence) == comparable(plain_result.evidence)
+    plain_evidence, plain_unread = expand(plain_result.evidence, env.store())
+    assert unread == plain_unread == []
+    assert comparable(split_evidence) == comparable(plain_evidence)
     assert len(split_evidence.commands) == 500
 
 

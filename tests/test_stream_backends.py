@@ -71,6 +71,25 @@ def test_offsets_are_contiguous_and_reads_resume_after_any_offset(backend: Strea
     assert [e.data["text"] for e in backend.read("t", "c2")] == ["other"]
 
 
+def test_the_local_backend_appends_to_several_streams_in_one_transaction(tmp_path: Path) -> None:
+    """``append_many`` (the live-event tap's batches) gives each stream the offsets ``append`` would,
+    after what it holds already, and a stream's retention still applies."""
+    backend = SqliteStreamBackend(tmp_path / "streams.db", retention=4)
+    backend.append("a", None, [token("a0")])
+    got = backend.append_many(
+        {("a", None): [token("a1"), token("a2")], ("b", "c"): [token(f"b{i}") for i in range(6)]}
+    )
+    assert got == {("a", None): [2, 3], ("b", "c"): [1, 2, 3, 4, 5, 6]}
+    assert [e.data["text"] for e in backend.read("a", None)] == ["a0", "a1", "a2"]
+    assert [(e.offset, e.data["text"]) for e in backend.read("b", "c")] == [
+        (3, "b2"),
+        (4, "b3"),
+        (5, "b4"),
+        (6, "b5"),
+    ]
+    assert backend.append_many({("a", None): []}) == {}
+
+
 def test_concurrent_writers_interleave_without_gap_or_duplicate(
     make_backend: Callable[[], StreamBackend],
 ) -> None:

@@ -278,7 +278,9 @@ class AgentTaskWorkflow:
             **options.local_config(options.ADMISSION, summary=f"admit to tenant {self.spec.tenant}"),
         )
         if answer.admitted:
-            self.state.admitted = True
+            # A tenant without a cap keeps no place to release (``tenants.release`` would find none):
+            # since patch ``lean-evidence`` the task's end does not ask.
+            self.state.admitted = answer.cap is not None or not patched(LEAN_EVIDENCE_PATCH)
             self.state.colocated = list(answer.colocated)
             return True
         self.emit(EventType.TASK_REFUSED, tenant=self.spec.tenant, running=answer.running, cap=answer.cap)

@@ -120,8 +120,11 @@ LOCAL_DELIVERY_PATCH = "local-delivery"
 # History per turn at the floor: a finished task's result keeps the newest ``inline_evidence``
 # records (default 20, was 100 and only at continue-as-new) with the older ones archived, and
 # archiving names each record by the digest ``sandbox.exec`` stored it under
-# (``artifacts.archive_stored``) instead of carrying it again; a turn's input leaves out the preview
-# of a result the turn reads by reference (``TurnInput.results``). 0.1.0, 2026-12-04, (this commit).
+# (``artifacts.archive_stored``) instead of carrying it again; a turn that continues the run is sent
+# neither the prompt nor the preview of a result it reads by reference; the turn event fills in the
+# model calls a turn left out (``TurnUsage.records``); events go every 50, not 25. And a round trip
+# less: a task of a tenant without a cap holds no place, so its end asks no ``tenants.release``.
+# 0.1.0, 2026-12-04, 9be206a.
 LEAN_EVIDENCE_PATCH = "lean-evidence"
 
 # The patches of ``PATCHES_AT_START`` declared before ``ONE_MARKER_PATCH``, in the order they are asked.

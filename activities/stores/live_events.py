@@ -122,6 +122,13 @@ class LiveEventTap:
         if self.dropped > self._reported:  # counted in the workflow thread, logged from here
             log.warning("live events dropped: the queue was full", count=self.dropped - self._reported)
             self._reported = self.dropped
+        append_many = getattr(self.backend, "append_many", None)
+        if append_many is not None and len(by_stream) > 1:
+            try:  # one transaction for the batch's streams (``SqliteStreamBackend``)
+                append_many(by_stream)
+                return
+            except Exception as err:  # best effort: the sink has every event; try them one by one
+                log.warning("events not streamed together", streams=len(by_stream), error=repr(err))
         for (task_id, chain), entries in by_stream.items():
             try:
                 self.backend.append(task_id, chain, entries)

@@ -98,30 +98,40 @@ class SqliteStreamBackend:
         return self._conn
 
     def append(self, task_id: str, run_chain: str | None, entries: list[StreamEntry]) -> list[int]:
-        if not entries:
-            return []
-        key = stream_key(task_id, run_chain)
+        return self.append_many({(task_id, run_chain): entries}).get((task_id, run_chain), [])
+
+    def append_many(
+        self, streams: dict[tuple[str, str | None], list[StreamEntry]]
+    ) -> dict[tuple[str, str | None], list[int]]:
+        """``append`` to several streams in one transaction (the live-event tap's batches span
+        many tasks: one commit for all of them, not one each); each stream's offsets."""
+        streams = {k: v for k, v in streams.items() if v}
+        if not streams:
+            return {}
+        offsets: dict[tuple[str, str | None], list[int]] = {}
         with self._lock:
             db = self._db()
             # IMMEDIATE: the offsets are read and written under the write lock, so two processes
             # appending to one stream never take the same offset.
             db.execute("BEGIN IMMEDIATE")
             try:
-                (last,) = db.execute(
-                    "SELECT COALESCE(MAX(pos), 0) FROM stream_entries WHERE stream = ?", (key,)
-                ).fetchone()
-                offsets = list(range(last + 1, last + 1 + len(entries)))
-                db.executemany(
-                    "INSERT INTO stream_entries (stream, pos, entry) VALUES (?, ?, ?)",
-                    [
-                        (key, n, e.model_copy(update={"offset": n}).model_dump_json())
-                        for n, e in zip(offsets, entries, strict=True)
-                    ],
-                )
-                db.execute(
-                    "DELETE FROM stream_entries WHERE stream = ? AND pos <= ?",
-                    (key, offsets[-1] - self.retention),
-                )
+                for (task_id, run_chain), entries in streams.items():
+                    key = stream_key(task_id, run_chain)
+                    (last,) = db.execute(
+                        "SELECT COALESCE(MAX(pos), 0) FROM stream_entries WHERE stream = ?", (key,)
+                    ).fetchone()
+                    got = offsets[(task_id, run_chain)] = list(range(last + 1, last + 1 + len(entries)))
+                    db.executemany(
+                        "INSERT INTO stream_entries (stream, pos, entry) VALUES (?, ?, ?)",
+                        [
+                            (key, n, e.model_copy(update={"offset": n}).model_dump_json())
+                            for n, e in zip(got, entries, strict=True)
+                        ],
+                    )
+                    db.execute(
+                        "DELETE FROM stream_entries WHERE stream = ? AND pos <= ?",
+                        (key, got[-1] - self.retention),
+                    )
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
