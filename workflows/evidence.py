@@ -156,8 +156,8 @@ class EvidenceKeeper:
     ) -> ArtifactRef:
         """Store one part of the older evidence; its reference. With ``stored``, the records go by
         the digests ``sandbox.exec`` stored them under (``artifacts.archive_stored``), so the task's
-        history holds each record once; a record the store lacks (run before records were stored)
-        sends the part with its records inline, as before (``artifacts.archive``)."""
+        history holds each record once; a record the store lacks (run before records were stored),
+        or holds damaged, sends the part with its records inline, as before (``artifacts.archive``)."""
         part = len(self.task.state.archived_evidence) + 1
         summary = f"archive older evidence: {len(commands)} commands, {len(artifacts)} artifacts"
         if stored:
@@ -179,7 +179,8 @@ class EvidenceKeeper:
                     **options.config(options.INGEST, summary=f"{summary} (by digest)"),
                 )
             except ActivityError as err:
-                if failure_code(err) not in ("artifact_not_found", "artifact_corrupt"):
+                # Missing, damaged, or no longer a record this code reads: the part goes inline.
+                if failure_code(err) not in ("artifact_not_found", "artifact_corrupt", "invalid_payload"):
                     raise
         return await workflow.execute_activity_method(
             ArtifactActivities.archive,
