@@ -178,8 +178,9 @@ class ActionResult(BaseModel):
     edited_arguments: dict[str, Any] | None = None
 
 
-# The outcomes of actions that ran: the next turn reads such a result whole by its ``output_ref``
-# when it has one (``activities.agent.turn``), so the preview in ``output`` is not read.
+# The outcomes of actions that ran: the model sees such a result as its tool's output (any other is a
+# refusal of the call), read whole by its ``output_ref`` when it has one (``activities.agent.turn``),
+# so the preview in ``output`` is not read.
 RAN = frozenset({ActionStatus.EXECUTED, ActionStatus.EDITED, ActionStatus.FAILED})
 
 

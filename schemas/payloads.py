@@ -20,6 +20,7 @@ theirs.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Literal, get_origin
 
 import temporalio.api.common.v1
@@ -39,28 +40,25 @@ def is_compact(value: Any) -> bool:
     return isinstance(value, BaseModel) and getattr(type(value), "compact_payload", False) is True
 
 
-# A field's default as ``defaults_of`` compares it: the value, or the factory that makes it.
-_Default = tuple[bool, Any]  # (made by a factory, the value or the factory)
-_DEFAULTS: dict[type[BaseModel], dict[str, _Default | None]] = {}
+# A field's default as ``defaults_of`` compares it: (made by a factory, the value or the factory).
+_Default = tuple[bool, Any]
 
 
+@functools.cache
 def _defaults(cls: type[BaseModel]) -> dict[str, _Default | None]:
     """Each field's default, or None where none may be left out (required, ``Literal``, or a factory
     that reads the other fields). Worked out once per class: pydantic's ``get_default`` inspects a
     factory's signature on every call, which was most of the cost of writing a payload."""
-    found = _DEFAULTS.get(cls)
-    if found is None:
-        found = {}
-        for name, field in cls.model_fields.items():
-            if field.is_required() or get_origin(field.annotation) is Literal:
-                found[name] = None
-            elif field.default_factory is None:
-                found[name] = (False, field.default)
-            elif field.default_factory_takes_validated_data:
-                found[name] = None
-            else:
-                found[name] = (True, field.default_factory)
-        _DEFAULTS[cls] = found
+    found: dict[str, _Default | None] = {}
+    for name, field in cls.model_fields.items():
+        if field.is_required() or get_origin(field.annotation) is Literal:
+            found[name] = None
+        elif field.default_factory is None:
+            found[name] = (False, field.default)
+        elif field.default_factory_takes_validated_data:
+            found[name] = None
+        else:
+            found[name] = (True, field.default_factory)
     return found
 
 
@@ -103,21 +101,20 @@ class CompactJSONPayloadConverter(PydanticJSONPlainPayloadConverter):
         return super().to_payload(value)
 
 
+# Made once, as the SDK's ``DefaultPayloadConverter`` makes its own: the SDK builds a converter for
+# every serialization context (each payload of a workflow activation), through the constructor below.
+_COMPACT_JSON = CompactJSONPayloadConverter()
+_CONVERTERS: tuple[EncodingPayloadConverter, ...] = tuple(
+    _COMPACT_JSON if isinstance(c, JSONPlainPayloadConverter) else c
+    for c in DefaultPayloadConverter.default_encoding_payload_converters
+)
+
+
 class CompactPayloadConverter(CompositePayloadConverter):
     """The SDK's default payload converters, with ``CompactJSONPayloadConverter`` for JSON."""
 
-    # Made once, as the SDK's ``DefaultPayloadConverter`` does: the SDK builds a converter for every
-    # serialization context (each payload of a workflow activation), through this constructor.
-    converters_in_order: tuple[EncodingPayloadConverter, ...] = ()
-
     def __init__(self) -> None:
-        if not CompactPayloadConverter.converters_in_order:
-            json_converter = CompactJSONPayloadConverter()
-            CompactPayloadConverter.converters_in_order = tuple(
-                json_converter if isinstance(c, JSONPlainPayloadConverter) else c
-                for c in DefaultPayloadConverter.default_encoding_payload_converters
-            )
-        super().__init__(*CompactPayloadConverter.converters_in_order)
+        super().__init__(*_CONVERTERS)
 
 
 # The project's plain data converter (``security.codec.data_converter`` adds encryption to it).

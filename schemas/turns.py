@@ -90,18 +90,21 @@ class TurnUsage(BaseModel):
         "answered, fresh, by the turn's model through the provider and API above (`records`).",
     )
 
+    def _plain_call(self, model: str) -> ModelCall:
+        """A fresh answer of ``model`` through this turn's provider and API, nothing skipped."""
+        return ModelCall(model=model, provider=self.provider or "", api=self.api or "")
+
     def plain(self, model: str, calls: list[ModelCall]) -> bool:
         """Whether ``calls`` (all of the turn's) tell nothing beyond ``model``, ``provider`` and
         ``api``: each a fresh answer of that model, nothing skipped. The turn then leaves them out."""
-        same = ModelCall(model=model, provider=self.provider or "", api=self.api or "")
+        same = self._plain_call(model)
         return len(calls) == self.model_calls and all(c == same for c in calls)
 
     def records(self, model: str) -> list[ModelCall]:
         """Each call's model, with the calls ``plain`` left out filled in again."""
         if self.calls or not self.model_calls:
             return self.calls
-        same = ModelCall(model=model, provider=self.provider or "", api=self.api or "")
-        return [same] * min(self.model_calls, MAX_CALL_RECORDS)
+        return [self._plain_call(model)] * min(self.model_calls, MAX_CALL_RECORDS)
 
 
 # A turn's read-only tool call records are capped (the first ones are kept); the rest are counted.

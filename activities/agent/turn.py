@@ -67,7 +67,6 @@ FINAL_OUTPUT_CHARS = 200_000
 MAX_PROPOSED_ARGUMENT_BYTES = 256_000
 
 
-# Results the model sees as its tool's output; everything else is a refusal of the call.
 def journal_key(input: TurnInput) -> str:
     """Whose model calls the turn's journal holds: the task's run chain, so a reused task id (a new
     chain) is never answered with an earlier run's responses. Tasks without a chain keep the task id."""
