@@ -340,13 +340,16 @@ class BareApproval:
 
     @workflow.run
     async def run(self) -> None:
+        await self.commit_once_approved()
+
+    async def commit_once_approved(self) -> CommitInput:
+        """Wait for ``approve``, commit the row; the commit's input."""
         await workflow.wait_condition(lambda: self.approved)
+        task = CommitInput(task_id=workflow.info().workflow_id)
         await workflow.execute_activity_method(
-            BareActivities.commit,
-            CommitInput(task_id=workflow.info().workflow_id),
-            start_to_close_timeout=STEP_TIMEOUT,
-            retry_policy=RETRY,
+            BareActivities.commit, task, start_to_close_timeout=STEP_TIMEOUT, retry_policy=RETRY
         )
+        return task
 
 
 @workflow.defn(name="BareApprovalAnswer")
@@ -355,11 +358,7 @@ class BareApprovalAnswer(BareApproval):
 
     @workflow.run
     async def run(self) -> None:
-        await workflow.wait_condition(lambda: self.approved)
-        task = CommitInput(task_id=workflow.info().workflow_id)
-        await workflow.execute_activity_method(
-            BareActivities.commit, task, start_to_close_timeout=STEP_TIMEOUT, retry_policy=RETRY
-        )
+        task = await self.commit_once_approved()
         await workflow.execute_activity_method(
             BareActivities.answer, task, start_to_close_timeout=STEP_TIMEOUT, retry_policy=RETRY
         )

@@ -90,6 +90,22 @@ def test_the_local_backend_appends_to_several_streams_in_one_transaction(tmp_pat
     assert backend.append_many({("a", None): []}) == {}
 
 
+def test_appending_to_several_streams_at_once_gives_the_offsets_append_would(
+    backend: StreamBackend,
+) -> None:
+    """On every backend, ``append_many`` continues each stream after what it holds, answers only
+    the streams it was given entries for, and its entries read back in order."""
+    backend.append("a", None, [token("a0")])
+    got = backend.append_many(
+        {("a", None): [token("a1"), token("a2")], ("b", "c"): [token("b0")], ("e", None): []}
+    )
+    assert got == {("a", None): [2, 3], ("b", "c"): [1]}
+    assert [(e.offset, e.data["text"]) for e in backend.read("a", None)] == [(1, "a0"), (2, "a1"), (3, "a2")]
+    assert [e.data["text"] for e in backend.read("b", "c")] == ["b0"]
+    assert backend.read("e", None) == []
+    assert backend.append_many({}) == {}
+
+
 def test_concurrent_writers_interleave_without_gap_or_duplicate(
     make_backend: Callable[[], StreamBackend],
 ) -> None:

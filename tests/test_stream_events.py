@@ -98,6 +98,9 @@ def test_the_tap_streams_each_event_once_redacted_and_survives_a_store_that_is_d
         def append(self, *args: object) -> list[int]:
             raise ConnectionError("stream store down")
 
+        def append_many(self, *args: object) -> dict[tuple[str, str | None], list[int]]:
+            raise ConnectionError("stream store down")
+
     broken = LiveEventTap(Down())  # type: ignore[arg-type]
     broken.offer(_event("t-2", 1))
     broken.close()

@@ -3,6 +3,7 @@ never showing the OpenAI key."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,20 @@ def test_the_workflow_cache_follows_its_memory_budget_unless_a_count_is_set() ->
     assert WorkerConfig.from_env(both).workflow_cache_size == 0
     with pytest.raises(ConfigError, match="AGENT_WORKER_WORKFLOW_CACHE_MB"):
         WorkerConfig.from_env({"AGENT_WORKER_WORKFLOW_CACHE_MB": "0"})
+
+
+def test_the_cache_count_uses_the_committed_measurement_of_memory_per_cached_workflow() -> None:
+    """MB_PER_CACHED_WORKFLOW turns the budget into a count, so it must be what
+    ``python -m bench.cache_memory`` last measured (bench/results/cache_memory.md), within the
+    measurement's noise: a figure left behind after the workflows got lighter (0.35 against 0.17 once
+    the sandbox passed our packages through) halves the cache a budget buys, and a heavier workflow
+    would overrun the budget."""
+    from schemas.config import MB_PER_CACHED_WORKFLOW
+
+    report = (Path(__file__).parent.parent / "bench" / "results" / "cache_memory.md").read_text()
+    found = re.search(r"\*\*MB per cached workflow: ([0-9.]+)\*\*", report)
+    assert found, "bench/results/cache_memory.md has no 'MB per cached workflow' figure"
+    measured = float(found.group(1))
+    assert abs(MB_PER_CACHED_WORKFLOW - measured) <= 0.15 * measured, (
+        f"MB_PER_CACHED_WORKFLOW is {MB_PER_CACHED_WORKFLOW}, the committed measurement {measured}"
+    )

@@ -218,35 +218,34 @@ class SandboxActivities:
         }
         stdout = _fit_json(_capped_text(out, limit), RECORD_OUTPUT_BYTES)
         stderr = _fit_json(_capped_text(err, limit), RECORD_OUTPUT_BYTES - len(json.dumps(stdout)))
-        stdout_ref, stderr_ref, output_ref = await asyncio.to_thread(
-            lambda: (
-                self.store.ref(f"{input.call_id}.stdout", out, "text/plain"),
-                self.store.ref(f"{input.call_id}.stderr", err, "text/plain") if err else None,
-                self.store.ref(
+
+        def persist() -> CommandRecord:
+            """The outputs stored, the record made, and its stored copy put: in one trip to a
+            thread, since a networked store (S3, PostgreSQL) must not block the event loop."""
+            record = CommandRecord(
+                call_id=input.call_id,
+                sandbox_id=sandbox.sandbox_id,
+                argv=input.command.argv,
+                exit_code=exit_code,
+                timed_out=timed_out,
+                oom_killed=outcome.oom_killed,
+                duration_ms=duration_ms,
+                stdout=stdout,
+                stderr=stderr,
+                stdout_artifact=self.store.ref(f"{input.call_id}.stdout", out, "text/plain"),
+                stderr_artifact=self.store.ref(f"{input.call_id}.stderr", err, "text/plain") if err else None,
+                truncated=len(stdout) < len(out) or len(stderr) < len(err),
+                outputs=outputs,
+                missing_outputs=missing,
+                tool_output=self.store.ref(
                     f"{input.call_id}.result.json", canonical_json(tool_output), "application/json"
                 ),
             )
-        )
-        record = CommandRecord(
-            call_id=input.call_id,
-            sandbox_id=sandbox.sandbox_id,
-            argv=input.command.argv,
-            exit_code=exit_code,
-            timed_out=timed_out,
-            oom_killed=outcome.oom_killed,
-            duration_ms=duration_ms,
-            stdout=stdout,
-            stderr=stderr,
-            stdout_artifact=stdout_ref,
-            stderr_artifact=stderr_ref,
-            truncated=len(stdout) < len(out) or len(stderr) < len(err),
-            outputs=outputs,
-            missing_outputs=missing,
-            tool_output=output_ref,
-        )
-        # The task archives its older records by this copy's digest (``artifacts.archive_stored``).
-        await asyncio.to_thread(self.store.put, stored_record(record))
-        return record
+            # The task archives its older records by this copy's digest (``artifacts.archive_stored``).
+            self.store.put(stored_record(record))
+            return record
+
+        return await asyncio.to_thread(persist)
 
     @activity.defn(name="sandbox.destroy")
     @activity_boundary

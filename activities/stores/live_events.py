@@ -122,10 +122,9 @@ class LiveEventTap:
         if self.dropped > self._reported:  # counted in the workflow thread, logged from here
             log.warning("live events dropped: the queue was full", count=self.dropped - self._reported)
             self._reported = self.dropped
-        append_many = getattr(self.backend, "append_many", None)
-        if append_many is not None and len(by_stream) > 1:
-            try:  # one transaction for the batch's streams (``SqliteStreamBackend``)
-                append_many(by_stream)
+        if len(by_stream) > 1:
+            try:  # one call to the store for the batch's streams
+                self.backend.append_many(by_stream)
                 return
             except Exception as err:  # best effort: the sink has every event; try them one by one
                 log.warning("events not streamed together", streams=len(by_stream), error=repr(err))

@@ -58,6 +58,22 @@ class RedisStreamBackend:
         args: list[Any] = [self.retention, STREAM_TTL_SECONDS, *(e.model_dump_json() for e in entries)]
         return [int(n) for n in self._append(keys=[stream, counter], args=args)]
 
+    def append_many(
+        self, streams: dict[tuple[str, str | None], list[StreamEntry]]
+    ) -> dict[tuple[str, str | None], list[int]]:
+        """Each stream's append script in one pipeline: one round trip for the batch. Not one
+        transaction (a Redis Cluster spreads the streams over slots); each stream's append is atomic."""
+        streams = {k: v for k, v in streams.items() if v}
+        if not streams:
+            return {}
+        pipe = self._redis.pipeline(transaction=False)
+        for (task_id, run_chain), entries in streams.items():
+            stream, counter = self._keys(task_id, run_chain)
+            args: list[Any] = [self.retention, STREAM_TTL_SECONDS, *(e.model_dump_json() for e in entries)]
+            self._append(keys=[stream, counter], args=args, client=pipe)
+        answers = pipe.execute()
+        return {key: [int(n) for n in got] for key, got in zip(streams, answers, strict=True)}
+
     def read(
         self, task_id: str, run_chain: str | None, after: int = 0, limit: int = 500, block_ms: int = 0
     ) -> list[StreamEntry]:

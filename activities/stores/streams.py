@@ -43,6 +43,13 @@ class StreamBackend(Protocol):
         """Append ``entries`` in order; the offsets they got."""
         ...
 
+    def append_many(
+        self, streams: dict[tuple[str, str | None], list[StreamEntry]]
+    ) -> dict[tuple[str, str | None], list[int]]:
+        """``append`` to each (task id, run chain) stream in one call to the store (the live-event
+        tap's batches span many tasks); each non-empty stream's offsets."""
+        ...
+
     def read(
         self, task_id: str, run_chain: str | None, after: int = 0, limit: int = 500, block_ms: int = 0
     ) -> list[StreamEntry]:
