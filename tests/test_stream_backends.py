@@ -71,7 +71,7 @@ def test_offsets_are_contiguous_and_reads_resume_after_any_offset(backend: Strea
     assert [e.data["text"] for e in backend.read("t", "c2")] == ["other"]
 
 
-def test_the_local_backend_appends_to_several_streams_in_one_transaction(tmp_path: Path) -> None:
+def test_the_local_backend_s_batch_append_keeps_each_stream_s_retention(tmp_path: Path) -> None:
     """``append_many`` (the live-event tap's batches) gives each stream the offsets ``append`` would,
     after what it holds already, and a stream's retention still applies."""
     backend = SqliteStreamBackend(tmp_path / "streams.db", retention=4)

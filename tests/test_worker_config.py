@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from schemas.config import ConfigError, WorkerConfig
+from tests.helpers.support import REPO
 
 
 def test_config_reads_agent_worker_variables() -> None:
@@ -82,7 +83,7 @@ def test_the_cache_count_uses_the_committed_measurement_of_memory_per_cached_wor
     would overrun the budget."""
     from schemas.config import MB_PER_CACHED_WORKFLOW
 
-    report = (Path(__file__).parent.parent / "bench" / "results" / "cache_memory.md").read_text()
+    report = (REPO / "bench" / "results" / "cache_memory.md").read_text()
     found = re.search(r"\*\*MB per cached workflow: ([0-9.]+)\*\*", report)
     assert found, "bench/results/cache_memory.md has no 'MB per cached workflow' figure"
     measured = float(found.group(1))

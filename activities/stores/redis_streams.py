@@ -54,23 +54,28 @@ class RedisStreamBackend:
     def append(self, task_id: str, run_chain: str | None, entries: list[StreamEntry]) -> list[int]:
         if not entries:
             return []
+        return [int(n) for n in self._run_append(task_id, run_chain, entries)]
+
+    def _run_append(
+        self, task_id: str, run_chain: str | None, entries: list[StreamEntry], client: Any = None
+    ) -> Any:
+        """The append script for one stream, on ``client`` (a pipeline) or the connection."""
         stream, counter = self._keys(task_id, run_chain)
         args: list[Any] = [self.retention, STREAM_TTL_SECONDS, *(e.model_dump_json() for e in entries)]
-        return [int(n) for n in self._append(keys=[stream, counter], args=args)]
+        return self._append(keys=[stream, counter], args=args, client=client)
 
     def append_many(
         self, streams: dict[tuple[str, str | None], list[StreamEntry]]
     ) -> dict[tuple[str, str | None], list[int]]:
-        """Each stream's append script in one pipeline: one round trip for the batch. Not one
+        """Each stream's append script in one pipeline: two round trips for the batch (redis-py asks
+        whether the script is loaded, then sends the pipeline), not one per stream. Not one
         transaction (a Redis Cluster spreads the streams over slots); each stream's append is atomic."""
         streams = {k: v for k, v in streams.items() if v}
         if not streams:
             return {}
         pipe = self._redis.pipeline(transaction=False)
         for (task_id, run_chain), entries in streams.items():
-            stream, counter = self._keys(task_id, run_chain)
-            args: list[Any] = [self.retention, STREAM_TTL_SECONDS, *(e.model_dump_json() for e in entries)]
-            self._append(keys=[stream, counter], args=args, client=pipe)
+            self._run_append(task_id, run_chain, entries, client=pipe)
         answers = pipe.execute()
         return {key: [int(n) for n in got] for key, got in zip(streams, answers, strict=True)}
 
