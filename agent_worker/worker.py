@@ -46,6 +46,7 @@ from activities.stores.artifacts import build_artifact_store
 from activities.tenants import TenantActivities
 from activities.threads import ThreadActivities
 from activities.tools.activities import ToolActivities
+from agent_worker.workflow_runner import DirectContextRunner
 from schemas import visibility
 from schemas.config import EXAMPLE_AGENT, ConfigError, WorkerConfig
 from schemas.sandbox import SandboxBackend
@@ -71,11 +72,12 @@ PASSED_THROUGH = ("workflows", "schemas", "activities", "telemetry", "security",
 
 def workflow_runner(passthrough: bool = True) -> SandboxedWorkflowRunner:
     """The workflow sandbox the worker runs workflows in (and replays check them with): the SDK's,
-    with ``PASSED_THROUGH`` passed through unless ``passthrough`` is off. What the sandbox no longer
+    entered only to run workflow code (``DirectContextRunner``), with ``PASSED_THROUGH`` passed
+    through unless ``passthrough`` is off. What the sandbox no longer
     checks in those modules, ``scripts/check_workflows.py`` does."""
     if not passthrough:
-        return SandboxedWorkflowRunner()
-    return SandboxedWorkflowRunner(
+        return DirectContextRunner()
+    return DirectContextRunner(
         restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSED_THROUGH)
     )
 

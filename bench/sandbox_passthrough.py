@@ -4,11 +4,14 @@ A cache miss (or a query on an evicted task) makes the SDK build a new workflow 
 the task's history in it. This replays one committed history (the example task, approved through
 the Temporal CLI) ``--replays`` times in each of these, interleaved round by round:
 
-- ``sandboxed``: the worker's runner, the SDK's default ``SandboxedWorkflowRunner``: every instance
-  re-imports our workflow modules inside its sandbox;
+- ``sandboxed``: the SDK's default ``SandboxedWorkflowRunner``: every instance re-imports our
+  workflow modules inside its sandbox;
 - ``passthrough``: the same sandbox with our own packages passed through
   (``SandboxRestrictions.default.with_passthrough_modules(...)``): imported once, shared by every
   instance, so no longer re-imported but no longer isolated per instance either;
+- ``worker``: the worker's runner (``agent_worker.worker.workflow_runner``): ``passthrough``, with
+  payload contexts answered without entering the sandbox and its code strings compiled once
+  (``agent_worker.workflow_runner.DirectContextRunner``);
 - ``unsandboxed``: ``UnsandboxedWorkflowRunner``, the floor (no sandbox at all).
 
 It also counts the sandbox's ``exec()`` calls by purpose (the SDK runs a code string in the
@@ -43,6 +46,7 @@ from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, WorkflowRunne
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 from temporalio.worker.workflow_sandbox import _runner as sandbox_runner
 
+from agent_worker.worker import workflow_runner
 from bench.common import REPO, load, machine
 from workflows import AgentTaskWorkflow
 
@@ -63,6 +67,7 @@ def runners() -> dict[str, WorkflowRunner]:
     return {
         "sandboxed": SandboxedWorkflowRunner(),
         "passthrough": SandboxedWorkflowRunner(restrictions=passthrough),
+        "worker": workflow_runner(),
         "unsandboxed": UnsandboxedWorkflowRunner(),
     }
 
@@ -241,7 +246,7 @@ def report(figures: dict[str, Any], replays: int, rounds: int) -> str:
     ]
     v = figures["validation_ms"]
     live = {name: m[name] - v[name] for name in m}
-    for name in ("sandboxed", "passthrough", "unsandboxed"):
+    for name in ("sandboxed", "passthrough", "worker", "unsandboxed"):
         rounds_text = ", ".join(f"{x:.1f}" for x in figures["rounds"][name])
         lines.append(
             f"| {name} | {m[name]:.1f} | {m[name] / m['sandboxed']:.2f}x | {v[name]:.1f} | "
@@ -254,7 +259,9 @@ def report(figures: dict[str, Any], replays: int, rounds: int) -> str:
         "so a live cache miss pays the replay less that instance's creation.",
         "",
         f"`passthrough` passes `{', '.join(OURS)}` through the sandbox "
-        "(`SandboxRestrictions.default.with_passthrough_modules`).",
+        "(`SandboxRestrictions.default.with_passthrough_modules`); `worker` is the worker's runner "
+        "(`agent_worker.worker.workflow_runner`): the same, with payload contexts answered without "
+        "entering the sandbox and its code strings compiled once (`DirectContextRunner`).",
         "",
         "## The sandbox's exec() calls per replay (sandboxed runner)",
         "",

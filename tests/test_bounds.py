@@ -1,6 +1,6 @@
 """Every entry point that carries client or model data, at its maximum and under a flood: the task
-completes, or ends ``handed_off`` naming the limit, and no workflow task ever fails (a failing one
-would fail again on every retry: the task would be stuck for good)."""
+completes, or ends ``handed_off`` naming the limit, and no workflow task ever fails on the worker's
+side (a failing one would fail again on every retry: the task would be stuck for good)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowUpdateRPCTimeoutOrCancelledError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -39,12 +39,35 @@ def recorder(value: str, **extra: Any) -> dict[str, Any]:
     }
 
 
-async def assert_no_workflow_task_failed(handle: WorkflowHandle[Any, Any]) -> None:
-    """Not one workflow task of the task's run failed or timed out."""
+async def assert_no_workflow_task_failed(
+    handle: WorkflowHandle[Any, Any], *, server_force_closes: bool = False
+) -> None:
+    """Not one workflow task of the task's run failed or timed out.
+
+    With ``server_force_closes``, the one failure a flood may bring is let through: the server's
+    own force-close of a workflow task in flight while more than 100 events were buffered for it
+    (``history.maximumBufferedEventsBatch``; cause ``FORCE_CLOSE_COMMAND``, identity
+    ``history-service``). The server flushes the buffer into history and schedules the task again,
+    so nothing is lost; which workflow task meets it is timing. A failure the worker reports, or a
+    timeout, still fails the check."""
     history = await handle.fetch_history()
     stuck = {EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED, EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT}
     failed = [e for e in history.events if e.event_type in stuck]
+    if server_force_closes:
+        closed = [e for e in failed if _server_force_close(e)]
+        if closed:
+            print(f"{len(closed)} workflow task(s) force-closed by the server's buffered-event limit")
+        failed = [e for e in failed if not _server_force_close(e)]
     assert not failed, failed[0]
+
+
+def _server_force_close(event: Any) -> bool:
+    attrs = event.workflow_task_failed_event_attributes
+    return (
+        event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+        and attrs.cause == WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_FORCE_CLOSE_COMMAND
+        and attrs.identity == "history-service"
+    )
 
 
 async def decide(handle: WorkflowHandle[Any, Any], **decision: Any) -> DecisionOutcome:
@@ -55,8 +78,10 @@ async def test_ten_thousand_bogus_decisions_neither_wedge_the_task_nor_hide_the_
     config_env: TaskEnv, tmp_path: Path
 ) -> None:
     """10,000 stale-version decisions sent as fast as 40 in flight allow, then a valid approval: the
-    task completes with one write, no workflow task failed, and every bogus one is counted. The worker
-    runs in its own process, as in production (and so a wedged one is killed, not waited for)."""
+    task completes with one write, no workflow task failed on the worker's side (the server may
+    force-close one that more than 100 signals arrived during, and retries it), and every bogus one
+    is counted. The worker runs in its own process, as in production (and so a wedged one is killed,
+    not waited for)."""
     env = config_env
     worker = spawn_worker(env, tmp_path / "worker.log")
     try:
@@ -97,7 +122,7 @@ async def flood_then_approve(env: TaskEnv) -> None:
 
     assert result.phase is TaskPhase.COMPLETED, result.reason
     assert env.business().count() == 1
-    await assert_no_workflow_task_failed(handle)
+    await assert_no_workflow_task_failed(handle, server_force_closes=True)
     status = await within_deadline(lambda: handle.query(AgentTaskWorkflow.status), time.monotonic() + 60)
     assert status.ignored_count == 10_000
     assert len(status.ignored) <= 100 and all("stale version" in i.reason for i in status.ignored)

@@ -1,0 +1,60 @@
+"""The worker's workflow runner (agent_worker.workflow_runner): payload contexts answered without
+entering the sandbox, the same answers as the SDK's own path, and nothing left to fall back on."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import ActivitySerializationContext, WorkflowSerializationContext
+from temporalio.worker import Replayer
+from temporalio.worker.workflow_sandbox import _runner as sdk_runner
+
+from agent_worker.workflow_runner import _DirectContextInstance
+from tests.helpers.support import HISTORY_IDS, REPO, WORKFLOWS, workflow_runner
+
+HISTORIES = REPO / "tests" / "histories"
+EXAMPLE = HISTORIES / "test_approval_by_temporal_cli_completes_with_evidence.json"
+
+
+async def _replay() -> None:
+    ids = json.loads((HISTORIES / HISTORY_IDS).read_text())
+    history = WorkflowHistory.from_json(ids[EXAMPLE.stem], json.loads(EXAMPLE.read_text()))
+    replayer = Replayer(
+        workflows=WORKFLOWS, data_converter=pydantic_data_converter, workflow_runner=workflow_runner()
+    )
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, result.replay_failure
+
+
+async def test_payload_contexts_are_the_sdks_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Replaying the example task, every context the runner answers directly equals the one the
+    SDK's sandboxed path gives for the same command, activities' contexts among them."""
+    direct = _DirectContextInstance.get_serialization_context
+    answers: list[Any] = []
+
+    def compared(self: _DirectContextInstance, command_info: Any) -> Any:
+        got = direct(self, command_info)
+        assert got == sdk_runner._Instance.get_serialization_context(self, command_info)
+        answers.append(got)
+        return got
+
+    monkeypatch.setattr(_DirectContextInstance, "get_serialization_context", compared)
+    await _replay()
+    kinds = {type(a) for a in answers}
+    assert {ActivitySerializationContext, WorkflowSerializationContext} <= kinds, kinds
+
+
+async def test_the_sandbox_is_not_entered_for_a_payload_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the SDK's sandboxed path made to fail, the replay still passes: the runner never falls
+    back to it on this SDK (a fallback would cost the speed the runner exists for)."""
+
+    def entered(self: Any, command_info: Any) -> Any:
+        raise AssertionError("the sandbox was entered for a payload context")
+
+    monkeypatch.setattr(sdk_runner._Instance, "get_serialization_context", entered)
+    monkeypatch.setattr(sdk_runner._Instance, "get_external_store_context", entered)
+    await _replay()
