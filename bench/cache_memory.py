@@ -38,7 +38,7 @@ from bench.common import (
     spawn_agent_worker,
 )
 from cli.devserver import free_port
-from schemas.config import MB_PER_CACHED_WORKFLOW
+from schemas.config import DEFAULT_WORKFLOW_CACHE_MB, MB_PER_CACHED_WORKFLOW
 from schemas.tasks import TaskResult
 from workflows import AgentTaskWorkflow
 
@@ -158,9 +158,9 @@ async def run(quick: bool = False, tasks: int | None = None, steps: int | None =
         f"{cached_slope * 1000:.0f} KB per cached workflow, less the slope with the small cache once "
         f"full, {uncached_slope * 1000:.0f} KB per parked task). The configuration's figure "
         f"(`schemas.config.MB_PER_CACHED_WORKFLOW`) is {MB_PER_CACHED_WORKFLOW}; at it, the default "
-        "budget of 150 MB (`AGENT_WORKER_WORKFLOW_CACHE_MB`) holds "
-        f"{int(150 / MB_PER_CACHED_WORKFLOW)} workflows, and at the figure measured here "
-        f"{int(150 / per_workflow) if per_workflow > 0 else 0}.",
+        f"budget of {DEFAULT_WORKFLOW_CACHE_MB:g} MB (`AGENT_WORKER_WORKFLOW_CACHE_MB`) holds "
+        f"{int(DEFAULT_WORKFLOW_CACHE_MB / MB_PER_CACHED_WORKFLOW)} workflows, and at the figure "
+        f"measured here {int(DEFAULT_WORKFLOW_CACHE_MB / per_workflow) if per_workflow > 0 else 0}.",
         "Each task is a `bench-approval` task parked on its approval (one turn, one proposed business "
         "write, events delivered), on one worker process with the product's other defaults and "
         f"scripted models. RSS is read {SETTLE_SECONDS:.0f} s after each step has parked; the SDK's "

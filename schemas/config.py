@@ -28,7 +28,10 @@ EXAMPLE_AGENT = "examples.monthly_report.agent:registration"
 # it, since an instance no longer imports them again; tests/test_worker_config.py keeps it within 15%
 # of the committed measurement.
 MB_PER_CACHED_WORKFLOW = 0.17
-DEFAULT_WORKFLOW_CACHE_MB = 150.0
+# The cache's share of a worker's memory target (10,000 parked tasks within 300 MB RSS): an idle worker
+# with the Agents SDK loaded is 170-180 MB, so 75 MB (441 workflows). 150 MB (882) measured 355 MB
+# with 1,500 tasks parked (`python -m bench.parked --tasks 1500`, 2026-12-04).
+DEFAULT_WORKFLOW_CACHE_MB = 75.0
 
 
 class ConfigError(ValueError):

@@ -62,13 +62,13 @@ def test_config_never_shows_the_openai_key() -> None:
 
 def test_the_workflow_cache_follows_its_memory_budget_unless_a_count_is_set() -> None:
     """The cache holds as many workflows as AGENT_WORKER_WORKFLOW_CACHE_MB allows at the measured MB
-    per cached workflow (150 MB by default); AGENT_WORKER_MAX_CACHED_WORKFLOWS, even 0, wins. (The
-    worker's use of it: tests/test_metrics.py evicts with a cache of one.)"""
-    from schemas.config import MB_PER_CACHED_WORKFLOW
+    per cached workflow (DEFAULT_WORKFLOW_CACHE_MB unset); AGENT_WORKER_MAX_CACHED_WORKFLOWS, even 0,
+    wins. (The worker's use of it: tests/test_metrics.py evicts with a cache of one.)"""
+    from schemas.config import DEFAULT_WORKFLOW_CACHE_MB, MB_PER_CACHED_WORKFLOW
 
-    assert WorkerConfig().workflow_cache_size == int(150 / MB_PER_CACHED_WORKFLOW)
-    halved = WorkerConfig.from_env({"AGENT_WORKER_WORKFLOW_CACHE_MB": "75"})
-    assert halved.workflow_cache_size == int(75 / MB_PER_CACHED_WORKFLOW)
+    assert WorkerConfig().workflow_cache_size == int(DEFAULT_WORKFLOW_CACHE_MB / MB_PER_CACHED_WORKFLOW)
+    doubled = WorkerConfig.from_env({"AGENT_WORKER_WORKFLOW_CACHE_MB": "150"})
+    assert doubled.workflow_cache_size == int(150 / MB_PER_CACHED_WORKFLOW)
     both = {"AGENT_WORKER_WORKFLOW_CACHE_MB": "75", "AGENT_WORKER_MAX_CACHED_WORKFLOWS": "0"}
     assert WorkerConfig.from_env(both).workflow_cache_size == 0
     with pytest.raises(ConfigError, match="AGENT_WORKER_WORKFLOW_CACHE_MB"):
