@@ -8,7 +8,7 @@ all at once, as fast as the client sends the signals) on one dev server, one wor
 - bare: as many ``BareApproval`` workflows on the baseline worker (wait for a signal, insert a row),
   and as many ``BareApprovalAnswer`` (then give the model the receipt: bare doing what our task does);
 - over-full: ``--active-tasks`` tasks (default ``DEFAULT_ACTIVE``) on a cache that holds fewer. The
-  issue's case is 3,000 active tasks on the default cache (882 workflows; 428 before 2026-12-04),
+  issue's case is 3,000 active tasks on the default cache (294 workflows; 882 and 428 before),
   about 11 minutes here (``bench/results/approval_cpu-3000.md``). By default this runs fewer tasks
   with the cache cut in the same proportion (``AGENT_WORKER_MAX_CACHED_WORKFLOWS``). That is harsher
   than the issue's size, not the same: the 64 signals in flight do not shrink with it (measured

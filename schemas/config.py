@@ -28,10 +28,12 @@ EXAMPLE_AGENT = "examples.monthly_report.agent:registration"
 # it, since an instance no longer imports them again; tests/test_worker_config.py keeps it within 15%
 # of the committed measurement.
 MB_PER_CACHED_WORKFLOW = 0.17
-# The cache's share of a worker's memory target (10,000 parked tasks within 300 MB RSS): an idle worker
-# with the Agents SDK loaded is 170-180 MB, so 75 MB (441 workflows). 150 MB (882) measured 355 MB
-# with 1,500 tasks parked (`python -m bench.parked --tasks 1500`, 2026-12-04).
-DEFAULT_WORKFLOW_CACHE_MB = 75.0
+# The cache's share of a worker's memory target (10,000 parked tasks, all approved at once, within
+# 300 MB RSS at its peak): an idle worker with the Agents SDK loaded is about 170 MB, and approving
+# (or parking) with every slot busy adds about 35 MB. `python -m bench.parked --tasks 10000`
+# (2026-12-04) measured 283 MB parked, peak 317, at 75 MB (441 workflows); 150 MB (882) measured
+# 355 MB with 1,500 parked. 50 MB holds 294.
+DEFAULT_WORKFLOW_CACHE_MB = 50.0
 
 
 class ConfigError(ValueError):
