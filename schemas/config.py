@@ -307,7 +307,7 @@ class WorkerConfig(BaseModel):
         f"memory as fit at {MB_PER_CACHED_WORKFLOW} MB each (measured by bench/cache_memory.py; the "
         f"default, {DEFAULT_WORKFLOW_CACHE_MB:g} MB, holds "
         f"{int(DEFAULT_WORKFLOW_CACHE_MB / MB_PER_CACHED_WORKFLOW)}). A task out of the cache replays "
-        "from history at its next step, which costs 2-3x the CPU of a cached one: watch "
+        "from history at its next step, about 20 ms more worker CPU than a cached one: watch "
         "temporal_sticky_cache_miss on /metrics, and raise the budget while misses are frequent and "
         "memory allows. max_cached_workflows, when set, wins.",
     )
