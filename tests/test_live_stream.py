@@ -110,7 +110,7 @@ async def test_first_tokens_arrive_before_the_turn_completes_and_assemble_to_the
 
     result: TaskResult = await asyncio.wait_for(handle.result(), 60)
     assert result.phase is TaskPhase.COMPLETED and result.final_output == ANSWER
-    entries = await asyncio.to_thread(backend.read, handle.id, chain, 0, 10_000)
+    entries = await read_until_finished(backend, handle.id, chain)
     assert [e.offset for e in entries] == list(range(1, len(entries) + 1))
     assert assemble_text(entries) == result.final_output
     tokens = [e for e in entries if e.kind == "token"]
@@ -120,6 +120,19 @@ async def test_first_tokens_arrive_before_the_turn_completes_and_assemble_to_the
     turn_entries = [e for e in entries if e.kind != "event"]  # lifecycle events interleave
     assert turn_entries[-1].kind == "step" and turn_entries[-1].data["status"] == "final"
     assert [e.data["type"] for e in entries if e.kind == "event"][-1] == "task.finished"
+
+
+async def read_until_finished(backend: StreamBackend, task_id: str, chain: str) -> list[StreamEntry]:
+    """The whole stream once ``task.finished`` is in it. Events reach the stream from the worker's
+    tap thread (activities/stores/live_events.py), so the last one can land a moment after the
+    client has the task's result: a reader following the stream waits for it."""
+    deadline = time.monotonic() + 10
+    while True:
+        entries = await asyncio.to_thread(backend.read, task_id, chain, 0, 10_000)
+        if any(e.kind == "event" and e.data["type"] == "task.finished" for e in entries):
+            return entries
+        assert time.monotonic() < deadline, f"no task.finished in the stream within 10 s: {entries[-3:]}"
+        await asyncio.sleep(0.05)
 
 
 @contextlib.asynccontextmanager
