@@ -40,16 +40,17 @@ class _DirectContextInstance(sdk_runner._Instance):
         super()._run_code(_compiled(code) if isinstance(code, str) else code, **extra_globals)
 
     def get_serialization_context(self, command_info: Any) -> Any:
-        inside = self.globals_and_locals.get(_IN_SANDBOX)
-        if inside is None or not hasattr(inside, "get_serialization_context"):
-            return super().get_serialization_context(command_info)
-        return inside.get_serialization_context(command_info)
+        ask = self._inside("get_serialization_context")
+        return ask(command_info) if ask else super().get_serialization_context(command_info)
 
     def get_external_store_context(self, command_info: Any) -> Any:
-        inside = self.globals_and_locals.get(_IN_SANDBOX)
-        if inside is None or not hasattr(inside, "get_external_store_context"):
-            return super().get_external_store_context(command_info)
-        return inside.get_external_store_context(command_info)
+        ask = self._inside("get_external_store_context")
+        return ask(command_info) if ask else super().get_external_store_context(command_info)
+
+    def _inside(self, method: str) -> Any:
+        """The sandboxed instance's ``method``, or None where this SDK's shape has no such thing
+        (then the SDK's own path answers)."""
+        return getattr(self.globals_and_locals.get(_IN_SANDBOX), method, None)
 
 
 class DirectContextRunner(SandboxedWorkflowRunner):

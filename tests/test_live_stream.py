@@ -30,7 +30,7 @@ from inbox.serve import serving
 from schemas.streams import StreamEntry, assemble_text
 from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.openai_stub import OpenAIStub
-from tests.helpers.support import DevServer, TaskEnv, make_config, running_worker
+from tests.helpers.support import DevServer, TaskEnv, make_config, running_worker, until
 
 ANSWER = (
     "The quarterly numbers are in: north grew by twelve percent, south held steady, and west "
@@ -126,13 +126,14 @@ async def read_until_finished(backend: StreamBackend, task_id: str, chain: str) 
     """The whole stream once ``task.finished`` is in it. Events reach the stream from the worker's
     tap thread (activities/stores/live_events.py), so the last one can land a moment after the
     client has the task's result: a reader following the stream waits for it."""
-    deadline = time.monotonic() + 10
-    while True:
-        entries = await asyncio.to_thread(backend.read, task_id, chain, 0, 10_000)
-        if any(e.kind == "event" and e.data["type"] == "task.finished" for e in entries):
-            return entries
-        assert time.monotonic() < deadline, f"no task.finished in the stream within 10 s: {entries[-3:]}"
-        await asyncio.sleep(0.05)
+
+    def finished() -> list[StreamEntry] | None:
+        entries = backend.read(task_id, chain, 0, 10_000)
+        return (
+            entries if any(e.kind == "event" and e.data["type"] == "task.finished" for e in entries) else None
+        )
+
+    return await until(finished, 10, "task.finished in the stream")
 
 
 @contextlib.asynccontextmanager

@@ -9,12 +9,9 @@ import re
 from pathlib import Path
 
 import pytest
-from temporalio.client import WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Replayer
 
 from tests.helpers.matrix import Record, record
-from tests.helpers.support import HISTORY_IDS, WORKFLOWS, workflow_runner
+from tests.helpers.support import HISTORY_IDS, replay_committed
 
 HISTORIES = Path(__file__).parent / "histories"
 EXPECTED = {
@@ -110,13 +107,7 @@ HISTORY_FILES = sorted(p for p in HISTORIES.rglob("*.json") if p.name != HISTORY
 @pytest.mark.parametrize("path", HISTORY_FILES, ids=lambda p: str(p.relative_to(HISTORIES).with_suffix("")))
 async def test_committed_history_replays(path: Path, record_property: Record) -> None:
     """The history replays without nondeterminism."""
-    workflow_ids = json.loads((path.parent / HISTORY_IDS).read_text())
-    history = WorkflowHistory.from_json(workflow_ids[path.stem], json.loads(path.read_text()))
-    replayer = Replayer(
-        workflows=WORKFLOWS, data_converter=pydantic_data_converter, workflow_runner=workflow_runner()
-    )
-    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
-    assert result.replay_failure is None, f"{path.name}: {result.replay_failure}"
+    await replay_committed(path)
     side = path.parent.name if path.parent != HISTORIES else "current code"
     # Replaying runs no activities: nothing can be duplicated, lost or left behind.
     record(record_property, observed=f"replays ({side})", duplicates=None, lost=None, leftover=None)

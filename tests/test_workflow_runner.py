@@ -3,31 +3,16 @@ entering the sandbox, the same answers as the SDK's own path, and nothing left t
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
-from temporalio.client import WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import ActivitySerializationContext, WorkflowSerializationContext
-from temporalio.worker import Replayer
 from temporalio.worker.workflow_sandbox import _runner as sdk_runner
 
 from agent_worker.workflow_runner import _DirectContextInstance
-from tests.helpers.support import HISTORY_IDS, REPO, WORKFLOWS, workflow_runner
+from tests.helpers.support import REPO, replay_committed
 
-HISTORIES = REPO / "tests" / "histories"
-EXAMPLE = HISTORIES / "test_approval_by_temporal_cli_completes_with_evidence.json"
-
-
-async def _replay() -> None:
-    ids = json.loads((HISTORIES / HISTORY_IDS).read_text())
-    history = WorkflowHistory.from_json(ids[EXAMPLE.stem], json.loads(EXAMPLE.read_text()))
-    replayer = Replayer(
-        workflows=WORKFLOWS, data_converter=pydantic_data_converter, workflow_runner=workflow_runner()
-    )
-    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
-    assert result.replay_failure is None, result.replay_failure
+EXAMPLE = REPO / "tests" / "histories" / "test_approval_by_temporal_cli_completes_with_evidence.json"
 
 
 async def test_payload_contexts_are_the_sdks_answers(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -43,7 +28,7 @@ async def test_payload_contexts_are_the_sdks_answers(monkeypatch: pytest.MonkeyP
         return got
 
     monkeypatch.setattr(_DirectContextInstance, "get_serialization_context", compared)
-    await _replay()
+    await replay_committed(EXAMPLE)
     kinds = {type(a) for a in answers}
     assert {ActivitySerializationContext, WorkflowSerializationContext} <= kinds, kinds
 
@@ -57,4 +42,4 @@ async def test_the_sandbox_is_not_entered_for_a_payload_context(monkeypatch: pyt
 
     monkeypatch.setattr(sdk_runner._Instance, "get_serialization_context", entered)
     monkeypatch.setattr(sdk_runner._Instance, "get_external_store_context", entered)
-    await _replay()
+    await replay_committed(EXAMPLE)

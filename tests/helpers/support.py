@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle, WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Replayer
 
@@ -338,6 +339,19 @@ async def assert_replays(
         ids[test_name] = workflow_id
         index.write_text(json.dumps(ids, indent=2, sort_keys=True) + "\n")
     return history.to_json()
+
+
+async def replay_committed(path: Path) -> None:
+    """Replay a history committed under ``tests/histories/`` (with the workflow id it ran under,
+    from the folder's ``HISTORY_IDS``: child ids derive from it) against the current code, in the
+    worker's workflow runner; fails naming the file on any nondeterminism."""
+    ids = json.loads((path.parent / HISTORY_IDS).read_text())
+    history = WorkflowHistory.from_json(ids[path.stem], json.loads(path.read_text()))
+    replayer = Replayer(
+        workflows=WORKFLOWS, data_converter=pydantic_data_converter, workflow_runner=workflow_runner()
+    )
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, f"{path.name}: {result.replay_failure}"
 
 
 async def run_cli(capsys: Any, *args: str) -> tuple[int, str, str]:
