@@ -222,8 +222,9 @@ def leftover_sandboxes(data_dirs: list[Path], task_ids: set[str], docker_used: b
 
         from activities.sandbox.base import LABEL_TASK
 
-        for container in docker.from_env().containers.list(all=True):
-            left += (container.labels or {}).get(LABEL_TASK) in task_ids
+        # The list endpoint alone: an inspect per container fails on one being made or removed.
+        for container in docker.from_env().api.containers(all=True, filters={"label": LABEL_TASK}):
+            left += (container.get("Labels") or {}).get(LABEL_TASK) in task_ids
     return left
 
 

@@ -15,7 +15,6 @@ import pytest
 
 from activities.artifacts import LocalArtifactStore
 from activities.sandbox import SandboxActivities
-from activities.sandbox.base import LABEL_TASK
 from activities.sandbox.docker import DockerSandbox
 from schemas.actions import SandboxCommand
 from schemas.digests import digest_bytes
@@ -28,6 +27,7 @@ from schemas.sandbox import (
     SandboxRef,
     SandboxSpec,
 )
+from tests.helpers.containers import containers_of
 
 SECRET = "aw-test-secret-value-do-not-leak"
 
@@ -196,8 +196,7 @@ async def test_retried_create_reuses_the_container(
     """Creating the same task's sandbox again finds the existing container instead of a second."""
     again = await acts.create(CreateSandboxInput(task_id=box.task_id, tenant="t", spec=box.spec, inputs=[]))
     assert again.provider_id == box.ref.provider_id
-    containers = docker.from_env().containers.list(all=True, filters={"label": f"{LABEL_TASK}={box.task_id}"})
-    assert [c.id for c in containers] == [box.ref.provider_id]
+    assert containers_of(box.task_id) == [box.ref.provider_id]
 
 
 async def test_destroy_removes_container_and_volume(
@@ -209,7 +208,7 @@ async def test_destroy_removes_container_and_volume(
     second = await acts.destroy(DestroySandboxInput(task_id=created.task_id, sandbox=created.ref))
     assert (first.existed, second.existed) == (True, False)
     client = docker.from_env()
-    assert client.containers.list(all=True, filters={"label": f"{LABEL_TASK}={created.task_id}"}) == []
+    assert containers_of(created.task_id) == []
     assert client.volumes.list(filters={"name": f"{created.ref.sandbox_id}-work"}) == []
 
 
@@ -221,3 +220,36 @@ async def test_exec_in_a_removed_container_is_sandbox_missing(box: Box) -> None:
     with pytest.raises(ApplicationError) as caught:
         await box.sh("true")
     assert caught.value.type == "sandbox_missing" and caught.value.non_retryable
+
+
+async def test_listing_while_sandboxes_are_made_and_removed_never_fails(docker_image: str) -> None:
+    """The reaper's list runs while tasks make and remove sandboxes. The daemon lists a container a
+    moment before it can inspect it (creating) and after (removing): the list takes both in its
+    stride, naming each sandbox it lists, rather than fail on one being made or destroyed."""
+    deployment = f"list-race-{uuid.uuid4().hex[:8]}"  # only this test's containers are listed
+    backend = DockerSandbox(docker_image, namespace="default", deployment=deployment)
+    spec = SandboxSpec(backend=SandboxBackend.DOCKER)
+    made: set[str] = set()
+    listed: set[str] = set()
+    done = asyncio.Event()
+
+    async def keep_listing() -> int:
+        rounds = 0
+        while not done.is_set():
+            listed.update(info.sandbox_id for info in await backend.list())
+            rounds += 1
+        return rounds
+
+    lister = asyncio.create_task(keep_listing())
+    try:
+        for n in range(12):
+            ref = await backend.create(
+                CreateSandboxInput(task_id=f"{deployment}-{n}", tenant="t", spec=spec), {}
+            )
+            made.add(ref.sandbox_id)
+            await backend.destroy(ref)
+    finally:
+        done.set()
+        rounds = await lister  # raises what a list raised
+    assert rounds > 12 and listed and listed <= made
+    assert await backend.list() == []

@@ -23,6 +23,7 @@ from cli.main import main as cli_main
 from cli.sandboxes import REAPER_SCHEDULE_ID, schedule_reaper
 from schemas.sandbox import CreateSandboxInput, ReapInput, SandboxBackend, SandboxSpec
 from schemas.tasks import TaskPhase, TaskResult
+from tests.helpers.containers import containers_of, the_container
 from tests.helpers.matrix import Record, leftover_sandboxes, record
 from tests.helpers.support import (
     DevServer,
@@ -34,14 +35,6 @@ from tests.helpers.support import (
     until,
 )
 from workflows import AgentTaskWorkflow
-
-
-def containers_of(task_id: str) -> list[str]:
-    """Ids of every container (running or not) labelled with the task id."""
-    return [
-        c.id
-        for c in docker.from_env().containers.list(all=True, filters={"label": f"{LABEL_TASK}={task_id}"})
-    ]
 
 
 @pytest.fixture
@@ -88,8 +81,7 @@ async def test_cancel_during_a_long_command_stops_it_and_removes_the_container(
     """Cancel while `sleep 300` runs: the command stops, the container and its volume are removed, and
     the time from cancel to clean is recorded."""
     handle = await docker_env.start({"agent": "shell", "prompt": "run: touch started && sleep 300"})
-    await until(lambda: len(containers_of(handle.id)) == 1, within=30, what="the container")
-    container = docker.from_env().containers.get(containers_of(handle.id)[0])
+    container = await until(lambda: the_container(handle.id), within=30, what="the container")
     await until(
         lambda: container.exec_run(["test", "-e", "/sandbox/work/started"]).exit_code == 0,
         within=30,
@@ -130,9 +122,8 @@ async def test_sigkill_during_a_command_reuses_the_same_container(
         handle = await env.start(
             {"agent": "shell", "prompt": "run: echo attempt >> attempts && sleep 4 && cat attempts"}
         )
-        await until(lambda: len(containers_of(handle.id)) == 1, within=60, what="the container")
-        [container_id] = containers_of(handle.id)
-        container = docker.from_env().containers.get(container_id)
+        container = await until(lambda: the_container(handle.id), within=60, what="the container")
+        container_id = container.id
         await until(
             lambda: container.exec_run(["test", "-e", "/sandbox/work/attempts"]).exit_code == 0,
             within=30,

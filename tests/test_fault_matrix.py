@@ -22,8 +22,8 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from activities.sandbox.base import LABEL_TASK
 from schemas.tasks import TaskPhase, TaskResult, TaskStatus
+from tests.helpers.containers import task_containers
 from tests.helpers.matrix import Record, leftover_sandboxes, record
 from tests.helpers.support import (
     DevServer,
@@ -61,10 +61,10 @@ async def test_sandbox_removed_mid_command_is_rebuilt_and_the_evidence_says_so(
     )
 
     def sleeping_container() -> Any:
-        for container in daemon.containers.list(filters={"label": f"{LABEL_TASK}={handle.id}"}):
+        for container in task_containers(handle.id, running_only=True):
             with contextlib.suppress(docker.errors.APIError):
                 if any("sleep 3" in " ".join(p) for p in container.top()["Processes"]):
-                    return container
+                    return daemon.containers.get(container.id)  # in full: its name
         return None
 
     victim = await until(sleeping_container, 60, "the command to be running in its container")

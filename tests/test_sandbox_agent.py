@@ -28,12 +28,12 @@ from activities.agent.tools import effect_of, plan_call
 from activities.errors import ToolPlanError
 from activities.events import JsonlEventSink
 from activities.sandbox.apply_patch import main as apply_patch
-from activities.sandbox.base import LABEL_TASK
 from schemas.actions import EffectClass, SandboxCommand
 from schemas.config import ConfigError
 from schemas.events import EventType
 from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.agents import CODER_PATCH
+from tests.helpers.containers import containers_of
 from tests.helpers.support import (
     DevServer,
     TaskEnv,
@@ -226,13 +226,6 @@ def test_what_cannot_be_made_durable_is_refused_by_name(agent: Agent, named: str
 
 
 # ---- end to end, hardened Docker tier ---------------------------------------------------------
-
-
-def containers_of(task_id: str) -> list[str]:
-    return [
-        c.id
-        for c in docker.from_env().containers.list(all=True, filters={"label": f"{LABEL_TASK}={task_id}"})
-    ]
 
 
 async def test_a_sandbox_agent_patches_and_tests_in_docker_and_a_killed_worker_loses_nothing(

@@ -326,17 +326,21 @@ class DockerSandbox:
         return existed
 
     async def list(self) -> list[SandboxInfo]:
-        labels = [f"{LABEL_BACKEND}=docker", *(f"{k}={v}" for k, v in self.owner_labels.items())]
-        containers = await asyncio.to_thread(self.client.containers.list, all=True, filters={"label": labels})
+        wanted = [f"{LABEL_BACKEND}=docker", *(f"{k}={v}" for k, v in self.owner_labels.items())]
+        # The list endpoint alone, never an inspect per container: the daemon lists a container a
+        # moment before it can inspect it (while creating it) and after (while removing it), so a
+        # reaper that inspected what it listed would fail on a sandbox being made or destroyed.
+        containers = await asyncio.to_thread(self.client.api.containers, all=True, filters={"label": wanted})
         now = datetime.now(UTC)
         found = []
         for container in containers:
-            labels = container.labels or {}
+            labels = container.get("Labels") or {}
             try:
                 age = (now - datetime.fromisoformat(labels[LABEL_CREATED])).total_seconds()
             except (KeyError, ValueError):
                 age = float("inf")
-            found.append(SandboxInfo(container.name, labels.get(LABEL_TASK), age, self.backend, container.id))
+            name = (container.get("Names") or ["/" + container["Id"]])[0].lstrip("/")
+            found.append(SandboxInfo(name, labels.get(LABEL_TASK), age, self.backend, container["Id"]))
         return found
 
 

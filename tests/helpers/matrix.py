@@ -11,6 +11,7 @@ import docker
 
 from activities.sandbox.base import LABEL_TASK
 from schemas.config import WorkerConfig
+from tests.helpers.containers import containers_of
 
 PROPERTY = "fault_matrix"
 # pytest's ``record_property`` fixture.
@@ -48,5 +49,5 @@ def leftover_sandboxes(config: WorkerConfig, task_ids: Iterable[str]) -> int:
     except Exception:
         return left
     for task_id in ids:
-        left += len(daemon.containers.list(all=True, filters={"label": f"{LABEL_TASK}={task_id}"}))
+        left += len(containers_of(task_id))
     return left
