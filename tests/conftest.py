@@ -14,6 +14,7 @@ from cli.sandbox_image import build_image
 from schemas.config import WorkerConfig
 from telemetry import configure_logging
 from tests.helpers.postgres_server import PostgresServer, start_postgres
+from tests.helpers.revocation import gated
 from tests.helpers.s3_server import s3_server
 from tests.helpers.support import DevServer, TaskEnv, connect, launch_dev_server, make_config, running_worker
 
@@ -75,6 +76,15 @@ async def env(config_env: TaskEnv) -> AsyncIterator[TaskEnv]:
     """A task env with an in-process worker polling its task queue."""
     async with running_worker(config_env.client, config_env.config):
         yield config_env
+
+
+@pytest.fixture
+async def revocable_env(config_env: TaskEnv) -> AsyncIterator[TaskEnv]:
+    """A task env whose in-process worker holds each authorization check until the test has had its
+    chance to revoke (``tests.helpers.revocation``)."""
+    env = TaskEnv(client=config_env.client, config=gated(config_env.config), address=config_env.address)
+    async with running_worker(env.client, env.config):
+        yield env
 
 
 @pytest.fixture

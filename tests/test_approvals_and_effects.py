@@ -18,8 +18,8 @@ from cli.main import main as cli_main
 from schemas.config import WorkerConfig
 from schemas.tasks import TaskPhase, TaskResult
 from schemas.writes import WriteInput, WriteReceipt
+from tests.helpers.revocation import approve_then_revoke, approved_write
 from tests.helpers.support import TaskEnv, assert_replays, example_spec, make_config, running_worker
-from tests.test_reauthorization import approve_then_revoke, approved_write_after_slow_command
 from tests.test_signed_approvals import signed_spec
 from workflows import AgentTaskWorkflow
 
@@ -35,16 +35,17 @@ async def test_a_tool_the_agent_does_not_have_goes_back_to_the_model_as_a_tool_e
 
 
 def only_approver_policy() -> dict:
-    spec = approved_write_after_slow_command("reapprove")
+    spec = approved_write("reapprove")
     spec["policy"]["rules"][0]["approvers"] = ["clerk"]
     return spec
 
 
 async def test_a_revoked_sole_approver_hands_the_task_off_instead_of_being_asked_again(
-    env: TaskEnv,
+    revocable_env: TaskEnv,
 ) -> None:
     """The request does not re-open to the principal who lost the permission; with no one else left
     to decide, the task ends handed off, saying why, and nothing is written."""
+    env = revocable_env
     handle = await env.start(only_approver_policy())
     await approve_then_revoke(env, handle, "clerk")
     result: TaskResult = await asyncio.wait_for(handle.result(), 60)
@@ -54,10 +55,11 @@ async def test_a_revoked_sole_approver_hands_the_task_off_instead_of_being_asked
     await assert_replays(env.client, handle.id)
 
 
-async def test_a_revoked_approver_cannot_decide_the_request_it_reopened(env: TaskEnv) -> None:
+async def test_a_revoked_approver_cannot_decide_the_request_it_reopened(revocable_env: TaskEnv) -> None:
     """The re-opened request lists only the approvers still allowed; the revoked one's approval is
     refused before history, and the request stays open for the others."""
-    handle = await env.start(approved_write_after_slow_command("reapprove"))
+    env = revocable_env
+    handle = await env.start(approved_write("reapprove"))
     await approve_then_revoke(env, handle, "clerk")
     status = await env.wait_status(handle, lambda s: [r.request_id for r in s.pending] == ["req-2"])
     [request] = status.pending
