@@ -61,7 +61,7 @@ async def test_sandbox_removed_mid_command_is_rebuilt_and_the_evidence_says_so(
     )
 
     def sleeping_container() -> Any:
-        for container in task_containers(handle.id, running_only=True):
+        for container in task_containers(handle.id, running_only=True, daemon=daemon):
             with contextlib.suppress(docker.errors.APIError):
                 if any("sleep 3" in " ".join(p) for p in container.top()["Processes"]):
                     return daemon.containers.get(container.id)  # in full: its name

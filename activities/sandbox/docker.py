@@ -339,7 +339,7 @@ class DockerSandbox:
                 age = (now - datetime.fromisoformat(labels[LABEL_CREATED])).total_seconds()
             except (KeyError, ValueError):
                 age = float("inf")
-            name = (container.get("Names") or ["/" + container["Id"]])[0].lstrip("/")
+            name = container["Names"][0].lstrip("/")  # the API's names carry a leading slash
             found.append(SandboxInfo(name, labels.get(LABEL_TASK), age, self.backend, container["Id"]))
         return found
 

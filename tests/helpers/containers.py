@@ -14,10 +14,10 @@ import docker
 from activities.sandbox.base import LABEL_TASK
 
 
-def task_containers(task_id: str, *, running_only: bool = False) -> list[Any]:
+def task_containers(task_id: str, *, running_only: bool = False, daemon: Any = None) -> list[Any]:
     """Every container labelled with the task id (only the running ones with ``running_only``), as
     sparse docker-py objects: ``id`` and the calls that take it (``top``, ``exec_run``) work."""
-    daemon = docker.from_env()
+    daemon = daemon or docker.from_env()
     return daemon.containers.list(
         all=not running_only, sparse=True, filters={"label": f"{LABEL_TASK}={task_id}"}
     )
@@ -31,10 +31,11 @@ def containers_of(task_id: str) -> list[str]:
 def the_container(task_id: str) -> Any | None:
     """The task's one container once the daemon can inspect it (a full docker-py object), else None:
     for ``until``, which polls it through the moment between being listed and being inspectable."""
-    ids = containers_of(task_id)
-    if len(ids) != 1:
+    daemon = docker.from_env()
+    listed = task_containers(task_id, daemon=daemon)
+    if len(listed) != 1:
         return None
     try:
-        return docker.from_env().containers.get(ids[0])
+        return daemon.containers.get(listed[0].id)
     except docker.errors.NotFound:
         return None
