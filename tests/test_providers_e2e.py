@@ -75,21 +75,25 @@ async def test_retryable_errors_are_retried_by_temporal_honouring_retry_after(
 async def test_refused_requests_fail_the_task_without_retry(
     openai_env: TaskEnv, stub: OpenAIStub, status: int, code: str | None, words: str, record_property: Record
 ) -> None:
-    """A 400 (or a 429 for exhausted quota) is not retried: one request, the task ends failed with the
-    provider's message."""
+    """A 400 (or a 429 for exhausted quota) is not retried: the task ends failed with the provider's
+    message. A 429 takes one request; a 400 to the streamed request takes one more, unstreamed (a
+    server that does not stream would answer that one, docs/models.md#streaming), and no other."""
     message = words.split(": ", 1)[1]
     stub.reply_error(status, message, code=code)
+    if status == 400:
+        stub.reply_error(status, message, code=code)
     handle = await openai_env.start({"agent": "plain", "prompt": "say hello"})
     with pytest.raises(WorkflowFailureError):
         await asyncio.wait_for(handle.result(), 60)
-    assert len(stub.requests) == 1
+    assert stub.streamed() == ([True, False] if status == 400 else [True])
     task_status = await handle.query(AgentTaskWorkflow.status)
     assert task_status.phase is TaskPhase.FAILED
     assert task_status.reason and words in task_status.reason
     record(
         record_property,
-        observed=f"{status} {code or ''}: {len(stub.requests)} request, failed with the message",
-        duplicates=len(stub.requests) - 1,
+        observed=f"{status} {code or ''}: {len(stub.requests)} request(s) "
+        f"({'streamed, then unstreamed' if status == 400 else 'streamed'}), failed with the message",
+        duplicates=0,
         lost=0,
         leftover=leftover_sandboxes(openai_env.config, [handle.id]),
     )

@@ -14,6 +14,9 @@ connection error, client or SDK timeout     ``model_provider_unavailable``      
 anything else                               ``None``: the caller decides
 ==========================================  ==================================  =============
 
+A 400 to a streamed request is first sent again unstreamed, once, in case the server does not
+stream (``activities.agent.streaming``); the table applies to the answer of that request.
+
 A retryable reply carrying ``retry-after-ms`` or ``retry-after`` (seconds or an HTTP date) sets
 ``next_retry_delay``, which replaces the retry policy's backoff for that one retry (capped at
 ``MAX_RETRY_AFTER``). ``x-should-retry`` is the OpenAI API's own override, which the ``openai``

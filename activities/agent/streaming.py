@@ -14,6 +14,13 @@ before. A stream that breaks off (the connection drops, or it ends before the re
 is an ``APIConnectionError``: an outage, as a refused connection would be. A model that fails after
 it wrote tokens leaves a ``superseded`` entry for its call before the next model of the chain
 answers.
+
+Not every OpenAI-compatible server streams. One that ignores ``stream`` (a plain JSON body, not one
+stream event) or refuses it (HTTP 400 or 422 that mentions ``stream``, or a 400 that the same
+request without streaming does not get) is asked once more without streaming; when that answers,
+the model is not streamed again in this worker process (``_UNSTREAMED``, one warning per model) and
+its answers reach the stream whole. A 400 that the unstreamed request gets as well is a bad request:
+it is raised as the server answered it (``provider_errors``), after exactly two requests.
 """
 
 from __future__ import annotations
@@ -48,8 +55,12 @@ MAX_PENDING = 20_000
 CLOSE_SECONDS = 2.0
 PREVIEW_CHARS = 2_000
 _STREAMED = frozenset({"responses", "chat_completions"})
-# Models (by chain label) whose server answered a streamed request with no stream at all.
+# Models (by chain label) whose server ignored or refused a streamed request, then answered the
+# same request unstreamed: called without streaming for the rest of this process.
 _UNSTREAMED: set[str] = set()
+# Statuses a server answers a `stream` it does not support with (FastAPI-based ones: 422).
+_REFUSED_STREAM_STATUSES = frozenset({400, 422})
+_ANSWER_CHARS = 300
 
 
 class TurnStream:
@@ -223,6 +234,9 @@ class StreamingModel(Model):
     async def get_response(
         self, system_instructions: Any, input: Any, model_settings: Any, *args: Any, **kwargs: Any
     ) -> ModelResponse:
+        if self.label in _UNSTREAMED:
+            # Another turn of this worker found that the server does not stream.
+            return await self.inner.get_response(system_instructions, input, model_settings, *args, **kwargs)
         if getattr(model_settings, "include_usage", None) is None:
             # Chat Completions streams report usage only when asked.
             model_settings = dataclasses.replace(model_settings, include_usage=True)
@@ -230,6 +244,7 @@ class StreamingModel(Model):
         stream.step("call.started", model=self.label)
         final = None
         seen = 0
+        refused: openai.APIStatusError | None = None
         try:
             events = self.inner.stream_response(system_instructions, input, model_settings, *args, **kwargs)
             try:
@@ -241,23 +256,39 @@ class StreamingModel(Model):
                 raise _broken_off(f"{type(err).__name__}: {err}") from err
             if final is None and seen:
                 raise _broken_off("it ended before the response completed")
+        except openai.APIStatusError as err:
+            if seen or not _maybe_refused_stream(err):
+                self._supersede(err)
+                raise
+            refused = err
         except BaseException as err:
-            if stream.call_streamed:
-                stream.emit(
-                    "superseded",
-                    {"call": stream.call, "model": self.label, "reason": type(err).__name__},
-                )
-                stream.call_streamed = False
+            self._supersede(err)
             raise
-        if final is None and seen == 0:
-            # Not one stream event: a server that ignores `stream` and answers with a plain body
-            # (some OpenAI-compatible ones do). It is asked again without streaming, and this model
-            # is not streamed again in this worker; its answers are written to the stream whole.
-            _UNSTREAMED.add(self.label)
-            log.warning("model answered no stream; streaming it no more in this worker", model=self.label)
-            return await self.inner.get_response(system_instructions, input, model_settings, *args, **kwargs)
+        if refused is not None or (final is None and seen == 0):
+            # The server refused the stream, or ignored `stream` and answered with a plain body
+            # (not one stream event): the same request, unstreamed, tells whether it can answer at
+            # all. If that fails too, its error (the server's word on the request itself) is the
+            # call's: a bad request stays one, after two requests.
+            response = await self.inner.get_response(
+                system_instructions, input, model_settings, *args, **kwargs
+            )
+            why = (
+                f"HTTP {refused.status_code}: {_answer(refused)}"
+                if refused is not None
+                else "a reply with no stream events"
+            )
+            _stream_no_more(self.label, why)
+            return response
         assert final is not None
         return ModelResponse(output=final.output, usage=_usage(final), response_id=final.id)
+
+    def _supersede(self, err: BaseException) -> None:
+        """A call that fails after it streamed: its entries so far are void."""
+        if self.stream.call_streamed:
+            self.stream.emit(
+                "superseded", {"call": self.stream.call, "model": self.label, "reason": type(err).__name__}
+            )
+            self.stream.call_streamed = False
 
     def _forward(self, event: Any) -> Any:
         """Forward one stream event; the final response when this is the completed event."""
@@ -279,6 +310,34 @@ class StreamingModel(Model):
 
     def get_retry_advice(self, request: Any) -> Any:
         return self.inner.get_retry_advice(request)
+
+
+def _stream_no_more(label: str, answer: str) -> None:
+    """The server of ``label`` does not stream but answered unstreamed: stop streaming that model in
+    this worker process, saying so once (concurrent turns that found it too stay quiet)."""
+    if label in _UNSTREAMED:
+        return
+    _UNSTREAMED.add(label)
+    log.warning(
+        "model server does not stream; calling it without streaming in this worker from now on",
+        model=label,
+        answer=answer,
+    )
+
+
+def _maybe_refused_stream(err: openai.APIStatusError) -> bool:
+    """A streamed request's 400, or a 400 or 422 that mentions ``stream``: perhaps the server does
+    not stream (asked again unstreamed to tell). Any other status is the request's own failure."""
+    if err.status_code not in _REFUSED_STREAM_STATUSES:
+        return False
+    return err.status_code == 400 or "stream" in f"{err.message} {err.body}".lower()
+
+
+def _answer(err: openai.APIStatusError) -> str:
+    """The server's words for a refused stream (the error body's message when it has one)."""
+    body = err.body
+    words = body.get("message") if isinstance(body, dict) else None
+    return str(words or body or err.message)[:_ANSWER_CHARS]
 
 
 def _broken_off(why: str) -> openai.APIConnectionError:

@@ -9,7 +9,9 @@ loudly instead of passing quietly. Every request is recorded with its path, arri
 
 A request with ``"stream": true`` gets a 200 reply as the API's Server-Sent Events
 (``openai_stream``): the same answer, word by word, ``chunk_delay`` seconds between chunks (the
-reply's own, else the stub's), so a test can watch tokens arrive before the answer is complete.
+reply's own, else the stub's), so a test can watch tokens arrive before the answer is complete. A stub told to
+``refuse_stream`` answers every streamed request with that error instead, as a server that does not
+stream does, and keeps its scripted replies for the requests without ``stream``.
 """
 
 from __future__ import annotations
@@ -123,6 +125,7 @@ class OpenAIStub:
         self._replies: collections.deque[Reply] = collections.deque()
         self._always: Reply | None = None
         self._answer: Callable[[str, Any], dict[str, Any]] | None = None
+        self._refusal: Reply | None = None
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
@@ -198,6 +201,16 @@ class OpenAIStub:
         with self._lock:
             self._always = reply
 
+    def refuse_stream(self, status: int = 400, message: str = "stream is not supported") -> None:
+        """Answer every request with ``"stream": true`` with this error, before any scripted reply."""
+        with self._lock:
+            self._refusal = Reply(status, {}, error_json(message))
+
+    def streamed(self) -> list[bool]:
+        """Whether each request so far asked for a stream, in order."""
+        with self._lock:
+            return [isinstance(r.body, dict) and r.body.get("stream") is True for r in self.requests]
+
     def answer_with(self, answer: Callable[[str, Any], dict[str, Any]]) -> None:
         """Answer every request the queue does not with ``answer(path, body)``: a 200 with that JSON
         body (a conversation that depends on what the request holds: its tools, its tool outputs)."""
@@ -229,6 +242,9 @@ class OpenAIStub:
             self.requests.append(RecordedRequest(method, path, time.monotonic(), body))
             if method != "POST" or path not in ("/v1/responses", "/v1/chat/completions"):
                 return Reply(404, {}, error_json(f"stub does not serve {method} {path}"))
+            stream = isinstance(body, dict) and body.get("stream") is True
+            if stream and self._refusal is not None:
+                return self._refusal
             if self._replies:
                 reply = self._replies.popleft()
             elif self._answer is not None:
@@ -237,7 +253,6 @@ class OpenAIStub:
                 reply = self._always
             else:
                 return Reply(500, {}, error_json("openai stub: no scripted reply left", type="server_error"))
-            stream = isinstance(body, dict) and body.get("stream") is True
             delay = self.chunk_delay if reply.chunk_delay is None else reply.chunk_delay
             reply = dataclasses.replace(reply, stream=stream, path=path, chunk_delay=delay)
             if reply.text is None:
