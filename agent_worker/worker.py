@@ -30,6 +30,7 @@ from temporalio.worker import Worker, WorkerDeploymentConfig
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.agent import AgentActivities, AgentRegistry
+from activities.agent.providers import use_bundled_litellm_cost_map
 from activities.artifacts import ArtifactActivities, ArtifactStore
 from activities.authz import Authorizer, AuthzActivities
 from activities.business import BusinessActivities, BusinessWriter, SqliteBusinessStore, load_writer
@@ -276,6 +277,9 @@ def build_workers(
     system.
     """
     roles = config.role_set
+    if "agent" in roles:
+        # Before any agent module can import LiteLLM: its cost map from the bundle, not the internet.
+        use_bundled_litellm_cost_map()
     if "agent" in roles and not (config.agents_tracing or config.otel_endpoint):
         from agents import set_tracing_disabled
 

@@ -47,7 +47,8 @@ class ProviderConfig(BaseModel):
     OpenAI-compatible server) or ``litellm`` (the Agents SDK's LiteLLM extension, for providers the
     ``openai`` client does not cover; LiteLLM reads their keys from its own variables when
     ``api_key`` is unset). Unset: ``litellm`` for a provider named ``litellm``, else ``openai``.
-    An ``openai``-kind provider needs ``api_key`` unless it has a ``base_url`` (a local server).
+    An ``openai``-kind provider needs ``api_key`` unless it has a ``base_url`` (a local server); so
+    does LiteLLM's route to OpenAI-compatible servers (``litellm/openai/<model>``).
     """
 
     model_config = ConfigDict(extra="forbid")

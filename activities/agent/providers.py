@@ -16,12 +16,21 @@ is built with ``max_retries=0`` so that Temporal is the one owner of retries.
 
 ``resolve_chain`` is also the worker's start check (``check_models``): an agent whose model names an
 unknown provider, or a provider without the base URL or key it needs, stops the worker at start with
-a message naming the agent and the setting.
+a message naming the agent and the setting. For a LiteLLM model the check asks LiteLLM which
+variables it lacks (``litellm.validate_environment``): a missing API key stops the worker; other
+missing settings (cloud credentials, which may come from a role or a file) are a warning.
+
+LiteLLM's OpenAI-compatible route (``litellm/openai/<model>`` with a ``base_url``) needs no key, as
+the ``openai`` provider does not: with none given, a placeholder is sent (the ``openai`` client that
+LiteLLM drives insists on one). LiteLLM is imported with ``LITELLM_LOCAL_MODEL_COST_MAP=True``
+(unless the environment says otherwise), so it reads its bundled cost map instead of fetching one
+from the internet at every start (``use_bundled_litellm_cost_map``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +53,12 @@ CUSTOM = "custom"
 # A skip reason is for people reading events: the provider's words, cut.
 REASON_CHARS = 300
 _QUOTA_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached"})
+# A local server needs no key, but the ``openai`` client insists on one: any placeholder will do.
+NO_KEY = "no-key"
+# LiteLLM's own switch: read the bundled model cost map, never fetch one (must be set before import).
+LITELLM_LOCAL_COST_MAP = "LITELLM_LOCAL_MODEL_COST_MAP"
+# LiteLLM's route to any OpenAI-compatible server (``litellm/openai/<model>`` + a base URL).
+_LITELLM_OPENAI_ROUTE = "openai/"
 
 
 @dataclass(frozen=True)
@@ -100,14 +115,29 @@ def check_models(registrations: Iterable[AgentRegistration], config: WorkerConfi
     Raises:
         ConfigError: naming the first agent whose model cannot be resolved, and why.
     """
+    providers = config.model_providers()
     for registration in registrations:
         try:
-            resolve_chain(registration, registration.build(), config)
+            chain = resolve_chain(registration, registration.build(), config)
         except AgentError as err:
             if config.model_provider != "scripted":
                 raise ConfigError(str(err)) from None
             # Scripted on purpose (tests, demos): such an agent's tasks fail at their first turn.
             log.warning("agent has no scripted model", agent=registration.name)
+            continue
+        for choice in chain:
+            if choice.api == "litellm":
+                _check_litellm_credentials(registration.name, choice, providers[choice.provider])
+
+
+def use_bundled_litellm_cost_map() -> None:
+    """Have LiteLLM read its bundled model cost map rather than fetch one from the internet when it
+    is imported (three attempts and seconds of warnings on a host without internet access).
+
+    Called at the worker's start and before this module imports LiteLLM; an explicit
+    ``LITELLM_LOCAL_MODEL_COST_MAP`` in the environment is left as it is.
+    """
+    os.environ.setdefault(LITELLM_LOCAL_COST_MAP, "True")
 
 
 def split_model(model: str) -> tuple[str, str]:
@@ -199,14 +229,14 @@ def _openai_model(name: str, provider: ProviderConfig) -> Model:
     options: dict[str, Any] = {}
     if provider.timeout_seconds is not None:
         options["timeout"] = provider.timeout_seconds
-    # A local server needs no key, but the client insists on one: any placeholder will do.
-    key = provider.api_key.get_secret_value() if provider.api_key else "no-key"
+    key = provider.api_key.get_secret_value() if provider.api_key else NO_KEY
     # Temporal owns retries: the client must not retry behind its back.
     client = AsyncOpenAI(api_key=key, base_url=provider.base_url, max_retries=0, **options)
     return OpenAIProvider(openai_client=client, use_responses=provider.api == "responses").get_model(name)
 
 
 def _litellm_choice(agent: str, prefix: str, name: str, provider: ProviderConfig) -> ModelChoice:
+    use_bundled_litellm_cost_map()
     try:
         from agents.extensions.models.litellm_model import LitellmModel
     except ImportError:
@@ -229,9 +259,59 @@ def _litellm_choice(agent: str, prefix: str, name: str, provider: ProviderConfig
             )
             return await super().get_response(system_instructions, input, settings, *a, **k)
 
-    key = provider.api_key.get_secret_value() if provider.api_key else None
-    model = NoRetryLitellmModel(model=name, base_url=provider.base_url, api_key=key)
+    model = NoRetryLitellmModel(model=name, base_url=provider.base_url, api_key=_litellm_key(name, provider))
     return ModelChoice(model, prefix, "litellm", name, _label(prefix, name, provider))
+
+
+def _litellm_key(name: str, provider: ProviderConfig) -> str | None:
+    """The key LiteLLM is given: the provider's; a placeholder for an OpenAI-compatible server
+    without one; else none, and LiteLLM reads its own variables (``ANTHROPIC_API_KEY``, ...)."""
+    if provider.api_key is not None:
+        return provider.api_key.get_secret_value()
+    if provider.base_url and name.startswith(_LITELLM_OPENAI_ROUTE):
+        return NO_KEY
+    return None
+
+
+def _check_litellm_credentials(agent: str, choice: ModelChoice, provider: ProviderConfig) -> None:
+    """Stop the start when LiteLLM lacks the API key a model needs (``litellm.validate_environment``
+    reads the variables LiteLLM itself would); warn when it lacks other settings (AWS or Google
+    credentials may come from a role or a file that it does not look at).
+
+    Raises:
+        ConfigError: naming the agent, the model, LiteLLM's variables and the provider's setting.
+    """
+    import litellm
+
+    try:
+        found = litellm.validate_environment(
+            model=choice.name, api_key=_litellm_key(choice.name, provider), api_base=provider.base_url
+        )
+    except Exception as err:  # a model LiteLLM cannot place: its call will say so, as before
+        log.warning("LiteLLM cannot check this model", agent=agent, model=choice.name, error=str(err))
+        return
+    missing = [str(key) for key in found.get("missing_keys") or []]
+    if not missing:
+        return
+    model = f"{choice.provider}/{choice.name}"
+    setting = f"AGENT_WORKER_PROVIDER_{choice.provider.upper()}_API_KEY"
+    if all(key.endswith("_API_KEY") for key in missing):
+        server = (
+            f" (or {setting.removesuffix('_API_KEY')}_BASE_URL for an OpenAI-compatible server without keys)"
+            if choice.name.startswith(_LITELLM_OPENAI_ROUTE)
+            else ""
+        )
+        raise ConfigError(
+            f"agent {agent!r}: model {model!r} needs an API key: set {' or '.join(missing)} "
+            f"(LiteLLM's variable) or {setting}{server}"
+        )
+    log.warning(
+        "LiteLLM finds no credentials for this model in the environment; its calls will fail "
+        "unless they come from elsewhere (a role, a credentials file)",
+        agent=agent,
+        model=model,
+        missing=missing,
+    )
 
 
 def fallback_reason(err: BaseException) -> str | None:
@@ -291,4 +371,5 @@ __all__ = [
     "fallback_reason",
     "resolve_chain",
     "split_model",
+    "use_bundled_litellm_cost_map",
 ]
