@@ -163,6 +163,23 @@ async def test_a_bad_request_fails_after_two_requests_and_the_model_keeps_stream
     assert not [e for e in logs if FALLBACK in e["event"]]
 
 
+@pytest.mark.parametrize(("api", "path"), APIS)
+async def test_a_server_that_ignores_stream_is_asked_once_more_and_not_streamed_again(
+    stub: OpenAIStub, api: str, path: str
+) -> None:
+    """A server that answers a streamed request with a plain JSON body (no stream event): the same
+    request unstreamed answers, one warning is logged, and the next call does not stream."""
+    stub.ignore_stream()
+    stub.always(text=ANSWER)
+    model = _streaming_model(stub, api)
+    with structlog.testing.capture_logs() as logs:
+        assert await _call(model) == ANSWER
+        assert await _call(model) == ANSWER
+    assert stub.streamed() == [True, False, False]
+    [warning] = [e for e in logs if FALLBACK in e["event"]]
+    assert warning["answer"] == "a reply with no stream events"
+
+
 async def test_a_422_about_something_else_is_not_taken_for_a_refused_stream(stub: OpenAIStub) -> None:
     """A 422 that does not mention `stream` is raised as it came, after one request."""
     stub.reply_error(422, "temperature: must be at most 2")

@@ -16,7 +16,7 @@ it wrote tokens leaves a ``superseded`` entry for its call before the next model
 answers.
 
 Not every OpenAI-compatible server streams. One that ignores ``stream`` (a plain JSON body, not one
-stream event) or refuses it (HTTP 400 or 422 that mentions ``stream``, or a 400 that the same
+stream chunk) or refuses it (HTTP 400 or 422 that mentions ``stream``, or a 400 that the same
 request without streaming does not get) is asked once more without streaming; when that answers,
 the model is not streamed again in this worker process (``_UNSTREAMED``, one warning per model) and
 its answers reach the stream whole. A 400 that the unstreamed request gets as well is a bad request:
@@ -264,11 +264,11 @@ class StreamingModel(Model):
         except BaseException as err:
             self._supersede(err)
             raise
-        if refused is not None or (final is None and seen == 0):
+        if refused is not None or _no_stream(seen, final):
             # The server refused the stream, or ignored `stream` and answered with a plain body
-            # (not one stream event): the same request, unstreamed, tells whether it can answer at
-            # all. If that fails too, its error (the server's word on the request itself) is the
-            # call's: a bad request stays one, after two requests.
+            # (no stream chunk): the same request, unstreamed, tells whether it can answer at all.
+            # If that fails too, its error (the server's word on the request itself) is the call's:
+            # a bad request stays one, after two requests.
             response = await self.inner.get_response(
                 system_instructions, input, model_settings, *args, **kwargs
             )
@@ -323,6 +323,13 @@ def _stream_no_more(label: str, answer: str) -> None:
         model=label,
         answer=answer,
     )
+
+
+def _no_stream(seen: int, final: Any) -> bool:
+    """Whether a stream carried no chunk of the server's: no event at all (the Responses model on a
+    plain JSON body), or only the completed event the Chat Completions model makes up, empty, when
+    the body held no chunk (a real stream starts with ``response.created``)."""
+    return seen == 0 or (seen == 1 and final is not None and not final.output)
 
 
 def _maybe_refused_stream(err: openai.APIStatusError) -> bool:

@@ -11,7 +11,8 @@ A request with ``"stream": true`` gets a 200 reply as the API's Server-Sent Even
 (``openai_stream``): the same answer, word by word, ``chunk_delay`` seconds between chunks (the
 reply's own, else the stub's), so a test can watch tokens arrive before the answer is complete. A stub told to
 ``refuse_stream`` answers every streamed request with that error instead, as a server that does not
-stream does, and keeps its scripted replies for the requests without ``stream``.
+stream does, and keeps its scripted replies for the requests without ``stream``; one told to
+``ignore_stream`` answers them with a plain JSON body.
 """
 
 from __future__ import annotations
@@ -126,6 +127,7 @@ class OpenAIStub:
         self._always: Reply | None = None
         self._answer: Callable[[str, Any], dict[str, Any]] | None = None
         self._refusal: Reply | None = None
+        self._ignore_stream = False
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
@@ -206,6 +208,11 @@ class OpenAIStub:
         with self._lock:
             self._refusal = Reply(status, {}, error_json(message))
 
+    def ignore_stream(self) -> None:
+        """Answer streamed requests with a plain JSON body, as a server that ignores ``stream`` does."""
+        with self._lock:
+            self._ignore_stream = True
+
     def streamed(self) -> list[bool]:
         """Whether each request so far asked for a stream, in order."""
         with self._lock:
@@ -254,7 +261,9 @@ class OpenAIStub:
             else:
                 return Reply(500, {}, error_json("openai stub: no scripted reply left", type="server_error"))
             delay = self.chunk_delay if reply.chunk_delay is None else reply.chunk_delay
-            reply = dataclasses.replace(reply, stream=stream, path=path, chunk_delay=delay)
+            reply = dataclasses.replace(
+                reply, stream=stream and not self._ignore_stream, path=path, chunk_delay=delay
+            )
             if reply.text is None:
                 return reply
             model = body.get("model", "gpt-test") if isinstance(body, dict) else "gpt-test"
