@@ -298,8 +298,9 @@ class AgentActivities:
         )
 
     def _tool_outputs(self, results: list[ActionResult]) -> dict[str, str]:
-        """The text the model sees for each result: the full output (loaded by reference), and for an
-        edited action, a note that the approver changed its arguments."""
+        """The text the model sees for each result: what its reference holds when it has one (a
+        command's capped result, a long tool output's head and note), and for an edited action, a note
+        that the approver changed its arguments."""
         outputs = {}
         for result in results:
             text = self.store.get(result.output_ref).decode("utf-8") if result.output_ref else result.output
