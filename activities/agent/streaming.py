@@ -37,6 +37,7 @@ from temporalio import activity
 from activities.agent.providers import ModelChoice
 from activities.stores.streams import WRITER, StreamBackend
 from schemas.streams import StreamEntry, StreamKind
+from security.redact import redact_value
 from telemetry import metrics
 
 log = structlog.get_logger(__name__)
@@ -95,7 +96,7 @@ class TurnStream:
         return self.backend is not None
 
     def emit(self, kind: StreamKind, data: dict[str, Any], call: int | None = None) -> None:
-        """Queue an entry (never waits)."""
+        """Queue an entry (never waits), its data redacted: readers of the stream are outside."""
         if self.backend is None:
             return
         if len(self._pending) >= MAX_PENDING:
@@ -109,7 +110,7 @@ class TurnStream:
                 attempt=self.attempt,
                 call=self.call if call is None else call,
                 kind=kind,
-                data=data,
+                data=redact_value(data),
                 at=time.time(),
                 writer=WRITER,
             )
