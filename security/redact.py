@@ -24,9 +24,9 @@ the worker hands data to a reader: event data (the sink, ``activities.events``, 
 ``activities.stores.live_events``), every entry of a turn's live stream (``TurnStream.emit``: tokens,
 tool calls, read tool results), the final answer (``agent.turn``: the task's result, status and
 ``final-output.txt``), and a command record's argv, stdout and stderr (``sandbox.exec``: evidence
-and status; the output artifacts and what the model reads keep the text as it was). Each token
-entry is redacted alone: a secret a model streams split across two deltas is not recognised in the
-stream (the final answer, redacted whole, is).
+and status; the output artifacts and what the model reads keep the text as it was). A streamed
+token's trailing partial word waits for the next delta (up to 256 characters), so a secret split
+across deltas is masked whole; one holding whitespace and split at it is not.
 """
 
 from __future__ import annotations

@@ -13,12 +13,14 @@ from pathlib import Path
 import httpx
 from temporalio.client import Client
 
+from activities.agent.streaming import HELD_TOKEN_CHARS, TurnStream
 from activities.stores.state import build_stream_backend
+from activities.stores.streams import SqliteStreamBackend
 from agent_worker.client import AgentWorkerClient
 from api import ApiConfig, build_api
 from inbox.auth import Authenticator
 from schemas.tasks import TaskPhase
-from security.redact import MASK
+from security.redact import MASK, register_secrets
 from tests.helpers.openai_stub import OpenAIStub
 from tests.helpers.support import DevServer, TaskEnv, make_config, running_worker
 
@@ -103,3 +105,31 @@ async def test_a_secret_in_a_streamed_answer_reaches_no_token_entry_or_final_out
     text = "".join(tokens)
     assert text == result.final_output == f"The key is {MASK} and the other is {MASK} today."
     assert not [e for e in entries for value in (secret, shaped) if value in e.model_dump_json()]
+
+
+async def test_a_secret_split_across_streamed_deltas_is_masked_whole_and_the_text_still_assembles(
+    tmp_path: Path,
+) -> None:
+    """A turn's stream gets a key-shaped secret in three deltas, and a configured one in two: the
+    stored token entries never hold either value (nor a fragment past its first characters), their
+    text joins to the answer with each secret masked once, and a long word with no space is not
+    held back past `HELD_TOKEN_CHARS`."""
+    secret = f"hush-{uuid.uuid4().hex}"
+    register_secrets(secret)
+    shaped = f"sk-{uuid.uuid4().hex}"
+    backend = SqliteStreamBackend(tmp_path / "streams.db")
+    stream = TurnStream(backend, "t-split", "chain", 1)
+    stream.begin_call(1)
+    deltas = ["The key is ", shaped[:5], shaped[5:20], shaped[20:] + " and ", secret[:9], secret[9:], " ok."]
+    for delta in deltas:
+        stream.emit("token", {"text": delta})
+    stream.emit("tool_call", {"name": "x", "call_id": "c1"})
+    stream.emit("token", {"text": "y" * (HELD_TOKEN_CHARS + 10)})
+    # No await since the first emit: nothing was flushed yet; the long word is queued, not held.
+    assert stream._pending[-1].data == {"text": "y" * (HELD_TOKEN_CHARS + 10)}
+    await stream.close()
+    entries = await asyncio.to_thread(backend.read, "t-split", "chain", 0, 100)
+    tokens = [e.data["text"] for e in entries if e.kind == "token" and e.call == 1]
+    assert "".join(tokens) == f"The key is {MASK} and {MASK} ok." + "y" * (HELD_TOKEN_CHARS + 10)
+    assert not [t for t in tokens for value in (secret, shaped) if value[:12] in t]
+    assert [e.kind for e in entries][-2:] == ["tool_call", "token"]  # held text went out before the call
