@@ -173,7 +173,8 @@ class ActionResult(BaseModel):
     output_ref: str | None = Field(
         default=None,
         pattern=DIGEST_PATTERN,
-        description="Digest of the full output in the artifact store: large outputs stay out of history.",
+        description="Digest of what the model reads in the artifact store (a command's result, a long tool "
+        "output's head and the note naming the whole): large outputs stay out of history.",
     )
     edited_arguments: dict[str, Any] | None = None
 

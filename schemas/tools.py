@@ -32,8 +32,12 @@ class ToolCallInput(BaseModel):
 class ToolCallResult(BaseModel):
     """Output of ``tool.call`` and ``mcp.call``: what the model sees as the tool's output."""
 
-    output: str = Field(description="The output, or its head when `output_ref` holds the whole.")
-    output_ref: str | None = Field(default=None, pattern=DIGEST_PATTERN)
+    output: str = Field(description="The output, or its head and a note naming the whole when it is long.")
+    output_ref: str | None = Field(
+        default=None,
+        pattern=DIGEST_PATTERN,
+        description="Digest of `output` in the artifact store when it is a head (the next turn reads it).",
+    )
     output_digest: str = Field(pattern=DIGEST_PATTERN, description="Digest of the whole output.")
     is_error: bool = Field(
         default=False,

@@ -18,8 +18,15 @@ the patterns above still catch them where they sit in a URL or DSN.
 
 Where it is applied: the structlog chain (``telemetry.logs``), the activity boundary
 (``activities.errors.activity_boundary``: the message, details and causes of every error an activity
-raises) with the model-provider errors (``activities.agent.provider_errors``), and the model name a
-turn reports (``activities.agent.models``), which reaches usage, status and events.
+raises) with the model-provider errors (``activities.agent.provider_errors``), the model name a
+turn reports (``activities.agent.models``), which reaches usage, status and events, and wherever
+the worker hands data to a reader: event data (the sink, ``activities.events``, and the live tap,
+``activities.stores.live_events``), every entry of a turn's live stream (``TurnStream.emit``: tokens,
+tool calls, read tool results), the final answer (``agent.turn``: the task's result, status and
+``final-output.txt``), and a command record's argv, stdout and stderr (``sandbox.exec``: evidence
+and status; the output artifacts and what the model reads keep the text as it was). A streamed
+token's trailing partial word waits for the next delta (up to 256 characters), so a secret split
+across deltas is masked whole; one holding whitespace and split at it is not.
 """
 
 from __future__ import annotations

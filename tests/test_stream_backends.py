@@ -183,7 +183,7 @@ async def test_a_store_that_is_down_never_fails_or_holds_up_the_turn(tmp_path: P
     stream = TurnStream(RedisStreamBackend(f"redis://127.0.0.1:{free_port()}/0"), "t", "c", 1)
     started = time.monotonic()
     for i in range(100):
-        stream.emit("token", {"text": str(i)})
+        stream.emit("token", {"text": f"{i} "})  # words: none is held back for the next
     assert time.monotonic() - started < 0.1
     await asyncio.sleep(0.2)
     await stream.close()

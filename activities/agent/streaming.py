@@ -44,6 +44,7 @@ from temporalio import activity
 from activities.agent.providers import ModelChoice
 from activities.stores.streams import WRITER, StreamBackend
 from schemas.streams import StreamEntry, StreamKind
+from security.redact import redact_value
 from telemetry import metrics
 
 log = structlog.get_logger(__name__)
@@ -54,6 +55,9 @@ MAX_PENDING = 20_000
 # How long the end of a turn waits for its last entries to be written.
 CLOSE_SECONDS = 2.0
 PREVIEW_CHARS = 2_000
+# A secret can arrive split across token deltas: the trailing run of non-space characters (up to
+# this many) waits for the next delta, so that redaction sees it whole.
+HELD_TOKEN_CHARS = 256
 _STREAMED = frozenset({"responses", "chat_completions"})
 # Models (by chain label) whose server ignored or refused a streamed request, then answered the
 # same request unstreamed: called without streaming for the rest of this process.
@@ -87,6 +91,7 @@ class TurnStream:
         self._closing = False
         self._flusher: asyncio.Task[None] | None = None
         self._warned = False
+        self._held, self._held_call = "", 0
 
     @classmethod
     def for_attempt(
@@ -106,9 +111,32 @@ class TurnStream:
         return self.backend is not None
 
     def emit(self, kind: StreamKind, data: dict[str, Any], call: int | None = None) -> None:
-        """Queue an entry (never waits)."""
+        """Queue an entry (never waits), its data redacted: readers of the stream are outside. A
+        token's trailing partial word waits for the next token (``HELD_TOKEN_CHARS``)."""
         if self.backend is None:
             return
+        call = self.call if call is None else call
+        if kind == "token":
+            if self._held_call != call:
+                self._release()
+            text = self._held + data["text"]
+            cut = next((i + 1 for i in range(len(text) - 1, -1, -1) if text[i].isspace()), 0)
+            cut = len(text) if len(text) - cut > HELD_TOKEN_CHARS else cut
+            self._held, self._held_call = text[cut:], call
+            if not cut:
+                return
+            data = {**data, "text": text[:cut]}
+        else:
+            self._release()
+        self._append(kind, data, call)
+
+    def _release(self) -> None:
+        """Queue the token text held back, if any."""
+        if self._held:
+            held, self._held = self._held, ""
+            self._append("token", {"text": held}, self._held_call)
+
+    def _append(self, kind: StreamKind, data: dict[str, Any], call: int) -> None:
         if len(self._pending) >= MAX_PENDING:
             self._drop(1, "too many entries waiting for the stream store")
             return
@@ -118,9 +146,9 @@ class TurnStream:
                 run_chain=self.run_chain,
                 turn=self.turn,
                 attempt=self.attempt,
-                call=self.call if call is None else call,
+                call=call,
                 kind=kind,
-                data=data,
+                data=redact_value(data),
                 at=time.time(),
                 writer=WRITER,
             )
@@ -133,12 +161,14 @@ class TurnStream:
 
     def begin_call(self, index: int) -> None:
         """A model call starts (its entries carry ``index``)."""
+        self._release()
         self.call = index
         self.call_streamed = False
 
     def end_call(self, response: ModelResponse) -> None:
         """A model call answered: when nothing streamed it (a scripted model, a journaled answer, a
         model that does not stream), its text is one ``token`` entry and its tool calls follow."""
+        self._release()
         if self.call_streamed:
             return
         text = response_text(response)
@@ -158,6 +188,7 @@ class TurnStream:
 
     async def close(self) -> None:
         """Write what is left (waiting at most ``CLOSE_SECONDS``); never raises."""
+        self._release()
         self._closing = True
         self._wake.set()
         if self._flusher is None:

@@ -56,6 +56,7 @@ from schemas.turns import (
     TurnResult,
     TurnUsage,
 )
+from security.redact import redact
 from telemetry import metrics
 
 log = structlog.get_logger(__name__)
@@ -285,8 +286,10 @@ class AgentActivities:
         return "\n\n".join([_first_message(input), *input.follow_ups])
 
     def _bounded_output(self, text: str, services: TurnServices) -> str:
-        """The final answer as the workflow carries it: whole up to ``FINAL_OUTPUT_CHARS``; past that,
-        its head, with the whole answer saved as an artifact (named in the evidence)."""
+        """The final answer as the workflow carries it, redacted (``security.redact``: the task's
+        result and status are for readers): whole up to ``FINAL_OUTPUT_CHARS``; past that, its head,
+        with the whole answer saved as an artifact (named in the evidence)."""
+        text = redact(text)
         if len(text) <= FINAL_OUTPUT_CHARS:
             return text
         ref = self.store.ref("final-output.txt", text.encode(), "text/plain")
@@ -298,8 +301,9 @@ class AgentActivities:
         )
 
     def _tool_outputs(self, results: list[ActionResult]) -> dict[str, str]:
-        """The text the model sees for each result: the full output (loaded by reference), and for an
-        edited action, a note that the approver changed its arguments."""
+        """The text the model sees for each result: what its reference holds when it has one (a
+        command's capped result, a long tool output's head and note), and for an edited action, a note
+        that the approver changed its arguments."""
         outputs = {}
         for result in results:
             text = self.store.get(result.output_ref).decode("utf-8") if result.output_ref else result.output

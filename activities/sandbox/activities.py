@@ -28,6 +28,7 @@ from schemas.sandbox import (
     SandboxRef,
     stored_record,
 )
+from security.redact import redact
 from telemetry import metrics
 
 # A command record's inline stdout and stderr together, as JSON: the record is the activity's result
@@ -218,6 +219,7 @@ class SandboxActivities:
         }
         stdout = _fit_json(_capped_text(out, limit), RECORD_OUTPUT_BYTES)
         stderr = _fit_json(_capped_text(err, limit), RECORD_OUTPUT_BYTES - len(json.dumps(stdout)))
+        truncated = len(stdout) < len(out) or len(stderr) < len(err)
 
         def persist() -> CommandRecord:
             """The outputs stored, the record made, and its stored copy put: in one trip to a
@@ -225,16 +227,18 @@ class SandboxActivities:
             record = CommandRecord(
                 call_id=input.call_id,
                 sandbox_id=sandbox.sandbox_id,
-                argv=input.command.argv,
+                # The record is for readers (status, result, evidence): its text is redacted; the
+                # artifacts keep the output as it was.
+                argv=[redact(arg) for arg in input.command.argv],
                 exit_code=exit_code,
                 timed_out=timed_out,
                 oom_killed=outcome.oom_killed,
                 duration_ms=duration_ms,
-                stdout=stdout,
-                stderr=stderr,
+                stdout=redact(stdout),
+                stderr=redact(stderr),
                 stdout_artifact=self.store.ref(f"{input.call_id}.stdout", out, "text/plain"),
                 stderr_artifact=self.store.ref(f"{input.call_id}.stderr", err, "text/plain") if err else None,
-                truncated=len(stdout) < len(out) or len(stderr) < len(err),
+                truncated=truncated,
                 outputs=outputs,
                 missing_outputs=missing,
                 tool_output=self.store.ref(

@@ -21,9 +21,11 @@ OpenAI Agents SDK defines them). The worker never lets the SDK list or call them
 - **Errors.** A tool's own error (an MCP error result) reaches the model as the tool's output. An
   unreachable server, refused credentials or no answer within ``timeout_seconds`` raise
   ``McpUnavailable`` (retryable): Temporal retries the activity (the ``mcp.call``, or the turn for
-  a listing or a read tool), then the task hands off naming the server. An output over 16,000
-  characters reaches the model as its head; the whole is in the artifact store
-  (``ToolCallResult.output_ref``).
+  a listing or a read tool), then the task hands off naming the server.
+- **Bounded outputs.** A tool's result (its text, its content items one a line, an image or other
+  item as JSON, or its structured content) over 16,000 characters reaches the model as its head
+  and a note naming the whole's size and digest; the whole is in the artifact store
+  (``activities.tools.results``). So for a read tool inside the turn as for a write's ``mcp.call``.
 - **stdio servers run contained**: under bubblewrap with the sandbox rules (read-only root, no
   network unless the rules allow it, a private writable directory). Where bubblewrap cannot run,
   the server is refused unless ``sandbox_unsafe_dev`` says otherwise (``mcp_contain``).
@@ -55,7 +57,7 @@ from activities.agent.tools import EFFECT_ATTR, EffectDeclaration, return_workfl
 from activities.artifacts import ArtifactStore
 from activities.errors import AgentError, McpUnavailable, ToolPlanError
 from activities.tools.mcp_contain import Connections, contained_server, server_unavailable
-from activities.tools.results import tool_result
+from activities.tools.results import bounded_output, tool_result
 from schemas.actions import EffectClass, McpCall
 from schemas.tools import McpCatalog, McpServerTools, McpTool, ToolCallInput, ToolCallResult
 
@@ -291,7 +293,7 @@ def _planner(server: str, tool: McpTool) -> Callable[[dict[str, Any]], McpCall]:
     return plan
 
 
-def _durable_tool(server: str, tool: McpTool, connections: Connections) -> FunctionTool:
+def _durable_tool(server: str, tool: McpTool, connections: Connections, store: ArtifactStore) -> FunctionTool:
     if tool.effect is not EffectClass.READ:
         effect_tool = FunctionTool(
             name=tool.exposed_as,
@@ -314,7 +316,8 @@ def _durable_tool(server: str, tool: McpTool, connections: Connections) -> Funct
         if not isinstance(arguments, dict):
             return "error: the arguments must be a JSON object"
         text, _is_error = await connections.call(server, tool.name, arguments, tool.timeout_seconds)
-        return text
+        # The model reads the head; the whole is kept (a read tool's answer can be any size).
+        return (await asyncio.to_thread(bounded_output, store, text)).text
 
     return FunctionTool(
         name=tool.exposed_as,
@@ -372,7 +375,9 @@ async def durable_mcp_tools(
                 raise _config_error(
                     f"the task's MCP catalog names servers agent {agent.name!r} lacks: {unknown}"
                 )
-        tools = [_durable_tool(s.server, tool, connections) for s in catalog.servers for tool in s.tools]
+        tools = [
+            _durable_tool(s.server, tool, connections, store) for s in catalog.servers for tool in s.tools
+        ]
         yield agent.clone(mcp_servers=[], tools=[*agent.tools, *tools]), catalog_ref
     finally:
         await connections.aclose()

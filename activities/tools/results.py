@@ -1,28 +1,63 @@
-"""What a call of an effect tool returns to the workflow: the output (its head when long), and the
-whole output kept in the artifact store under its digest (evidence, and the next turn reads it)."""
+"""What a tool's output becomes on its way to the model: the output (its head when long), and the
+whole output kept in the artifact store under its digest (evidence).
+
+One mechanism for every tool output that is not a sandbox command's (those are capped by the
+task's ``model_output_limit_bytes``): an effect tool's call (``tool.call``, ``mcp.call``) and an MCP
+read tool's call inside the turn. An output past ``OUTPUT_PREVIEW_CHARS`` reaches the model as its
+first ``OUTPUT_PREVIEW_CHARS`` characters and a note naming the whole's size and digest.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from activities.artifacts import ArtifactStore
 from schemas.tools import ToolCallResult
 
-# Characters of a tool's output that travel back to the workflow (and stay in its history).
+# Characters of a tool's output that reach the model (and travel back to the workflow).
 OUTPUT_PREVIEW_CHARS = 16_000
+
+
+@dataclass(frozen=True)
+class BoundedOutput:
+    """A tool's output as the model sees it.
+
+    Attributes:
+        text: The output whole, or its head and a note naming the whole's size and digest.
+        digest: The digest of the whole output in the artifact store.
+        view_ref: The digest of ``text`` in the artifact store when it is a head (None: whole).
+    """
+
+    text: str
+    digest: str
+    view_ref: str | None = None
+
+
+def bounded_output(store: ArtifactStore, text: str) -> BoundedOutput:
+    """Keep ``text`` whole in ``store`` and return what the model may see of it (blocking: call it in
+    a thread from async code)."""
+    digest = store.put(text.encode("utf-8"))
+    if len(text) <= OUTPUT_PREVIEW_CHARS:
+        return BoundedOutput(text, digest)
+    note = (
+        f"\n[the output is {len(text):,} characters; the first {OUTPUT_PREVIEW_CHARS:,} are here; "
+        f"the whole output is the artifact {digest}]"
+    )
+    view = text[:OUTPUT_PREVIEW_CHARS] + note
+    return BoundedOutput(view, digest, store.put(view.encode("utf-8")))
 
 
 def tool_result(
     store: ArtifactStore, text: str, *, is_error: bool = False, replayed: bool = False
 ) -> ToolCallResult:
-    """Keep ``text`` whole in ``store`` and return what the workflow carries (blocking: call it in a
-    thread from async code)."""
-    digest = store.put(text.encode("utf-8"))
-    if len(text) <= OUTPUT_PREVIEW_CHARS:
-        return ToolCallResult(output=text, output_digest=digest, is_error=is_error, replayed=replayed)
-    note = f"\n[the output is {len(text):,} characters; the whole output is the artifact {digest}]"
+    """What the workflow carries of an effect tool's call (blocking: call it in a thread from async
+    code). A long output's ``output_ref`` is the stored head and note, which the next turn gives the
+    model (``activities.agent.turn``); ``output_digest`` is the whole's."""
+    bounded = bounded_output(store, text)
     return ToolCallResult(
-        output=text[:OUTPUT_PREVIEW_CHARS] + note,
-        output_ref=digest,
-        output_digest=digest,
+        output=bounded.text,
+        output_ref=bounded.view_ref,
+        output_digest=bounded.digest,
         is_error=is_error,
         replayed=replayed,
     )

@@ -1,5 +1,6 @@
-"""A notes service as an MCP server over stdio, built with the official ``mcp`` SDK: the server the
-docs' runnable MCP example gives its agent (docs/writing-an-agent.md).
+"""A notes service as an MCP server over stdio, built with the official ``mcp`` SDK (2.x: its
+``MCPServer``, which 1.x called ``FastMCP``): the server the docs' runnable MCP example gives its
+agent (docs/writing-an-agent.md). ``http_server.py`` serves the same tools over Streamable HTTP.
 
 Tools: ``search_notes`` (a read), ``add_note`` (a write, idempotent by ``request_id``: the same id
 twice adds one note) and ``find_note`` (finds the note added under a ``request_id``, or null). The
