@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote
 
-from fastapi import Depends, FastAPI, Header, HTTPException, Request, Response
+from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, Response
 from fastapi.responses import PlainTextResponse, StreamingResponse
 from pydantic import BaseModel, Field
 from temporalio.client import Client
@@ -175,6 +175,10 @@ def build_api(client: Client, config: ApiConfig) -> FastAPI:
         return found
 
     Caller = Annotated[str, Depends(principal)]
+    # Where a stream resumes: the header EventSource sends when it reconnects, or, for a new
+    # EventSource (which cannot set headers), the query parameter; the header wins.
+    LastEventId = Annotated[str | None, Header()]
+    AfterId = Annotated[str | None, Query(alias="last_event_id")]
 
     def tenant_allowed(who: str, tenant: str) -> bool:
         return config.tenants is None or tenant in config.tenants.get(who, [])
@@ -263,15 +267,15 @@ def build_api(client: Client, config: ApiConfig) -> FastAPI:
 
     @app.get("/v1/tasks/{task_id:path}/events")
     async def events(
-        task_id: str, who: Caller, last_event_id: Annotated[str | None, Header()] = None
+        task_id: str, who: Caller, last_event_id: LastEventId = None, after_id: AfterId = None
     ) -> StreamingResponse:
         """The task's events as Server-Sent Events (``id`` = the event's sequence number), until the
-        task closes. ``Last-Event-ID`` resumes after that event. The stream merges the delivered
-        events (the event sink, when the API can read it) with the task's newest ones (its
-        ``status`` query); events neither holds any more are announced by a ``gap`` event naming
-        them, never skipped silently."""
+        task closes. ``Last-Event-ID`` (or ``?last_event_id=``) resumes after that event. The
+        stream merges the delivered events (the event sink, when the API can read it) with the
+        task's newest ones (its ``status`` query); events neither holds any more are announced by
+        a ``gap`` event naming them, never skipped silently."""
         await visible(task_id, who)
-        after = int(last_event_id) if last_event_id and last_event_id.isdigit() else 0
+        after = resume_after(last_event_id or after_id)
         chain = (await tasks.handle(task_id).describe()).raw_description.workflow_execution_info.first_run_id
         stored = config.stored_events
         read_stored = (lambda: list(stored(task_id, chain or None))) if stored else None
@@ -281,17 +285,19 @@ def build_api(client: Client, config: ApiConfig) -> FastAPI:
 
     @app.get("/v1/tasks/{task_id:path}/stream")
     async def stream(
-        task_id: str, who: Caller, last_event_id: Annotated[str | None, Header()] = None
+        task_id: str, who: Caller, last_event_id: LastEventId = None, after_id: AfterId = None
     ) -> StreamingResponse:
         """The task's live stream as Server-Sent Events (``event`` = the entry's kind: token,
         tool_call, tool_result, step, superseded; ``id`` = its offset), until the task closes.
-        ``Last-Event-ID`` resumes after that offset with no gap and no repeat; entries past the
-        stream's retention are announced by a ``gap`` event. A ``superseded`` entry voids earlier
-        entries it names (a retried turn's partial answer)."""
+        ``Last-Event-ID`` (or ``?last_event_id=``) resumes after that offset with no gap and no
+        repeat; entries past the stream's retention are announced by a ``gap`` event. A
+        ``superseded`` entry voids earlier entries it names (a retried turn's partial answer)."""
         await visible(task_id, who)
         if config.streams is None:
             raise HTTPException(404, "this API has no live stream (stream_backend=none)")
-        frames = await follow_task(config.streams, tasks.handle(task_id), resume_after(last_event_id))
+        frames = await follow_task(
+            config.streams, tasks.handle(task_id), resume_after(last_event_id or after_id)
+        )
         return StreamingResponse(
             frames,
             media_type="text/event-stream",

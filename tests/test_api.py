@@ -88,9 +88,9 @@ async def pending_requests(api: httpx.AsyncClient, task_id: str) -> list[dict[st
 async def test_plain_httpx_runs_a_task_from_start_to_completion_and_follows_its_events(
     api: httpx.AsyncClient, env: TaskEnv
 ) -> None:
-    """Start (201, then 200 for the same id, both naming it within its tenant), the pending request, an approval, the closed task's
-    result; the event stream from the start is whole and ends with the task; resumed after an event,
-    it gives exactly the later ones."""
+    """Start (201, then 200 for the same id, both naming it within its tenant), the pending request,
+    an approval, the closed task's result; the event stream from the start is whole and ends with
+    the task; resumed after an event, it gives exactly the later ones."""
     spec = example_spec()
     reply = await api.post("/v1/tasks", json={"spec": spec, "task_id": "api-report-1"}, headers=bearer(LEAD))
     assert reply.status_code == 201, reply.text

@@ -27,7 +27,8 @@ from tests.helpers.browser import chromium
 from tests.helpers.support import TaskEnv, example_spec, until
 
 LEAD = "lead-0f3c9a7e51d2b8c4"
-TOKENS = {LEAD: "finance-lead"}
+STRANGER = "mallory-7d1e2f9a0b3c"
+TOKENS = {LEAD: "finance-lead", STRANGER: "mallory"}
 SECRET = b"one key for every API process behind the balancer"
 
 # The browser app: a stream token by fetch (bearer token, CORS), then EventSource on the task's events.
@@ -145,8 +146,9 @@ async def test_a_page_on_another_origin_follows_a_task_and_resumes_after_a_cut(e
 async def test_a_stream_token_opens_only_its_own_tasks_streams_and_only_until_it_expires(
     env: TaskEnv,
 ) -> None:
-    """A stream token opens its task's /events; not another task's, not the task's other routes, not
-    as a bearer token, not once its minutes have passed; a stranger's token cannot be had."""
+    """A stream token opens its task's /events (resuming after ?last_event_id=); not another task's,
+    not the task's other routes, not as a bearer token, not once its minutes have passed; a
+    principal who may not see the task gets no token (404, as for a task that does not exist)."""
     now = [time.time()]
     first, second = await env.start(example_spec()), await env.start(example_spec())
     await env.awaiting_approval(first)
@@ -163,8 +165,13 @@ async def test_a_stream_token_opens_only_its_own_tasks_streams_and_only_until_it
             async with api.stream("GET", path, **options) as answer:
                 return answer.status_code
 
+        refused = await api.post(f"/v1/tasks/{first.id}/stream-token", json={}, headers=bearer(STRANGER))
+        assert refused.status_code == 404
         mine = f"/v1/tasks/{first.id}/events?access_token={token}"
         assert await opens(mine) == 200
+        async with api.stream("GET", mine + "&last_event_id=3") as resumed:  # a new EventSource's resume
+            first_id = await anext(line async for line in resumed.aiter_lines() if line.startswith("id: "))
+        assert first_id == "id: 4"
         assert await opens(f"/v1/tasks/{second.id}/events?access_token={token}") == 401
         assert await opens(f"/v1/tasks/{second.id}/stream?access_token={token}") == 401
         for route in ("", "/pending"):
