@@ -36,6 +36,7 @@ from urllib.parse import quote
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, Response
 from fastapi.responses import PlainTextResponse, StreamingResponse
+from fastapi.security import HTTPBearer
 from pydantic import BaseModel, Field
 from temporalio.client import Client
 
@@ -52,6 +53,8 @@ from schemas.events import Event
 from schemas.tasks import TaskResult, TaskSpec, TaskStatus
 
 _DEFAULTS = WorkerConfig()
+# The bearer scheme, for the OpenAPI document (``api.guard`` authenticates).
+BEARER = HTTPBearer(auto_error=False)
 
 
 @dataclass
@@ -167,8 +170,9 @@ def build_api(client: Client, config: ApiConfig) -> FastAPI:
         allowed_hosts=config.allowed_hosts,
     )
 
-    def principal(request: Request) -> str:
-        """The caller, as ``api.guard`` authenticated them before anything was read."""
+    def principal(request: Request, _: Annotated[Any, Depends(BEARER)] = None) -> str:
+        """The caller, as ``api.guard`` authenticated them before anything was read (``BEARER``
+        only names the scheme in the OpenAPI document)."""
         found = request.scope.get(PRINCIPAL)
         if found is None:  # only when the app is served without its guard
             raise HTTPException(401, "sign in", {"WWW-Authenticate": "Bearer"})
@@ -179,6 +183,10 @@ def build_api(client: Client, config: ApiConfig) -> FastAPI:
     # EventSource (which cannot set headers), the query parameter; the header wins.
     LastEventId = Annotated[str | None, Header()]
     AfterId = Annotated[str | None, Query(alias="last_event_id")]
+    # Read by the guard; named here for the OpenAPI document.
+    AccessToken = Annotated[
+        str | None, Query(description="A stream token (POST .../stream-token), for EventSource.")
+    ]
 
     def tenant_allowed(who: str, tenant: str) -> bool:
         return config.tenants is None or tenant in config.tenants.get(who, [])
@@ -267,7 +275,11 @@ def build_api(client: Client, config: ApiConfig) -> FastAPI:
 
     @app.get("/v1/tasks/{task_id:path}/events")
     async def events(
-        task_id: str, who: Caller, last_event_id: LastEventId = None, after_id: AfterId = None
+        task_id: str,
+        who: Caller,
+        last_event_id: LastEventId = None,
+        after_id: AfterId = None,
+        access_token: AccessToken = None,
     ) -> StreamingResponse:
         """The task's events as Server-Sent Events (``id`` = the event's sequence number), until the
         task closes. ``Last-Event-ID`` (or ``?last_event_id=``) resumes after that event. The
@@ -285,7 +297,11 @@ def build_api(client: Client, config: ApiConfig) -> FastAPI:
 
     @app.get("/v1/tasks/{task_id:path}/stream")
     async def stream(
-        task_id: str, who: Caller, last_event_id: LastEventId = None, after_id: AfterId = None
+        task_id: str,
+        who: Caller,
+        last_event_id: LastEventId = None,
+        after_id: AfterId = None,
+        access_token: AccessToken = None,
     ) -> StreamingResponse:
         """The task's live stream as Server-Sent Events (``event`` = the entry's kind: token,
         tool_call, tool_result, step, superseded; ``id`` = its offset), until the task closes.

@@ -158,7 +158,8 @@ async def test_every_route_refuses_strangers_and_other_tenants_before_the_task_h
 
 
 async def test_the_openapi_document_validates_and_names_every_route(api: httpx.AsyncClient) -> None:
-    """`/openapi.json` is a valid OpenAPI document with each route of the API."""
+    """`/openapi.json` is a valid OpenAPI document with each route of the API, its bearer scheme and
+    the stream token parameter of the event streams."""
     reply = await api.get("/openapi.json")
     document = reply.json()
     validate(document)
@@ -170,5 +171,10 @@ async def test_the_openapi_document_validates_and_names_every_route(api: httpx.A
         "/v1/tasks/{task_id}/input",
         "/v1/tasks/{task_id}/cancel",
         "/v1/tasks/{task_id}/events",
+        "/v1/tasks/{task_id}/stream",
+        "/v1/tasks/{task_id}/stream-token",
     } <= set(document["paths"])
+    assert document["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+    events = document["paths"]["/v1/tasks/{task_id}/events"]["get"]
+    assert "access_token" in [p["name"] for p in events["parameters"]]
     assert json.dumps(document)
