@@ -6,6 +6,7 @@
     POST /v1/tasks/{id}/decisions           approve / edit / reject one of them
     POST /v1/tasks/{id}/input               follow-up input for the agent's next turn
     POST /v1/tasks/{id}/cancel              cancel it
+    POST /v1/tasks/{id}/stream-token        a short-lived token to follow it from a browser
     GET  /v1/tasks/{id}/events              its events as Server-Sent Events (``Last-Event-ID`` resumes)
     GET  /v1/tasks/{id}/stream              its live stream (tokens, steps) as Server-Sent Events
     GET  /healthz                           "ok", without authentication
@@ -16,39 +17,44 @@ trusted proxy names. **What.** A principal sees a task only when its policy name
 approver (else 404, the same answer as for a task that does not exist), decides only the requests
 that name them (else 403, checked before anything reaches the task's history), and starts only
 tasks whose policy names them. With ``tenants`` (principal -> tenants), a principal acts only within
-their tenants. A POST must be JSON and not come from a browser page on another site.
+their tenants. A task id the caller chooses is scoped to the spec's tenant (``<tenant>/<id>``), so
+that starting an id another tenant uses starts a fresh task and tells nothing of theirs. Every
+request first passes ``api.guard`` (Host, CORS, who, the body's size and type, open streams);
+browsers follow a task with a stream token (``api.stream_tokens``).
 
 Every call goes through ``agent_worker.client`` (the one owner of the workflow's protocol), and
 every check through the inbox's service (``inbox.service``), so the API and the inbox answer alike.
 """
 
-import asyncio
-import contextlib
 import json
-from collections.abc import AsyncIterator, Callable, Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import quote
 
-from fastapi import Depends, FastAPI, Header, HTTPException, Request, Response
+from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, Response
 from fastapi.responses import PlainTextResponse, StreamingResponse
+from fastapi.security import HTTPBearer
 from pydantic import BaseModel, Field
 from temporalio.client import Client
 
 from activities.stores.streams import StreamBackend
-from agent_worker.client import AgentWorkerClient, AgentWorkerError, TaskNotFound
-from api.streams import follow_task, resume_after
+from agent_worker.client import AgentWorkerClient
+from api.guard import PRINCIPAL, Guard
+from api.stream_tokens import StreamTokens
+from api.streams import follow_events, follow_task, resume_after
 from inbox.auth import Authenticator
 from inbox.service import InboxError, InboxService, may_view
 from schemas.approvals import ApprovalRequest, DecisionKind, DecisionOutcome
-from schemas.config import DEFAULT_TASK_QUEUE
+from schemas.config import DEFAULT_TASK_QUEUE, WorkerConfig
 from schemas.events import Event
 from schemas.tasks import TaskResult, TaskSpec, TaskStatus
 
-# How often the event stream asks a running task for its newest events.
-POLL_SECONDS = 0.5
-# How long an event stream waits, after the task's phase turned terminal, for the task to close.
-CLOSE_WAIT_SECONDS = 30
+_DEFAULTS = WorkerConfig()
+# The bearer scheme, for the OpenAPI document (``api.guard`` authenticates).
+BEARER = HTTPBearer(auto_error=False)
 
 
 @dataclass
@@ -65,6 +71,13 @@ class ApiConfig:
             task's newest events (its ``status`` query).
         streams: The workers' stream backend (``stream_backend``), for the live stream; None:
             the stream route answers 404.
+        max_body_bytes: The largest request body read (``api_max_body_bytes``).
+        max_streams: Event streams one principal may hold open (``api_max_streams``).
+        cors_origins: Browser origins allowed cross-origin (``api_cors_origins``).
+        allowed_hosts: Header mode: ``Host`` names answered besides loopback (``api_allowed_hosts``).
+        stream_token_seconds: How long a stream token is valid (``api_stream_token_minutes``).
+        stream_token_secret: Their signing key (``api_stream_token_secret``); None: a random one.
+        clock: Seconds since the epoch, for stream tokens' expiry.
     """
 
     auth: Authenticator
@@ -73,6 +86,13 @@ class ApiConfig:
     tenants: dict[str, list[str]] | None = None
     stored_events: Callable[[str, str | None], Iterable[Event]] | None = None
     streams: StreamBackend | None = None
+    max_body_bytes: int = _DEFAULTS.api_max_body_bytes
+    max_streams: int = _DEFAULTS.api_max_streams
+    cors_origins: list[str] = field(default_factory=list)
+    allowed_hosts: list[str] = field(default_factory=list)
+    stream_token_seconds: float = _DEFAULTS.api_stream_token_minutes * 60
+    stream_token_secret: bytes | None = None
+    clock: Callable[[], float] = time.time
 
 
 class StartRequest(BaseModel):
@@ -83,7 +103,7 @@ class StartRequest(BaseModel):
 
 
 class StartResponse(BaseModel):
-    task_id: str
+    task_id: str = Field(description="The task's id: a chosen id scoped to its tenant, '<tenant>/<id>'.")
     started: bool = Field(description="False when a task with this id existed already (nothing started).")
 
 
@@ -113,6 +133,22 @@ class InputRequest(BaseModel):
     text: str = Field(min_length=1, max_length=64_000)
 
 
+class StreamToken(BaseModel):
+    """A token that opens one task's ``/events`` and ``/stream`` (as ``?access_token=``) until it
+    expires; nothing else."""
+
+    access_token: str
+    expires_at: float = Field(description="Seconds since the epoch.")
+    events_url: str = Field(description="The task's /events with the token, relative to the API.")
+    stream_url: str = Field(description="The task's /stream with the token, relative to the API.")
+
+
+def scoped_task_id(tenant: str, chosen: str) -> str:
+    """The task id for an id the caller chose: within its tenant, ``<tenant>/<chosen>`` (unchanged
+    when ``chosen`` is that already)."""
+    return chosen if chosen.startswith(f"{tenant}/") else f"{tenant}/{chosen}"
+
+
 def build_api(client: Client, config: ApiConfig) -> FastAPI:
     """The API over a connected Temporal client (its data converter: the workers')."""
     tasks = AgentWorkerClient(client, config.task_queue)
@@ -123,26 +159,34 @@ def build_api(client: Client, config: ApiConfig) -> FastAPI:
         description="Start, read, decide and follow durable agent tasks.",
     )
 
-    def principal(request: Request, authorization: Annotated[str | None, Header()] = None) -> str:
-        auth = config.auth
-        if auth.mode == "header":
-            found = auth.principal_from_header({k.lower(): v for k, v in request.headers.items()})
-        else:
-            scheme, _, token = (authorization or "").partition(" ")
-            found = auth.principal_for_token(token.strip()) if scheme.lower() == "bearer" else None
-        if found is None:
-            raise HTTPException(
-                401, "sign in: a bearer token (or the proxy's header)", {"WWW-Authenticate": "Bearer"}
-            )
+    stream_tokens = StreamTokens(config.stream_token_seconds, config.stream_token_secret, config.clock)
+    app.add_middleware(
+        Guard,
+        auth=config.auth,
+        tokens=stream_tokens,
+        max_body=config.max_body_bytes,
+        max_streams=config.max_streams,
+        cors_origins=config.cors_origins,
+        allowed_hosts=config.allowed_hosts,
+    )
+
+    def principal(request: Request, _: Annotated[Any, Depends(BEARER)] = None) -> str:
+        """The caller, as ``api.guard`` authenticated them before anything was read (``BEARER``
+        only names the scheme in the OpenAPI document)."""
+        found = request.scope.get(PRINCIPAL)
+        if found is None:  # only when the app is served without its guard
+            raise HTTPException(401, "sign in", {"WWW-Authenticate": "Bearer"})
         return found
 
-    def same_site(request: Request) -> None:
-        # A bearer token is never sent by a browser on its own; the trusted header may be: a POST
-        # from a page on another site must not ride on it.
-        if request.headers.get("sec-fetch-site") in ("cross-site", "same-site"):
-            raise HTTPException(403, "cross-site requests are refused")
-
     Caller = Annotated[str, Depends(principal)]
+    # Where a stream resumes: the header EventSource sends when it reconnects, or, for a new
+    # EventSource (which cannot set headers), the query parameter; the header wins.
+    LastEventId = Annotated[str | None, Header()]
+    AfterId = Annotated[str | None, Query(alias="last_event_id")]
+    # Read by the guard; named here for the OpenAPI document.
+    AccessToken = Annotated[
+        str | None, Query(description="A stream token (POST .../stream-token), for EventSource.")
+    ]
 
     def tenant_allowed(who: str, tenant: str) -> bool:
         return config.tenants is None or tenant in config.tenants.get(who, [])
@@ -162,16 +206,18 @@ def build_api(client: Client, config: ApiConfig) -> FastAPI:
     async def healthz() -> str:
         return "ok"
 
-    @app.post("/v1/tasks", status_code=201, response_model=StartResponse, dependencies=[Depends(same_site)])
+    @app.post("/v1/tasks", status_code=201, response_model=StartResponse)
     async def start(body: StartRequest, who: Caller, response: Response) -> StartResponse:
-        """Start a task; starting an id that exists starts nothing (the id is the task)."""
+        """Start a task; starting an id that exists starts nothing (the id is the task). A chosen id
+        is scoped to the spec's tenant (``<tenant>/<id>``, the ``task_id`` answered)."""
         if not may_view(body.spec.policy, who):
             raise HTTPException(
                 403, f"the task's policy does not name {who!r}: you could not see or decide it"
             )
         if not tenant_allowed(who, body.spec.tenant):
             raise HTTPException(403, f"{who!r} may not start tasks for tenant {body.spec.tenant!r}")
-        ref = await tasks.start(body.spec, body.task_id)
+        chosen = scoped_task_id(body.spec.tenant, body.task_id) if body.task_id else None
+        ref = await tasks.start(body.spec, chosen)
         if not ref.started:
             response.status_code = 200
         return StartResponse(task_id=ref.task_id, started=ref.started)
@@ -181,11 +227,7 @@ def build_api(client: Client, config: ApiConfig) -> FastAPI:
         """The task's pending requests that name the caller."""
         return (await visible(task_id, who)).decidable
 
-    @app.post(
-        "/v1/tasks/{task_id:path}/decisions",
-        response_model=DecisionOutcome,
-        dependencies=[Depends(same_site)],
-    )
+    @app.post("/v1/tasks/{task_id:path}/decisions", response_model=DecisionOutcome)
     async def decide(task_id: str, body: DecisionRequest, who: Caller) -> DecisionOutcome:
         """Decide a pending request as the caller (refused before it reaches the task when the request
         does not name them)."""
@@ -202,49 +244,76 @@ def build_api(client: Client, config: ApiConfig) -> FastAPI:
         except InboxError as err:
             raise HTTPException(err.status, str(err)) from None
 
-    @app.post("/v1/tasks/{task_id:path}/input", status_code=202, dependencies=[Depends(same_site)])
+    @app.post("/v1/tasks/{task_id:path}/input", status_code=202)
     async def add_input(task_id: str, body: InputRequest, who: Caller) -> dict[str, str]:
         """Follow-up input: the agent's next turn sees it (the task records refused input as ignored)."""
         await visible(task_id, who)
         await tasks.say(task_id, body.text, principal=who)
         return {"task_id": task_id, "queued": "for the next turn"}
 
-    @app.post("/v1/tasks/{task_id:path}/cancel", status_code=202, dependencies=[Depends(same_site)])
+    @app.post("/v1/tasks/{task_id:path}/cancel", status_code=202)
     async def cancel(task_id: str, who: Caller) -> dict[str, str]:
         """Ask the task to cancel (its sandbox is destroyed; a write in flight settles first)."""
         await visible(task_id, who)
         await tasks.cancel(task_id)
         return {"task_id": task_id, "cancel": "requested"}
 
+    @app.post("/v1/tasks/{task_id:path}/stream-token", response_model=StreamToken)
+    async def stream_token(task_id: str, who: Caller) -> StreamToken:
+        """A token for a browser's ``EventSource``, which cannot send a bearer token: it opens this
+        task's ``/events`` and ``/stream`` as ``?access_token=<token>`` until it expires
+        (``api_stream_token_minutes``), and nothing else."""
+        await visible(task_id, who)
+        token, expires = stream_tokens.issue(who, task_id)
+        base = f"/v1/tasks/{quote(task_id, safe='/')}"
+        return StreamToken(
+            access_token=token,
+            expires_at=expires,
+            events_url=f"{base}/events?access_token={token}",
+            stream_url=f"{base}/stream?access_token={token}",
+        )
+
     @app.get("/v1/tasks/{task_id:path}/events")
     async def events(
-        task_id: str, who: Caller, last_event_id: Annotated[str | None, Header()] = None
+        task_id: str,
+        who: Caller,
+        last_event_id: LastEventId = None,
+        after_id: AfterId = None,
+        access_token: AccessToken = None,
     ) -> StreamingResponse:
         """The task's events as Server-Sent Events (``id`` = the event's sequence number), until the
-        task closes. ``Last-Event-ID`` resumes after that event. The stream merges the delivered
-        events (the event sink, when the API can read it) with the task's newest ones (its
-        ``status`` query); events neither holds any more are announced by a ``gap`` event naming
-        them, never skipped silently."""
+        task closes. ``Last-Event-ID`` (or ``?last_event_id=``) resumes after that event. The
+        stream merges the delivered events (the event sink, when the API can read it) with the
+        task's newest ones (its ``status`` query); events neither holds any more are announced by
+        a ``gap`` event naming them, never skipped silently."""
         await visible(task_id, who)
-        after = int(last_event_id) if last_event_id and last_event_id.isdigit() else 0
+        after = resume_after(last_event_id or after_id)
         chain = (await tasks.handle(task_id).describe()).raw_description.workflow_execution_info.first_run_id
         stored = config.stored_events
         read_stored = (lambda: list(stored(task_id, chain or None))) if stored else None
-        return StreamingResponse(_follow(tasks, task_id, after, read_stored), media_type="text/event-stream")
+        return StreamingResponse(
+            follow_events(tasks, task_id, after, read_stored), media_type="text/event-stream"
+        )
 
     @app.get("/v1/tasks/{task_id:path}/stream")
     async def stream(
-        task_id: str, who: Caller, last_event_id: Annotated[str | None, Header()] = None
+        task_id: str,
+        who: Caller,
+        last_event_id: LastEventId = None,
+        after_id: AfterId = None,
+        access_token: AccessToken = None,
     ) -> StreamingResponse:
         """The task's live stream as Server-Sent Events (``event`` = the entry's kind: token,
         tool_call, tool_result, step, superseded; ``id`` = its offset), until the task closes.
-        ``Last-Event-ID`` resumes after that offset with no gap and no repeat; entries past the
-        stream's retention are announced by a ``gap`` event. A ``superseded`` entry voids earlier
-        entries it names (a retried turn's partial answer)."""
+        ``Last-Event-ID`` (or ``?last_event_id=``) resumes after that offset with no gap and no
+        repeat; entries past the stream's retention are announced by a ``gap`` event. A
+        ``superseded`` entry voids earlier entries it names (a retried turn's partial answer)."""
         await visible(task_id, who)
         if config.streams is None:
             raise HTTPException(404, "this API has no live stream (stream_backend=none)")
-        frames = await follow_task(config.streams, tasks.handle(task_id), resume_after(last_event_id))
+        frames = await follow_task(
+            config.streams, tasks.handle(task_id), resume_after(last_event_id or after_id)
+        )
         return StreamingResponse(
             frames,
             media_type="text/event-stream",
@@ -264,50 +333,3 @@ def build_api(client: Client, config: ApiConfig) -> FastAPI:
         )
 
     return app
-
-
-async def _follow(
-    tasks: AgentWorkerClient, task_id: str, after: int, read_stored: Callable[[], list[Event]] | None
-) -> AsyncIterator[bytes]:
-    """SSE frames of the task's events after sequence number ``after``, then ``end``. The phase turns
-    terminal before the task has delivered its last events and closed; ``end`` comes once it has
-    closed (or ``CLOSE_WAIT_SECONDS`` later), after the events it recorded meanwhile, so that a reader
-    who reads the task on ``end`` finds its result."""
-    seen = after
-    closed = False
-    while True:
-        try:
-            status = await tasks.status(task_id, wait_seconds=10)
-        except (TaskNotFound, AgentWorkerError) as err:
-            yield _frame("error", {"detail": str(err)})
-            return
-        known = {e.seq: e for e in status.last_events}
-        if read_stored is not None and (not known or min(known) > seen + 1):
-            known.update({e.seq: e for e in await asyncio.to_thread(read_stored) if e.seq > seen})
-        fresh = sorted((e for e in known.values() if e.seq > seen), key=lambda e: e.seq)
-        if fresh and fresh[0].seq > seen + 1:
-            yield _frame("gap", {"missed_from": seen + 1, "missed_to": fresh[0].seq - 1})
-        for event in fresh:
-            seen = event.seq
-            yield _frame(event.type.value, _event_json(event), event.seq)
-        if status.phase.terminal and not closed:
-            closed = True
-            with contextlib.suppress(AgentWorkerError, TimeoutError):
-                await asyncio.wait_for(tasks.result(task_id), CLOSE_WAIT_SECONDS)
-            continue  # once more: the events it recorded as it closed
-        if status.phase.terminal:
-            yield _frame("end", {"phase": status.phase.value, "reason": status.reason})
-            return
-        await asyncio.sleep(POLL_SECONDS)
-
-
-def _event_json(event: Event) -> dict[str, Any]:
-    return event.model_dump(mode="json", by_alias=True)
-
-
-def _frame(kind: str, data: dict[str, Any], event_id: int | None = None) -> bytes:
-    lines = [f"event: {kind}"]
-    if event_id is not None:
-        lines.append(f"id: {event_id}")
-    lines.append(f"data: {json.dumps(data, separators=(',', ':'))}")
-    return ("\n".join(lines) + "\n\n").encode()

@@ -1,4 +1,5 @@
-"""A task's live stream as Server-Sent Events (``GET /v1/tasks/{id}/stream``).
+"""A task's live stream (``GET /v1/tasks/{id}/stream``) and its events (``/events``) as Server-Sent
+Events.
 
 Each entry (``schemas.streams.StreamEntry``) is one frame: ``event`` = its kind, ``id`` = its
 offset, ``data`` = the entry as JSON. ``Last-Event-ID`` resumes after that offset, with no gap and
@@ -10,6 +11,7 @@ sent.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -18,12 +20,18 @@ from typing import Any
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 
 from activities.stores.streams import StreamBackend
+from agent_worker.client import AgentWorkerClient, AgentWorkerError, TaskNotFound
+from schemas.events import Event
 
 # How long one read waits for a new entry; how often an idle stream sends a comment (so proxies
 # keep the connection).
 BLOCK_MS = 1_000
 KEEPALIVE_SECONDS = 15.0
 BATCH = 500
+# How often the event stream asks a running task for its newest events.
+POLL_SECONDS = 0.5
+# How long an event stream waits, after the task's phase turned terminal, for the task to close.
+CLOSE_WAIT_SECONDS = 30
 
 
 def frame(kind: str, data: dict[str, Any], event_id: int | None = None) -> bytes:
@@ -86,4 +94,39 @@ async def follow_task(
     return follow_stream(backend, handle.id, chain, after, closed)
 
 
-__all__ = ["follow_stream", "follow_task", "frame", "resume_after"]
+async def follow_events(
+    tasks: AgentWorkerClient, task_id: str, after: int, read_stored: Callable[[], list[Event]] | None
+) -> AsyncIterator[bytes]:
+    """SSE frames of the task's events after sequence number ``after``, then ``end``. The phase turns
+    terminal before the task has delivered its last events and closed; ``end`` comes once it has
+    closed (or ``CLOSE_WAIT_SECONDS`` later), after the events it recorded meanwhile, so that a reader
+    who reads the task on ``end`` finds its result."""
+    seen = after
+    closed = False
+    while True:
+        try:
+            status = await tasks.status(task_id, wait_seconds=10)
+        except (TaskNotFound, AgentWorkerError) as err:
+            yield frame("error", {"detail": str(err)})
+            return
+        known = {e.seq: e for e in status.last_events}
+        if read_stored is not None and (not known or min(known) > seen + 1):
+            known.update({e.seq: e for e in await asyncio.to_thread(read_stored) if e.seq > seen})
+        fresh = sorted((e for e in known.values() if e.seq > seen), key=lambda e: e.seq)
+        if fresh and fresh[0].seq > seen + 1:
+            yield frame("gap", {"missed_from": seen + 1, "missed_to": fresh[0].seq - 1})
+        for event in fresh:
+            seen = event.seq
+            yield frame(event.type.value, event.model_dump(mode="json", by_alias=True), event.seq)
+        if status.phase.terminal and not closed:
+            closed = True
+            with contextlib.suppress(AgentWorkerError, TimeoutError):
+                await asyncio.wait_for(tasks.result(task_id), CLOSE_WAIT_SECONDS)
+            continue  # once more: the events it recorded as it closed
+        if status.phase.terminal:
+            yield frame("end", {"phase": status.phase.value, "reason": status.reason})
+            return
+        await asyncio.sleep(POLL_SECONDS)
+
+
+__all__ = ["follow_events", "follow_stream", "follow_task", "frame", "resume_after"]

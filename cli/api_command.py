@@ -1,4 +1,6 @@
-"""``agent-worker api``: serve the HTTP API (``api``) with uvicorn, until SIGINT/SIGTERM."""
+"""``agent-worker api``: serve the HTTP API (``api``) with uvicorn, until SIGINT/SIGTERM. Its limits
+(body size, open streams, CORS origins, Host names, stream tokens, header timeout) are the
+``api_*`` settings (docs/api.md)."""
 
 from __future__ import annotations
 
@@ -38,6 +40,7 @@ async def cmd_api(args: argparse.Namespace, ctx: CliContext) -> int:
         import uvicorn
 
         from api import ApiConfig, build_api
+        from api.serve import server_config
     except ImportError as err:
         raise CliError(f"the HTTP API needs its extra: pip install 'agent-worker[api]' ({err})") from None
     from inbox import InboxConfigError
@@ -55,7 +58,20 @@ async def cmd_api(args: argparse.Namespace, ctx: CliContext) -> int:
         except (OSError, json.JSONDecodeError) as err:
             raise CliError(f"--tenants {args.tenants}: {err}", 2) from None
     host, _, port = args.bind.rpartition(":")
-    config = ApiConfig(auth=auth, task_queue=args.task_queue, keys_dir=args.keys_dir, tenants=tenants)
+    settings = ctx.config
+    secret = settings.api_stream_token_secret
+    config = ApiConfig(
+        auth=auth,
+        task_queue=args.task_queue,
+        keys_dir=args.keys_dir,
+        tenants=tenants,
+        max_body_bytes=settings.api_max_body_bytes,
+        max_streams=settings.api_max_streams,
+        cors_origins=settings.api_cors_origins,
+        allowed_hosts=settings.api_allowed_hosts,
+        stream_token_seconds=settings.api_stream_token_minutes * 60,
+        stream_token_secret=secret.get_secret_value().encode() if secret else None,
+    )
     if not ctx.config.event_sink:  # the configured default sink (data dir or state database)
         from activities.stores.state import build_event_sink
 
@@ -64,6 +80,9 @@ async def cmd_api(args: argparse.Namespace, ctx: CliContext) -> int:
 
     config.streams = build_stream_backend(ctx.config)
     app = build_api(await ctx.temporal(), config)
-    server = uvicorn.Server(uvicorn.Config(app, host=host or "127.0.0.1", port=int(port), log_level="info"))
+    options = server_config(
+        app, host or "127.0.0.1", int(port), settings.api_header_timeout_seconds, log_level="info"
+    )
+    server = uvicorn.Server(options)
     await server.serve()
     return 0

@@ -7,7 +7,8 @@
     GET  /tasks/<id>/stream      the task's live stream, Server-Sent Events (``inbox.live``)
     POST /tasks/<id>/decide      approve / edit / reject (CSRF token; approver checked again)
     GET  /login, POST /login     token mode: the token form (a pre-login cookie and the CSRF token
-                                 bound to it), then a session cookie
+                                 bound to it), then a session cookie; wrong tokens are rate limited
+                                 per client and in all (429 with Retry-After: ``inbox.auth``)
     POST /logout                 ends the session (CSRF token)
     GET  /live.js                the task page's one script, without authentication
     GET  /healthz                "ok", without authentication
@@ -42,6 +43,7 @@ from inbox.auth import (
     LOGIN_COOKIE,
     LOGIN_COOKIE_SECONDS,
     Authenticator,
+    LoginThrottle,
     Session,
     cookie_header,
     session_id_from,
@@ -98,14 +100,20 @@ class InboxApp:
         service: Temporal, and every check that guards a decision.
         auth: Who is looking (token or header mode, sessions, CSRF tokens).
         streams: The workers' stream backend, for the task page's live stream; None: no live stream.
+        throttle: Failed sign-ins per client and in all (token mode); None: the defaults.
     """
 
     def __init__(
-        self, service: InboxService, auth: Authenticator, streams: StreamBackend | None = None
+        self,
+        service: InboxService,
+        auth: Authenticator,
+        streams: StreamBackend | None = None,
+        throttle: LoginThrottle | None = None,
     ) -> None:
         self.service = service
         self.auth = auth
         self.streams = streams
+        self.throttle = throttle or LoginThrottle()
         page = self._page
         self._starlette = Starlette(
             routes=[
@@ -286,10 +294,20 @@ class InboxApp:
             log.warning("inbox login refused: no pre-login cookie or a CSRF token not made for it")
             problem = "The sign-in form expired or was not sent from this page; sign in again here."
             return self._login_page(403, None, problem)
+        client = request.client.host if request.client else "unknown"
+        wait = self.throttle.retry_after(client)
+        if wait is not None:
+            log.warning("inbox login throttled: too many wrong tokens", client=client, retry_after=wait)
+            problem = f"Too many failed sign-ins; try again in {wait} seconds."
+            page = self._login_page(429, login_cookie, problem)
+            page.headers["Retry-After"] = str(wait)
+            return page
         principal = self.auth.principal_for_token(form.get("token", "").strip())
         if principal is None:
-            log.warning("inbox login refused: unknown token")
+            self.throttle.failed(client)
+            log.warning("inbox login refused: unknown token", client=client)
             return self._login_page(401, login_cookie, "That token is not valid.")
+        self.throttle.succeeded(client)
         new = self.auth.new_session(principal)
         log.info("inbox login", principal=principal)
         return _redirect("/", cookie_header(new.session_id))

@@ -29,6 +29,14 @@ site cannot send (``SameSite=Strict``), and a POST a browser marks as cross-site
 - header mode: no session table at all, since the proxy names the principal on every request. The
   cookie holds a random id and the CSRF token is an HMAC of the principal and that id, so a
   cookie-less request (a monitor, a script) leaves no server state behind.
+
+Guessing tokens is slowed by ``LoginThrottle``: after ``MAX_FAILED_LOGINS_PER_CLIENT`` wrong tokens
+from one address within ``LOGIN_WINDOW_SECONDS``, or ``MAX_FAILED_LOGINS`` from everyone, the login
+answers 429 with ``Retry-After`` (a right token too) until the oldest failure leaves the window. The
+address is the connection's: behind a proxy every person shares the proxy's, and the limit is then
+the proxy's (which should limit on its own). The global limit caps a guesser with many addresses, at
+the price that such a guesser can hold sign-ins off for everyone while it keeps failing; sessions
+already open are not affected.
 """
 
 from __future__ import annotations
@@ -36,10 +44,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import math
 import re
 import secrets
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,6 +61,13 @@ MAX_SESSIONS = 10_000
 _COOKIE_VALUE = re.compile(r"^[A-Za-z0-9_-]{43}$")  # secrets.token_urlsafe(32)
 DEFAULT_PRINCIPAL_HEADER = "X-Forwarded-User"
 _PRINCIPAL = re.compile(r"^[^\x00-\x1f\x7f]{1,200}$")
+# The shortest token a tokens file may hold (a "sha256:" entry is the digest of one, unchecked).
+MIN_TOKEN_LENGTH = 16
+# Failed sign-ins allowed within the window, per client address and in all (``LoginThrottle``).
+LOGIN_WINDOW_SECONDS = 300
+MAX_FAILED_LOGINS_PER_CLIENT = 10
+MAX_FAILED_LOGINS = 100
+MAX_THROTTLED_CLIENTS = 10_000
 
 
 class InboxConfigError(ValueError):
@@ -107,10 +124,11 @@ def load_tokens(path: Path) -> dict[str, str]:
         if token.startswith("sha256:"):
             if not re.fullmatch(r"sha256:[0-9a-f]{64}", token):
                 raise InboxConfigError(f"tokens file {path}: a 'sha256:' key must be 64 lowercase hex digits")
-        elif len(token) < 16:
+        elif len(token) < MIN_TOKEN_LENGTH:
             # A short token can be guessed; never let a typo-sized secret guard approvals.
             raise InboxConfigError(
-                f"tokens file {path}: the token for {principal!r} is shorter than 16 characters"
+                f"tokens file {path}: the token for {principal!r} is shorter than "
+                f"{MIN_TOKEN_LENGTH} characters"
             )
         tokens[token] = principal.strip()
     return tokens
@@ -235,6 +253,57 @@ class Authenticator:
         now = time.monotonic()
         while self._sessions and now - next(iter(self._sessions.values())).last_seen > SESSION_IDLE_SECONDS:
             self._sessions.popitem(last=False)
+
+
+class LoginThrottle:
+    """Failed sign-ins within a sliding window, per client address and in all (see the module
+    docstring). Used on the server's event loop only; its memory is bounded (``MAX_THROTTLED_CLIENTS``
+    addresses, the least recently failing forgotten first).
+
+    Args:
+        per_client: Failures one address may have within ``window`` seconds.
+        total: Failures all addresses together may have within ``window`` seconds.
+        window: The window, in seconds.
+        clock: Monotonic seconds (tests pass their own).
+    """
+
+    def __init__(
+        self,
+        per_client: int = MAX_FAILED_LOGINS_PER_CLIENT,
+        total: int = MAX_FAILED_LOGINS,
+        window: float = LOGIN_WINDOW_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.per_client, self.total, self.window = per_client, total, window
+        self._clock = clock
+        self._clients: OrderedDict[str, deque[float]] = OrderedDict()
+        self._all: deque[float] = deque(maxlen=total)
+
+    def retry_after(self, client: str) -> int | None:
+        """Seconds ``client`` must wait before its next sign-in is heard, or None: it may try now."""
+        now = self._clock()
+        waits = []
+        failures = self._clients.get(client)
+        if failures is not None and len(failures) >= self.per_client:
+            waits.append(failures[0] + self.window - now)
+        if len(self._all) >= self.total:
+            waits.append(self._all[0] + self.window - now)
+        wait = max(waits, default=0.0)
+        return max(1, math.ceil(wait)) if wait > 0 else None
+
+    def failed(self, client: str) -> None:
+        """Count a wrong token from ``client``."""
+        now = self._clock()
+        failures = self._clients.pop(client, None) or deque(maxlen=self.per_client)
+        failures.append(now)
+        self._clients[client] = failures  # most recently failing last
+        while len(self._clients) > MAX_THROTTLED_CLIENTS:
+            self._clients.popitem(last=False)
+        self._all.append(now)
+
+    def succeeded(self, client: str) -> None:
+        """Forget ``client``'s failures: it signed in."""
+        self._clients.pop(client, None)
 
 
 def cookie_header(session_id: str, *, max_age: int | None = None, name: str = COOKIE, path: str = "/") -> str:

@@ -281,6 +281,51 @@ class WorkerConfig(BaseModel):
         description="Entries kept per task's stream; older ones are trimmed (a reader that far behind "
         "is told of the gap).",
     )
+    api_max_body_bytes: int = Field(
+        default=1_048_576,
+        ge=1024,
+        le=64 * 1_048_576,
+        description="The HTTP API (agent-worker api): the largest request body it reads. A larger one "
+        "is refused (413) before it is read, by its Content-Length or as its chunks arrive; a request "
+        "that does not authenticate is refused (401) before any of its body is read.",
+    )
+    api_max_streams: int = Field(
+        default=8,
+        ge=1,
+        le=10_000,
+        description="The HTTP API: Server-Sent Event streams (/events, /stream) one principal may hold "
+        "open at once; one more is refused with 429.",
+    )
+    api_cors_origins: list[str] = Field(
+        default_factory=list,
+        description="The HTTP API: browser origins allowed to call it cross-origin (CORS), exact "
+        "('https://app.example.com'), comma-separated. None by default: no cross-origin call is allowed.",
+    )
+    api_allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="The HTTP API in header mode (--auth header): Host names it answers besides "
+        "localhost and loopback addresses (the name your proxy forwards); any other Host gets 421, "
+        "so DNS rebinding cannot reach it through a browser.",
+    )
+    api_stream_token_minutes: float = Field(
+        default=10.0,
+        gt=0,
+        le=1440,
+        description="The HTTP API: how long a stream token (POST /v1/tasks/{id}/stream-token, for "
+        "browsers' EventSource) may open its task's /events or /stream.",
+    )
+    api_stream_token_secret: SecretStr | None = Field(
+        default=None,
+        description="The HTTP API: the key stream tokens are signed with. Unset: a random key per "
+        "process (tokens die with it); set the same secret on every API process behind one balancer.",
+    )
+    api_header_timeout_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        le=300,
+        description="The HTTP API: how long a connection may take to send a request's headers "
+        "(and how long an idle kept-alive connection stays open) before it is closed.",
+    )
     notify_webhook_url: SecretStr | None = Field(
         default=None,
         description="Approval reminders and escalations (a policy rule's sla) are POSTed here as JSON "
@@ -543,7 +588,7 @@ class WorkerConfig(BaseModel):
 
 def _parse_env_value(field: str, raw: str) -> object:
     """Lists and maps are comma-separated in the environment (``a,b``; ``k=v,k2=v2``)."""
-    if field in ("agents", "roles"):
+    if field in ("agents", "roles", "api_cors_origins", "api_allowed_hosts"):
         return [p.strip() for p in raw.split(",") if p.strip()]
     if field in ("tenant_caps", "business_systems", "notify_emails"):
         pairs = [p.strip().split("=", 1) for p in raw.split(",") if p.strip()]

@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hmac
-import ipaddress
 import json
 import os
 import signal
@@ -54,6 +53,7 @@ from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.converter import PayloadCodec
 
 from schemas.config import ENV_PREFIX
+from security import hosts
 from security.codec import ENV_KEYS, EncryptionError
 
 if TYPE_CHECKING:
@@ -153,14 +153,7 @@ class CodecServer:
         loopback address or ``localhost`` (with any port) passes, so DNS rebinding cannot reach it."""
         if self._expected_auth is not None:
             return True
-        if not header:
-            return False
-        host = header.strip()
-        if host.startswith("["):  # [v6]:port
-            host = host[1:].partition("]")[0]
-        elif host.count(":") == 1:
-            host = host.partition(":")[0]
-        return _is_loopback(host.rstrip(".").lower())
+        return hosts.host_allowed(header)
 
     def operation(self, path: str) -> _Operation | None:
         """The codec method a request path asks for (by its last segment), if any."""
@@ -323,15 +316,6 @@ class _Handler(BaseHTTPRequestHandler):
         log.warning("codec server: " + format % args)
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
     """``python -m security.codec_server``: serve until SIGINT/SIGTERM. The configuration
     (``WorkerConfig``: keys, token, logging) is read from ``env`` once, here."""
@@ -381,7 +365,7 @@ def serve(
         return fail(str(err))
     assert codec is not None
     token = config.codec_token.get_secret_value() if config.codec_token else None
-    if token is None and not _is_loopback(host):
+    if token is None and not hosts.is_loopback(host):
         return fail(f"refusing to serve decrypted payloads on {host} without {ENV_TOKEN}")
     if token is None:
         log.warning(f"no {ENV_TOKEN}: anyone who can reach {host}:{port} can decrypt payloads")

@@ -88,27 +88,27 @@ async def pending_requests(api: httpx.AsyncClient, task_id: str) -> list[dict[st
 async def test_plain_httpx_runs_a_task_from_start_to_completion_and_follows_its_events(
     api: httpx.AsyncClient, env: TaskEnv
 ) -> None:
-    """Start (201, then 200 for the same id), the pending request, an approval, the closed task's
-    result; the event stream from the start is whole and ends with the task; resumed after an event,
-    it gives exactly the later ones."""
+    """Start (201, then 200 for the same id, both naming it within its tenant), the pending request,
+    an approval, the closed task's result; the event stream from the start is whole and ends with
+    the task; resumed after an event, it gives exactly the later ones."""
     spec = example_spec()
     reply = await api.post("/v1/tasks", json={"spec": spec, "task_id": "api-report-1"}, headers=bearer(LEAD))
     assert reply.status_code == 201, reply.text
-    assert reply.json() == {"task_id": "api-report-1", "started": True}
+    assert reply.json() == {"task_id": "acme/api-report-1", "started": True}  # scoped to its tenant
     again = await api.post("/v1/tasks", json={"spec": spec, "task_id": "api-report-1"}, headers=bearer(LEAD))
-    assert again.status_code == 200 and again.json()["started"] is False
+    assert again.status_code == 200 and again.json() == {"task_id": "acme/api-report-1", "started": False}
 
-    following = asyncio.create_task(sse(api, "api-report-1"))
-    [request] = await pending_requests(api, "api-report-1")
+    following = asyncio.create_task(sse(api, "acme/api-report-1"))
+    [request] = await pending_requests(api, "acme/api-report-1")
     decided = await api.post(
-        "/v1/tasks/api-report-1/decisions",
+        "/v1/tasks/acme/api-report-1/decisions",
         json={"request_id": request["request_id"], "version": request["version"], "decision": "approve"},
         headers=bearer(LEAD),
     )
     assert decided.status_code == 200 and decided.json()["accepted"] is True, decided.text
     frames = await asyncio.wait_for(following, 90)
 
-    read = await api.get("/v1/tasks/api-report-1", headers=bearer(LEAD))
+    read = await api.get("/v1/tasks/acme/api-report-1", headers=bearer(LEAD))
     assert read.status_code == 200
     assert read.json()["running"] is False and read.json()["result"]["phase"] == "completed"
 
@@ -116,7 +116,7 @@ async def test_plain_httpx_runs_a_task_from_start_to_completion_and_follows_its_
     assert [k for k, _ in frames if k == "gap"] == []
     assert ids == list(range(1, len(ids) + 1)), ids  # every event once, in order, none missing
     assert frames[-1][0] == "end" and "task.finished" in [k for k, _ in frames]
-    resumed = await sse(api, "api-report-1", last_id=ids[len(ids) // 2])
+    resumed = await sse(api, "acme/api-report-1", last_id=ids[len(ids) // 2])
     assert [i for _, i in resumed if i is not None] == ids[len(ids) // 2 + 1 :]
 
 
@@ -137,7 +137,7 @@ async def test_every_route_refuses_strangers_and_other_tenants_before_the_task_h
         assert (await api.get(f"/v1/tasks/{task}", headers=who)).status_code == 404
         assert (await api.get(f"/v1/tasks/{task}/pending", headers=who)).status_code == 404
         assert (await api.get(f"/v1/tasks/{task}/events", headers=who)).status_code == 404
-        for path, body in (("decisions", decision), ("input", {"text": "hi"}), ("cancel", None)):
+        for path, body in (("decisions", decision), ("input", {"text": "hi"}), ("cancel", {})):
             reply = await api.post(f"/v1/tasks/{task}/{path}", json=body, headers=who)
             assert reply.status_code in (403, 404), (token, path, reply.status_code, reply.text)
     assert await decisions_in_history(env, task) == 0
@@ -158,7 +158,8 @@ async def test_every_route_refuses_strangers_and_other_tenants_before_the_task_h
 
 
 async def test_the_openapi_document_validates_and_names_every_route(api: httpx.AsyncClient) -> None:
-    """`/openapi.json` is a valid OpenAPI document with each route of the API."""
+    """`/openapi.json` is a valid OpenAPI document with each route of the API, its bearer scheme and
+    the stream token parameter of the event streams."""
     reply = await api.get("/openapi.json")
     document = reply.json()
     validate(document)
@@ -170,5 +171,10 @@ async def test_the_openapi_document_validates_and_names_every_route(api: httpx.A
         "/v1/tasks/{task_id}/input",
         "/v1/tasks/{task_id}/cancel",
         "/v1/tasks/{task_id}/events",
+        "/v1/tasks/{task_id}/stream",
+        "/v1/tasks/{task_id}/stream-token",
     } <= set(document["paths"])
+    assert document["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+    events = document["paths"]["/v1/tasks/{task_id}/events"]["get"]
+    assert "access_token" in [p["name"] for p in events["parameters"]]
     assert json.dumps(document)
