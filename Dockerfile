@@ -1,5 +1,7 @@
-# The agent-worker image: the `agent-worker` command (worker, tasks, replay) and the codec server
-# (`python -m security.codec_server`), used by docker-compose.temporal.yml.
+# The agent-worker image: the `agent-worker` command (worker, api, tasks, replay) and the codec server
+# (`python -m security.codec_server`), used by docker-compose.temporal.yml. It carries the extras
+# the stack uses: sandbox tiers (docker, e2b), the fleet's stores (postgres, s3, redis), the HTTP API
+# (api) and tracing (otel).
 #
 #   docker build -t agent-worker:local .
 #   docker run --rm -e TEMPORAL_ADDRESS=host:7233 agent-worker:local worker --role all
@@ -31,7 +33,7 @@ WORKDIR /src
 # Dependencies first (from pyproject.toml alone): this layer survives code changes.
 COPY pyproject.toml README.md ./
 RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
-extras = [r for name in ('docker', 'e2b', 'postgres', 's3', 'otel') for r in p['optional-dependencies'][name]]; \
+extras = [r for name in ('docker', 'e2b', 'postgres', 's3', 'redis', 'api', 'otel') for r in p['optional-dependencies'][name]]; \
 print(chr(10).join(p['dependencies'] + extras))" > /tmp/requirements.txt
 RUN pip install -r /tmp/requirements.txt
 

@@ -10,16 +10,12 @@ server, the codec server's command, and the worker's and codec server's health c
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import re
-import shlex
-import shutil
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +29,19 @@ from schemas import visibility
 from schemas.config import WorkerConfig
 from security.codec import new_key
 from telemetry.health import Health, serve_health
+from tests.helpers.compose import (
+    COMPOSE_FILE,
+    docker_compose,
+    healthcheck_argv,
+    published,
+    resolve,
+    services,
+    unescape,
+    yaml_to_data,
+)
 from tests.helpers.postgres_server import PostgresServer
 from tests.helpers.support import REPO, DevServer, free_port
 
-COMPOSE_FILE = REPO / "docker-compose.temporal.yml"
-INSTALL_HINT = "apt-get install -y docker-compose (CI: .ci/run installs it)"
 SERVICES = {
     "postgresql",
     "object-store",
@@ -47,6 +51,8 @@ SERVICES = {
     "temporal-ui",
     "codec-server",
     "worker",
+    "redis",
+    "api",
 }
 ONE_SHOT = {"search-attributes", "stores-setup"}
 WORKER_SERVICES = {"worker"}
@@ -86,85 +92,19 @@ INDEXED_TYPES = {
 # ---- resolving the compose file -------------------------------------------------------------------
 
 
-def docker_compose() -> str:
-    """The docker-compose executable; a machine without it fails these tests, never skips them."""
-    found = shutil.which("docker-compose")
-    assert found is not None, f"docker-compose is not installed: {INSTALL_HINT}"
-    return found
-
-
-def run_config(env: Mapping[str, str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    """``docker-compose config`` with only ``env`` set: no developer's shell or .env file leaks in."""
-    empty_env_file = tmp_path / "empty.env"
-    empty_env_file.write_text("")
-    return subprocess.run(
-        [docker_compose(), "-f", str(COMPOSE_FILE), "--env-file", str(empty_env_file), "config"],
-        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
-def yaml_to_data(text: str) -> Any:
-    """Parse YAML with the Python that runs docker-compose (PyYAML is one of its dependencies)."""
-    with open(docker_compose(), "rb") as script:
-        first_line = script.readline().decode(errors="replace")
-    interpreter = shlex.split(first_line[2:]) if first_line.startswith("#!") else []
-    assert interpreter and "python" in interpreter[-1], (
-        f"cannot parse the config: docker-compose is not a Python script ({first_line.strip()!r})"
-    )
-    converted = subprocess.run(
-        [*interpreter, "-c", "import json, sys, yaml; json.dump(yaml.safe_load(sys.stdin), sys.stdout)"],
-        input=text,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert converted.returncode == 0, converted.stderr
-    return json.loads(converted.stdout)
-
-
-def resolve(env: Mapping[str, str], tmp_path: Path) -> dict[str, Any]:
-    result = run_config(env, tmp_path)
-    assert result.returncode == 0, f"docker-compose config failed:\n{result.stderr}"
-    return yaml_to_data(result.stdout)
-
-
 @pytest.fixture(scope="module")
 def config(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The compose file as ``docker-compose config`` resolves it with every default."""
     return resolve({}, tmp_path_factory.mktemp("compose"))
 
 
-def services(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return config["services"]
-
-
-def published(service: dict[str, Any]) -> set[tuple[str, int, int]]:
-    """(host address, host port, container port) of each published port, in either config syntax."""
-    ports = set()
-    for port in service.get("ports", []):
-        if isinstance(port, dict):
-            ports.add((port.get("host_ip", ""), int(port["published"]), int(port["target"])))
-            continue
-        match = re.fullmatch(r"(?:(?P<ip>[\d.]+):)?(?P<host>\d+):(?P<target>\d+)(?:/tcp)?", port)
-        assert match, f"a port without a fixed host side: {port!r}"
-        ports.add((match["ip"] or "", int(match["host"]), int(match["target"])))
-    return ports
-
-
-def unescape(value: str) -> str:
-    """What a container receives for a value of the resolved config (``$$`` stands for ``$``)."""
-    return value.replace("$$", "$")
-
-
 # ---- the stack ------------------------------------------------------------------------------------
 
 
 def test_compose_file_declares_the_whole_stack(config: dict[str, Any]) -> None:
-    """Temporal on PostgreSQL, its UI, the codec server, the search-attribute job and the worker,
-    with the worker and codec server built from our Dockerfile and PostgreSQL on a named volume."""
+    """Temporal on PostgreSQL, its UI, the codec server, the search-attribute job, the worker, Redis
+    and the HTTP API, with the worker, the API and the codec server built from our Dockerfile and
+    PostgreSQL and Redis on named volumes."""
     svc = services(config)
     assert set(svc) == SERVICES
     assert svc["temporal"]["environment"]["DB"] == "postgres12"
@@ -172,31 +112,35 @@ def test_compose_file_declares_the_whole_stack(config: dict[str, Any]) -> None:
     assert svc["temporal"]["image"].startswith("temporalio/")
     assert svc["temporal-ui"]["image"].startswith("temporalio/ui:")
     assert svc["search-attributes"]["image"].startswith("temporalio/admin-tools:")
-    for name in ("worker", "codec-server"):
+    for name in ("worker", "codec-server", "api"):
         build = svc[name]["build"]
         assert Path(build["context"]).resolve() == REPO
         assert build.get("dockerfile", "Dockerfile") == "Dockerfile"
     assert svc["worker"]["image"] == svc["codec-server"]["image"], "both run the one agent-worker image"
-    assert svc["stores-setup"]["image"] == svc["worker"]["image"]
+    assert svc["stores-setup"]["image"] == svc["api"]["image"] == svc["worker"]["image"]
+    assert svc["redis"]["image"].startswith("redis:")
+    assert "redis-data" in config["volumes"] and "redis-data:/data:rw" in svc["redis"]["volumes"]
     assert "postgres-data" in config["volumes"]
     assert "postgres-data:/var/lib/postgresql/data:rw" in svc["postgresql"]["volumes"]
 
 
 def test_ports_publish_the_frontend_ui_and_codec_on_loopback_only(config: dict[str, Any]) -> None:
-    """By default the frontend (7233), the UI (8080) and the codec server (8081) are reachable from
-    this machine only; PostgreSQL, the job and the workers publish nothing."""
+    """By default the frontend (7233), the UI (8080), the codec server (8081) and the HTTP API (8091)
+    are reachable from this machine only; PostgreSQL, Redis, the jobs and the workers publish
+    nothing."""
     svc = services(config)
     assert published(svc["temporal"]) == {("127.0.0.1", 7233, 7233)}
     assert published(svc["temporal-ui"]) == {("127.0.0.1", 8080, 8080)}
     assert published(svc["codec-server"]) == {("127.0.0.1", 8081, 8081)}
-    for name in ("postgresql", "object-store", "stores-setup", "search-attributes", "worker"):
+    assert published(svc["api"]) == {("127.0.0.1", 8091, 8091)}
+    for name in ("postgresql", "object-store", "stores-setup", "search-attributes", "worker", "redis"):
         assert published(svc[name]) == set(), name
 
 
 def test_the_worker_service_scales(config: dict[str, Any]) -> None:
     """`--scale worker=N` works: no fixed container name or host port, and the replicas keep their
-    state in PostgreSQL and their artifacts in the object store (readable by whichever worker, on
-    whichever host, picks a task up next)."""
+    state in PostgreSQL, their artifacts in the object store and their live streams in Redis
+    (readable by whichever worker or API replica, on whichever host, needs them next)."""
     worker = services(config)["worker"]
     assert "container_name" not in worker
     assert "ports" not in worker
@@ -206,6 +150,8 @@ def test_the_worker_service_scales(config: dict[str, Any]) -> None:
     assert env["AGENT_WORKER_ARTIFACT_BACKEND"] == "s3"
     assert env["AGENT_WORKER_ARTIFACT_ENDPOINT_URL"] == "http://object-store:9000"
     assert env["AGENT_WORKER_BUSINESS_BACKEND"] == "postgres"
+    assert env["AGENT_WORKER_STREAM_BACKEND"] == "redis"
+    assert env["AGENT_WORKER_STREAM_URL"] == "redis://redis:6379/0"
     assert env["AGENT_WORKER_DATA_DIR"] == "/data"
     assert worker["command"] == ["worker", "--role", "all"]
     # SIGTERM drains: compose waits longer than the worker's own 30 s grace before killing.
@@ -315,7 +261,8 @@ def test_the_docker_sandbox_override_gives_the_socket_to_the_sandbox_worker_only
 
 def test_every_service_is_started_after_what_it_needs(config: dict[str, Any]) -> None:
     """depends_on carries conditions: Temporal waits for a healthy PostgreSQL, the job and the UI
-    for a healthy Temporal, and the workers also for the search attributes to be registered."""
+    for a healthy Temporal, the workers also for the search attributes to be registered, and the
+    workers and the API for the stores to be set up and Redis to be healthy."""
     svc = services(config)
     conditions = {
         name: {dep: spec["condition"] for dep, spec in service.get("depends_on", {}).items()}
@@ -329,7 +276,14 @@ def test_every_service_is_started_after_what_it_needs(config: dict[str, Any]) ->
         "temporal": "service_healthy",
         "search-attributes": "service_completed_successfully",
         "stores-setup": "service_completed_successfully",
+        "redis": "service_healthy",
     }
+    assert conditions["api"] == {
+        "temporal": "service_healthy",
+        "stores-setup": "service_completed_successfully",
+        "redis": "service_healthy",
+    }
+    assert conditions["redis"] == {}
     assert conditions["stores-setup"] == {"postgresql": "service_healthy", "object-store": "service_healthy"}
     # Every condition names a service that has what it waits for.
     for name, deps in conditions.items():
@@ -358,7 +312,7 @@ def test_every_long_running_service_has_a_health_check(config: dict[str, Any]) -
 def test_settings_come_from_the_environment_with_defaults(tmp_path: Path) -> None:
     """Namespace, task queue, role, ports, bind address, image versions, encryption keys and the
     codec token are read from the environment (``${VAR:-default}``), and reach every service that
-    uses them."""
+    uses them (the API included)."""
     key = f"k1:{new_key()}"
     svc = services(
         resolve(
@@ -370,6 +324,7 @@ def test_settings_come_from_the_environment_with_defaults(tmp_path: Path) -> Non
                 "TEMPORAL_PORT": "17233",
                 "TEMPORAL_UI_PORT": "18080",
                 "CODEC_PORT": "18081",
+                "API_PORT": "18091",
                 "TEMPORAL_CODEC_ENDPOINT": "https://codec.example.test",
                 "TEMPORAL_VERSION": "9.9.9",
                 "AGENT_WORKER_ENCRYPTION_KEYS": key,
@@ -382,7 +337,7 @@ def test_settings_come_from_the_environment_with_defaults(tmp_path: Path) -> Non
     )
     assert svc["temporal"]["environment"]["DEFAULT_NAMESPACE"] == "prod-agents"
     assert svc["temporal"]["image"] == "temporalio/auto-setup:9.9.9"
-    for name in ("search-attributes", "worker"):
+    for name in ("search-attributes", "worker", "api"):
         assert svc[name]["environment"]["TEMPORAL_NAMESPACE"] == "prod-agents", name
         assert svc[name]["environment"]["TEMPORAL_ADDRESS"] == "temporal:7233", name
     assert svc["temporal-ui"]["environment"]["TEMPORAL_DEFAULT_NAMESPACE"] == "prod-agents"
@@ -393,17 +348,20 @@ def test_settings_come_from_the_environment_with_defaults(tmp_path: Path) -> Non
     assert published(svc["temporal"]) == {("0.0.0.0", 17233, 7233)}
     assert published(svc["temporal-ui"]) == {("0.0.0.0", 18080, 8080)}
     assert published(svc["codec-server"]) == {("0.0.0.0", 18081, 8081)}
+    assert published(svc["api"]) == {("0.0.0.0", 18091, 8091)}
+    assert "--task-queue=agent-tasks-blue" in svc["api"]["command"]
     ui = svc["temporal-ui"]["environment"]
     assert ui["TEMPORAL_CODEC_ENDPOINT"] == "https://codec.example.test"
     assert ui["TEMPORAL_CORS_ORIGINS"] == "http://localhost:18080"
     assert "--ui-origin=http://localhost:18080" in svc["codec-server"]["command"]
-    # The workers encrypt with the keys the codec server decrypts with; only the codec server
-    # holds the token.
-    for name in ("codec-server", "worker"):
+    # The workers encrypt with the keys the codec server and the API decrypt with; only the codec
+    # server holds its token.
+    for name in ("codec-server", "worker", "api"):
         env = svc[name]["environment"]
         assert (env["AGENT_WORKER_ENCRYPTION_KEYS"], env["AGENT_WORKER_ENCRYPTION_KEY_ID"]) == (key, "k1")
     assert svc["codec-server"]["environment"]["AGENT_WORKER_CODEC_TOKEN"] == "s3cret"
     assert "AGENT_WORKER_CODEC_TOKEN" not in worker["environment"]
+    assert "AGENT_WORKER_CODEC_TOKEN" not in svc["api"]["environment"]
 
 
 def test_the_ui_decodes_through_the_codec_server_by_default(config: dict[str, Any]) -> None:
@@ -503,14 +461,6 @@ async def test_the_search_attribute_job_registers_them_on_a_real_server(
 
 
 # ---- the health checks, run -----------------------------------------------------------------------
-
-
-def healthcheck_argv(service: dict[str, Any], container_port: int, port: int) -> list[str]:
-    """The service's CMD health check for this machine: our Python, the given port."""
-    test = service["healthcheck"]["test"]
-    assert test[0] == "CMD" and test[1] == "python", f"expected a python health check, got {test}"
-    assert "curl" not in " ".join(test) and "wget" not in " ".join(test)
-    return [sys.executable, *(arg.replace(f":{container_port}/", f":{port}/") for arg in test[2:])]
 
 
 async def test_the_worker_health_check_passes_while_serving_and_fails_while_draining(

@@ -47,7 +47,9 @@ def test_the_dockerfile_installs_the_package_and_runs_agent_worker() -> None:
 
 def test_the_dockerfile_dependency_layer_lists_the_package_requirements(tmp_path: Path) -> None:
     """The dependency layer's requirement list, computed by the Dockerfile's own command from
-    pyproject.toml, holds the runtime dependencies and the docker/postgres/s3/otel/e2b extras."""
+    pyproject.toml, holds the runtime dependencies and the extras the compose stack's services use:
+    docker/e2b (sandboxes), postgres/s3/redis (the fleet's stores and live streams), api (the HTTP
+    API service) and otel."""
     [command] = [args for kind, args in dockerfile_instructions() if kind == "RUN" and "tomllib" in args]
     shell_command, _, target = command.rpartition(">")
     assert target.strip() == "/tmp/requirements.txt"
@@ -65,4 +67,6 @@ def test_the_dockerfile_dependency_layer_lists_the_package_requirements(tmp_path
     assert {"temporalio", "pydantic", "openai-agents", "docker", "psycopg", "e2b"} <= names
     # The fleet's stores: artifacts in object storage, state in PostgreSQL through a pool.
     assert {"boto3", "psycopg-pool"} <= names
+    # The compose stack's api service (FastAPI, uvicorn) and its live streams in Redis.
+    assert {"fastapi", "uvicorn", "starlette", "redis"} <= names
     assert not any(r.startswith("agent-worker") for r in requirements), "no self-reference (dev extra)"
