@@ -40,14 +40,16 @@ def stubs() -> Iterator[tuple[OpenAIStub, OpenAIStub]]:
         yield primary, backup
 
 
+@pytest.mark.parametrize("torn", [False, True], ids=["ended-early", "torn-mid-body"])
 async def test_a_model_that_breaks_off_mid_stream_is_superseded_before_the_fallback_answers(
-    client, dev_server: DevServer, tmp_path: Path, stubs: tuple[OpenAIStub, OpenAIStub]
+    client, dev_server: DevServer, tmp_path: Path, stubs: tuple[OpenAIStub, OpenAIStub], torn: bool
 ) -> None:
-    """The primary streams 6 chunks (a few words) and drops the connection: that is an outage, the
-    backup answers the same call; the stream has the primary's words, then a superseded entry
-    naming the call and the primary, then the backup's words; the assembled text is the output."""
+    """The primary streams 6 chunks (a few words) and drops the connection, either ending the body
+    early or tearing it (the openai client's transport raises): that is an outage, the backup
+    answers the same call; the stream has the primary's words, then a superseded entry naming the
+    call and the primary, then the backup's words; the assembled text is the output."""
     primary, backup = stubs
-    primary.reply_text(FIRST, chunk_delay=0.05, cut_after=6)
+    primary.reply_text(FIRST, chunk_delay=0.05, cut_after=6, torn=torn)
     backup.reply_text(ANSWER, chunk_delay=0.02)
     providers = (
         f'{{"primary": {{"base_url": "{primary.base_url}"}}, "backup": {{"base_url": "{backup.base_url}"}}}}'

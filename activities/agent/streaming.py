@@ -278,13 +278,12 @@ class StreamingModel(Model):
         refused: openai.APIStatusError | None = None
         try:
             events = self.inner.stream_response(system_instructions, input, model_settings, *args, **kwargs)
-            try:
-                async with contextlib.aclosing(events) as events:  # type: ignore[type-var]
-                    async for event in events:
-                        seen += 1
-                        final = self._forward(event) or final
-            except httpx.TransportError as err:
-                raise _broken_off(f"{type(err).__name__}: {err}") from err
+            # A transport error mid-body reaches here as openai.APIConnectionError already (the
+            # client wraps its transport's errors; test_stream_fallback's torn case).
+            async with contextlib.aclosing(events) as events:  # type: ignore[type-var]
+                async for event in events:
+                    seen += 1
+                    final = self._forward(event) or final
             if final is None and seen:
                 raise _broken_off("it ended before the response completed")
         except openai.APIStatusError as err:

@@ -41,6 +41,9 @@ class Reply:
     text: str | None = None  # a 200 whose assistant message says this, in the shape of the API asked
     chunk_delay: float | None = None  # between a streamed reply's chunks (None: the stub's)
     cut_after: int | None = None  # a streamed reply's connection drops after this many chunks
+    # With cut_after: the reply declares the whole stream's length, so the drop is a transport error
+    # (an incomplete body) rather than a stream that simply ends early.
+    torn: bool = False
     stream: bool = False  # set by the stub: the request asked for a stream
     path: str = ""  # set by the stub: the API asked
 
@@ -172,10 +175,14 @@ class OpenAIStub:
         delay: float = 0.0,
         chunk_delay: float | None = None,
         cut_after: int | None = None,
+        torn: bool = False,
     ) -> None:
         """Queue a 200 whose assistant message says ``text`` (in either API's shape); streamed with
-        ``chunk_delay`` between chunks, and broken off after ``cut_after`` chunks if set."""
-        reply = Reply(200, {}, None, delay, text=text, chunk_delay=chunk_delay, cut_after=cut_after)
+        ``chunk_delay`` between chunks, and broken off after ``cut_after`` chunks if set (``torn``:
+        mid-body, a transport error for the client)."""
+        reply = Reply(
+            200, {}, None, delay, text=text, chunk_delay=chunk_delay, cut_after=cut_after, torn=torn
+        )
         with self._lock:
             self._replies.append(reply)
 
@@ -312,10 +319,13 @@ class OpenAIStub:
                     self.send_header("Content-Type", "text/event-stream")
                     self.send_header("Cache-Control", "no-cache")
                     self.send_header("Connection", "close")
+                    chunks = list(events(reply.body))
+                    if reply.torn:
+                        self.send_header("Content-Length", str(sum(len(c) for c in chunks)))
                     for name, value in reply.headers.items():
                         self.send_header(name, value)
                     self.end_headers()
-                    for n, chunk in enumerate(events(reply.body)):
+                    for n, chunk in enumerate(chunks):
                         if reply.cut_after is not None and n >= reply.cut_after:
                             break
                         if n and reply.chunk_delay:
