@@ -39,7 +39,7 @@ from schemas import visibility
 from schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionKind, DecisionOutcome
 from schemas.config import DEFAULT_TASK_QUEUE
 from schemas.tasks import BatchView, TaskInput, TaskPhase, TaskResult, TaskSpec, TaskStatus
-from schemas.validation import InvalidPayload, parse_decision
+from schemas.validation import InvalidPayload, check_task_id, parse_decision
 from schemas.visibility import TASKS_QUERY as TASKS_QUERY  # re-exported: the public face
 from schemas.visibility import WORKFLOW_TYPE as WORKFLOW_TYPE
 from schemas.visibility import queryable
@@ -154,9 +154,11 @@ class AgentWorkerClient:
 
         Raises:
             pydantic.ValidationError: ``spec`` is not a valid TaskSpec (naming the field).
+            InvalidPayload: ``task_id`` is not a valid task id (``schemas.tasks.TASK_ID_PATTERN``:
+                no spaces, control characters or line breaks); nothing is started.
         """
+        task_id = check_task_id(task_id) if task_id is not None else f"task-{uuid.uuid4().hex[:12]}"
         task = spec if isinstance(spec, TaskInput) else TaskInput(spec=TaskSpec.model_validate(spec))
-        task_id = task_id or f"task-{uuid.uuid4().hex[:12]}"
         try:
             handle = await self.temporal.start_workflow(
                 AgentTaskWorkflow.run,

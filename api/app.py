@@ -50,7 +50,7 @@ from inbox.service import InboxError, InboxService, may_view
 from schemas.approvals import ApprovalRequest, DecisionKind, DecisionOutcome
 from schemas.config import DEFAULT_TASK_QUEUE, WorkerConfig
 from schemas.events import Event
-from schemas.tasks import TaskResult, TaskSpec, TaskStatus
+from schemas.tasks import TaskId, TaskResult, TaskSpec, TaskStatus
 
 _DEFAULTS = WorkerConfig()
 # The bearer scheme, for the OpenAPI document (``api.guard`` authenticates).
@@ -99,7 +99,7 @@ class StartRequest(BaseModel):
     """A task to start: its spec (what any Temporal client would send) and, optionally, its id."""
 
     spec: TaskSpec
-    task_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._:/-]{1,200}$")
+    task_id: TaskId | None = None
 
 
 class StartResponse(BaseModel):

@@ -12,9 +12,10 @@ import asyncio
 import json
 import sys
 import uuid
+from collections.abc import Awaitable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 from cli import render
 from cli.context import CliContext
@@ -22,10 +23,18 @@ from cli.errors import CliError
 from schemas.approvals import ApprovalDecision, DecisionKind
 from schemas.config import DEFAULT_TASK_QUEUE
 from schemas.tasks import TaskInput, TaskPhase, TaskResult, TaskStatus
-from schemas.validation import InvalidPayload, parse_decision, parse_follow_up, parse_task_input
+from schemas.validation import (
+    InvalidPayload,
+    check_task_id,
+    parse_decision,
+    parse_follow_up,
+    parse_task_input,
+)
 
 if TYPE_CHECKING:
     from agent_worker.client import AgentWorkerClient
+
+T = TypeVar("T")
 
 __all__ = [
     "CliError",
@@ -40,6 +49,8 @@ POLL_SECONDS = 0.5
 INBOX_QUERY_TIMEOUT = timedelta(seconds=5)
 # How long `approve` / `edit` / `reject` wait for a worker to answer; the decision expires then.
 DECIDE_TIMEOUT_SECONDS = 30.0
+# A worker answers a decision within a second or two; past this, say on stderr that we are waiting.
+WAITING_NOTICE_SECONDS = 2.0
 
 
 def register(sub: Any) -> None:
@@ -216,8 +227,11 @@ async def outcome(tasks: AgentWorkerClient, task_id: str, out: TextIO) -> int:
 
 async def cmd_start(args: argparse.Namespace, ctx: CliContext, out: TextIO | None = None) -> int:
     out = out or sys.stdout
+    try:
+        task_id = check_task_id(args.id, "--id") if args.id is not None else f"task-{uuid.uuid4().hex[:12]}"
+    except InvalidPayload as err:
+        raise CliError(str(err), 2) from None
     task = load_task_input(args.file, args.example)
-    task_id = args.id or f"task-{uuid.uuid4().hex[:12]}"
     tasks = await ctx.tasks(args.task_queue)
     ref = await tasks.start(task, task_id)
     if ref.started:
@@ -301,6 +315,26 @@ def _no_worker(task_id: str, wait_seconds: float, tail: str) -> CliError:
     )
 
 
+async def _saying_we_wait(work: Awaitable[T], task_id: str, wait_seconds: float, what: str) -> T:
+    """``work``'s result; if it takes longer than a worker normally does, a line on stderr says the
+    command is waiting for a worker and until when, so a stopped fleet is never a silent hang."""
+
+    async def notice() -> None:
+        await asyncio.sleep(min(WAITING_NOTICE_SECONDS, wait_seconds / 3))
+        print(
+            f"waiting for a worker to take {what} on task {task_id} (no worker has answered yet; "
+            f"giving up after {wait_seconds:g} s, --timeout to change)...",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    noticing = asyncio.create_task(notice())
+    try:
+        return await work
+    finally:
+        noticing.cancel()
+
+
 async def cmd_decide(args: argparse.Namespace, ctx: CliContext, out: TextIO | None = None) -> int:
     """``approve`` / ``edit`` / ``reject``: by the ``decide`` update (a checked, synchronous answer)
     or, with ``--signal``, by the durable ``submit_decision`` signal.
@@ -344,7 +378,12 @@ async def cmd_decide(args: argparse.Namespace, ctx: CliContext, out: TextIO | No
         # The run chain the signature must cover: the pending request's (None when the task started
         # before run chains, or the request is not pending: the task then ignores the decision).
         try:
-            pending = await tasks.pending(args.task_id, wait_seconds=wait_seconds)
+            pending = await _saying_we_wait(
+                tasks.pending(args.task_id, wait_seconds=wait_seconds),
+                args.task_id,
+                wait_seconds,
+                "the query for the run chain to sign",
+            )
         except WorkerUnreachable:
             raise _no_worker(
                 args.task_id, wait_seconds, "nothing was signed or sent: decide again once a worker runs"
@@ -384,8 +423,13 @@ async def send_decision(
         expires_at = datetime.now(UTC) + timedelta(seconds=wait_seconds)
         decision = decision.model_copy(update={"expires_at": expires_at})
     try:
-        return await tasks.send_decision(
-            task_id, decision, via="signal" if as_signal else "update", wait_seconds=wait_seconds
+        return await _saying_we_wait(
+            tasks.send_decision(
+                task_id, decision, via="signal" if as_signal else "update", wait_seconds=wait_seconds
+            ),
+            task_id,
+            wait_seconds,
+            "the decision",
         )
     except WorkerUnreachable:
         expiry = decision.expires_at.isoformat() if decision.expires_at else "now"
@@ -393,7 +437,8 @@ async def send_decision(
             task_id,
             wait_seconds,
             f"the decision was not applied, and the task refuses it if it arrives after {expiry}: decide "
-            "again once a worker runs",
+            "again once a worker runs, or send it with --signal (Temporal keeps the signal and the task "
+            "applies it when a worker picks it up)",
         ) from None
     except DecisionRefused as err:
         raise CliError(f"decision refused: {err.reason}") from None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -22,6 +22,14 @@ from schemas.sandbox import CommandRecord, SandboxRef, SandboxSpec
 from schemas.tools import ToolEffectRecord
 from schemas.turns import ToolCallRecord
 from schemas.writes import WriteEvidence
+
+# A task id is the workflow id, and it travels into logs, terminals, file names, URLs and headers:
+# printable ASCII without spaces or line breaks, one pattern at every entry point (client, CLI, API).
+TASK_ID_PATTERN = r"^[A-Za-z0-9._:/-]{1,200}$"
+TASK_ID_RULE = "1 to 200 characters from A-Z a-z 0-9 . _ : / -"
+TaskId = Annotated[
+    str, Field(pattern=TASK_ID_PATTERN, description=f"The task (= workflow) id: {TASK_ID_RULE}.")
+]
 
 
 class TaskPhase(StrEnum):

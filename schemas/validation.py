@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from schemas.approvals import ApprovalDecision
-from schemas.tasks import FollowUp, TaskInput, TaskState
+from schemas.tasks import TASK_ID_PATTERN, TASK_ID_RULE, FollowUp, TaskInput, TaskState
 
 
 class InvalidPayload(ValueError):
@@ -68,3 +69,16 @@ def parse_decision(raw: Any) -> ApprovalDecision:
         InvalidPayload: naming every field at fault.
     """
     return _parse(ApprovalDecision, raw, "decision")
+
+
+def check_task_id(task_id: Any, field: str = "task_id") -> str:
+    """``task_id`` if it is a valid task id (``schemas.tasks.TASK_ID_PATTERN``), the one check that
+    the client, the CLI and the API make before starting a task.
+
+    Raises:
+        InvalidPayload: naming ``field`` and the rule, with the refused id shown escaped (a line break
+            in it is printed as ``\\r\\n``, never as one).
+    """
+    if isinstance(task_id, str) and re.fullmatch(TASK_ID_PATTERN, task_id):
+        return task_id
+    raise InvalidPayload(f"invalid {field}: {task_id!r} must be {TASK_ID_RULE}")

@@ -39,7 +39,7 @@ from schemas.sandbox import (
     SandboxRef,
     SandboxSpec,
 )
-from tests.helpers.support import REPO, TaskEnv, example_spec, make_config, running_worker
+from tests.helpers.support import REPO, TaskEnv, example_spec, make_config, running_worker, until
 from worker import build_sandboxes
 
 MIB = 1024 * 1024
@@ -148,6 +148,74 @@ async def test_process_tier_caps_a_600_process_command(process_box: Box) -> None
     started = int(record.stdout.split()[-1])
     assert started < 64
     assert (await process_box.sh("echo still-alive")).stdout == "still-alive\n"
+
+
+HOLD_FORKS = (
+    "import os, sys, time\n"
+    "started = 0\n"
+    "for _ in range(int(sys.argv[1])):\n"
+    "    try:\n"
+    "        pid = os.fork()\n"
+    "    except OSError as err:\n"
+    "        print('refused:', err.strerror)\n"
+    "        break\n"
+    "    if pid == 0:\n"
+    "        while not os.path.exists('release'):\n"
+    "            time.sleep(0.05)\n"
+    "        os._exit(0)\n"
+    "    started += 1\n"
+    "open('holding', 'w').write(str(started))\n"
+    "print('started', started, flush=True)\n"
+    "if 'then-release' in sys.argv:\n"
+    "    open('release', 'w').close()\n"
+    "for _ in range(started):\n"
+    "    os.wait()\n"
+)
+
+
+async def test_process_tier_caps_each_command_on_its_own(tmp_path: Path, store: LocalArtifactStore) -> None:
+    """Two sandboxes with a cap of 64 each: while one holds 40 processes, a fork bomb in the other
+    still gets (nearly) its own 64 and no more, and both finish; a cap shared by every sandbox of the
+    host (RLIMIT_NPROC of the one ``nobody`` user) would have left it about 20."""
+    backends, default, _ = build_sandboxes(make_config(tmp_path / "data", sandbox_backend="process"))
+    acts = SandboxActivities(backends, store, default)
+    holder = await make_box(acts, SandboxSpec(pids=64))
+    bomber = await make_box(acts, SandboxSpec(pids=64))
+    sandbox = backends[SandboxBackend.PROCESS]
+    assert isinstance(sandbox, ProcessSandbox)
+    work = sandbox.root / holder.ref.sandbox_id / "work"
+    (work / "hold.py").write_text(HOLD_FORKS)
+    holding = asyncio.create_task(holder.sh("python3 hold.py 40", limit=120))
+    await until(lambda: (work / "holding").exists() or holding.done(), 60, "the holder's 40 processes")
+    assert (work / "holding").read_text() == "40"
+    (sandbox.root / bomber.ref.sandbox_id / "work" / "hold.py").write_text(HOLD_FORKS)
+    bomb = await bomber.sh("python3 hold.py 600 then-release", limit=120)
+    started = int(bomb.stdout.split()[-1])
+    assert "refused: Resource temporarily unavailable" in bomb.stdout
+    assert 50 <= started < 64, bomb.stdout
+    (work / "release").touch()
+    held = await holding
+    assert held.exit_code == 0 and held.stdout.split()[-1] == "40"
+    assert (await bomber.sh("echo still-alive")).stdout == "still-alive\n"
+
+
+async def test_the_unsafe_plain_subprocess_tier_is_capped_too(
+    tmp_path: Path, store: LocalArtifactStore
+) -> None:
+    """``process_isolation=none`` (unsafe development) has no rlimits, but a worker that can make
+    cgroups (root here, as in CI) still runs each command in its own ``pids`` cgroup: 600 forks are
+    refused at the cap."""
+    config = make_config(
+        tmp_path / "data", sandbox_backend="process", process_isolation="none", sandbox_unsafe_dev=True
+    )
+    backends, default, _ = build_sandboxes(config)
+    sandbox = backends[SandboxBackend.PROCESS]
+    assert isinstance(sandbox, ProcessSandbox) and sandbox.cgroups is not None
+    box = await make_box(SandboxActivities(backends, store, default), SandboxSpec(pids=64))
+    (sandbox.root / box.ref.sandbox_id / "work" / "hold.py").write_text(HOLD_FORKS)
+    bomb = await box.sh("python3 hold.py 600 then-release", limit=120)
+    assert "refused: Resource temporarily unavailable" in bomb.stdout
+    assert int(bomb.stdout.split()[-1]) < 64
 
 
 async def test_process_tier_caps_memory_and_file_size(tmp_path: Path, store: LocalArtifactStore) -> None:

@@ -20,7 +20,7 @@ from activities.events import EventActivities, JsonlEventSink
 from cli.main import main as cli_main
 from schemas.events import Event, EventType, PublishEventsInput, PublishEventsResult, event_id_for
 from schemas.tasks import TaskPhase, TaskResult
-from tests.helpers.support import TaskEnv, example_spec, running_worker, spawn_worker
+from tests.helpers.support import TaskEnv, assert_replays, example_spec, running_worker, spawn_worker
 from workflows import AgentTaskWorkflow
 
 
@@ -237,3 +237,19 @@ async def test_a_worker_killed_after_its_local_delivery_leaves_the_sink_as_the_h
     # The retry numbered the request otherwise than the lost attempt did: the sink replaced it.
     moved = next(e.seq for e in stored if e.type is EventType.APPROVAL_REQUESTED)
     assert moved != lost_request.seq and stored[lost_request.seq] != lost_request, (moved, lost_request)
+
+
+async def test_an_approved_write_records_its_approval_check_before_its_outcome(env: TaskEnv) -> None:
+    """In a real approved write, ``authz.checked`` (the write's own re-check of the approval, made in
+    ``business.write`` before it writes) comes after the ``write.attempted`` that carried it and before
+    ``write.confirmed``, in the sink as in the task's status; the history replays."""
+    handle = await env.start(example_spec())
+    await env.awaiting_approval(handle)
+    await env.approve(handle)
+    result: TaskResult = await asyncio.wait_for(handle.result(), 60)
+    assert result.phase is TaskPhase.COMPLETED
+    types = [e.type.value for e in JsonlEventSink(env.config.events_dir).read(handle.id)]
+    write_events = [t for t in types if t.startswith(("write.", "authz."))]
+    assert write_events == ["write.attempted", "authz.checked", "write.confirmed"]
+    assert types.index("approval.decided") < types.index("write.attempted")
+    await assert_replays(env.client, handle.id)

@@ -1,16 +1,25 @@
-"""The worker serves Prometheus metrics: the Temporal SDK's and this package's named task metrics."""
+"""The worker serves Prometheus metrics: the Temporal SDK's and this package's named task metrics;
+`agent-worker dev` serves the server's on a fixed port."""
 
 from __future__ import annotations
 
 import asyncio
 import re
 import signal
+import subprocess
+import sys
+import time
 import urllib.request
+from argparse import Namespace
 from pathlib import Path
 
+import pytest
+
+from cli.devserver import dev_command, port_open, stop_process_group
+from cli.errors import CliError
 from schemas.health import DoctorInput, DoctorReport, Thresholds
 from schemas.tasks import TaskPhase, TaskResult
-from tests.helpers.support import TaskEnv, example_spec, free_port, spawn_worker, worker_process
+from tests.helpers.support import REPO, TaskEnv, example_spec, free_port, spawn_worker, worker_process
 from workflows import AgentTaskWorkflow, FleetDoctorWorkflow
 
 MONITORING = Path(__file__).resolve().parent.parent / "monitoring"
@@ -181,3 +190,36 @@ async def test_metrics_endpoint_reports_workflow_cache_misses_and_size(
     assert "temporal_sticky_cache_hit" in text
     sizes = [line for line in text.splitlines() if line.startswith("temporal_sticky_cache_size{")]
     assert sizes and all(float(line.rsplit(" ", 1)[1]) <= 1 for line in sizes), sizes
+
+
+def test_agent_worker_dev_serves_the_server_metrics_on_its_fixed_port_or_the_one_given(
+    tmp_path: Path,
+) -> None:
+    """`agent-worker dev` passes the server a fixed /metrics port (--port + 2000, so 9233 by default)
+    instead of the random one the temporal CLI picks, and ``--metrics-port`` moves it: the real server
+    answers /metrics there, and the command says where on stderr."""
+    default = dev_command(
+        Namespace(port=7233, metrics_port=None, ui_port=None, headless=False, db_filename=Path("t.db"))
+    )
+    assert default[default.index("--metrics-port") + 1] == "9233"
+    with pytest.raises(CliError):
+        dev_command(
+            Namespace(port=64000, metrics_port=None, ui_port=None, headless=True, db_filename=Path("t.db"))
+        )
+    port, metrics = free_port(), free_port()
+    log = tmp_path / "dev.log"
+    argv = [sys.executable, "-m", "cli.main", "dev", "--port", str(port), "--metrics-port", str(metrics)]
+    argv += ["--headless", "--db-filename", str(tmp_path / "temporal.db")]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        for _ in range(600):  # until the server answers (at most about a minute)
+            assert proc.poll() is None, log.read_text()
+            if port_open("127.0.0.1", port) and port_open("127.0.0.1", metrics):
+                break
+            time.sleep(0.1)
+        text = scrape(metrics)
+        assert "# TYPE" in text and "persistence_requests" in text
+        assert f"http://127.0.0.1:{metrics}/metrics" in log.read_text()
+    finally:
+        stop_process_group(proc)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from temporalio import workflow
@@ -82,6 +84,9 @@ with workflow.unsafe.imports_passed_through():
     from workflows.placement import Home, Placement, at_home, home_of, home_unanswered
     from workflows.takeover import record_takeover
     from workflows.tool_effects import ToolEffects
+
+
+_CHECKED_BY_WRITE = "checked by business.write before it wrote"
 
 
 class _Revoked(Exception):
@@ -167,16 +172,20 @@ class EffectRunner:
                 status = ActionStatus.FAILED
         else:
             authz = self.approvals.write_authz(item)
+            checked = None
+            if authz is not None:
+                # Causal order: authz.checked goes in once the write has answered past its check,
+                # before its outcome's events (it came after write.confirmed before issue 38). No
+                # patch: no command changes, only the order of the events the state records.
+                checked = partial(self.approvals.authorization, item, True, _CHECKED_BY_WRITE)
             try:
-                output = await self.write(action, operation, authz)
+                output = await self.write(action, operation, authz, checked)
             except _Revoked as revoked:
                 # Nothing was written: the action did not run, and waits for a decision again.
                 state.usage.actions -= 1
                 self.task.set_phase(TaskPhase.RUNNING)
                 self.approvals.authorization(item, False, revoked.reason)
                 return None
-            if authz is not None:
-                self.approvals.authorization(item, True, "checked by business.write before it wrote")
         if output is None:
             return _result(action, ActionStatus.FAILED, "error: the business write did not happen")
         return ActionResult(
@@ -633,12 +642,17 @@ class EffectRunner:
     # ---- business writes -----------------------------------------------------------------------
 
     async def write(
-        self, action: ProposedAction, plan: BusinessWrite, authz: AuthzRequest | None = None
+        self,
+        action: ProposedAction,
+        plan: BusinessWrite,
+        authz: AuthzRequest | None = None,
+        checked: Callable[[], object] | None = None,
     ) -> str | None:
         """Write once under the action's operation key. An unknown outcome is looked up before
         anything else: found, it is recorded; not found, the write is sent again under the same key.
         A conflict, a system that stays down, or a lookup that stays unavailable hands the task off.
-        Returns the model-visible receipt, or None when nothing was written."""
+        Returns the model-visible receipt, or None when nothing was written. ``checked`` is called
+        once the write has answered past its approval check (``authz``), before its outcome's events."""
         spec = self.task.valid_spec
         # Keyed by the run chain too: a reused task id is a new task, whose writes are its own.
         key = operation_key(self.task.task_id, action.call_id, self.task.state.run_chain)
@@ -656,7 +670,7 @@ class EffectRunner:
         self.task.set_phase(TaskPhase.COMMITTING)
         settle = patched(SETTLE_CANCELLED_WRITE_PATCH)
         try:
-            receipt, by_lookup = await self.write_rounds(action, key, write_input, settle)
+            receipt, by_lookup = await self.write_rounds(action, key, write_input, settle, checked)
         except _CancelledWrite as cancelled:
             await self.settle_cancelled(action, key, cancelled.receipt, plan.system)
             raise asyncio.CancelledError from None
@@ -670,7 +684,12 @@ class EffectRunner:
         return self.record_write(action, key, receipt, system=plan.system, by_lookup=by_lookup)
 
     async def write_rounds(
-        self, action: ProposedAction, key: str, write_input: WriteInput, settle: bool
+        self,
+        action: ProposedAction,
+        key: str,
+        write_input: WriteInput,
+        settle: bool,
+        checked: Callable[[], object] | None = None,
     ) -> tuple[WriteReceipt, bool]:
         """Write, and look up after an unknown outcome, until the write settles (or hand off). The
         receipt, and whether a lookup gave it.
@@ -684,13 +703,19 @@ class EffectRunner:
             self.task.emit(EventType.WRITE_ATTEMPTED, call_id=action.call_id, operation_key=key, round=round_)
             try:
                 receipt = await self.send_write(write_input, settle)
-                break
             except ActivityError as err:
                 if is_cancelled_exception(err):
                     raise
                 code, message = failure_code(err), failure_message(err)
+            else:
+                code, message = None, ""
             if code == "authz_revoked":
                 raise _Revoked(message)
+            if checked is not None and code in (None, "write_unknown"):
+                checked()  # the write got past its approval check: that came first
+                checked = None
+            if receipt is not None:
+                break
             if code == "write_conflict":
                 self.task.emit(EventType.WRITE_CONFLICT, operation_key=key, error=message)
                 metrics.workflow_counter("agent_worker_writes", outcome="conflict")

@@ -51,8 +51,9 @@ class EmailNotifier:
         message = EmailMessage()
         message["From"] = self.sender
         message["To"] = ", ".join(to)
+        task = printable(note.task_id)
         message["Subject"] = (
-            f"[agent-worker] budget: {note.budget.budget} of task {note.task_id} past its soft limit"
+            f"[agent-worker] budget: {note.budget.budget} of task {task} past its soft limit"
             if note.budget is not None
             else f"[agent-worker] {note.kind}: {note.tool} waits for approval ({note.request_id})"
         )
@@ -79,3 +80,8 @@ class EmailNotifier:
             raise NotifyError(
                 f"SMTP {parts.hostname}:{port}: {err}", operation="notify.send", retryable="yes"
             ) from err
+
+
+def printable(value: str) -> str:
+    """``value`` with control characters escaped (``\\r\\n``): a header must not break a line."""
+    return value.encode("unicode_escape").decode("ascii") if not value.isprintable() else value

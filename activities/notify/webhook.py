@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -13,7 +14,9 @@ from schemas.notify import NotifyInput
 
 
 class WebhookNotifier:
-    """POSTs to ``url``; the notification's key goes as the ``Idempotency-Key`` header."""
+    """POSTs to ``url``; the notification's key goes as the ``Idempotency-Key`` header, percent-encoded
+    where it holds a character a header cannot carry (a task id started outside the client, CLI and
+    API may hold a line break; such a header is refused by httpx and the send would retry for good)."""
 
     channel = "webhook"
 
@@ -34,7 +37,9 @@ class WebhookNotifier:
         body: dict[str, Any] = {"text": text, "agent_worker": note.model_dump(mode="json")}
         try:
             async with httpx.AsyncClient(timeout=self.timeout) as client:
-                response = await client.post(self.url, json=body, headers={"Idempotency-Key": note.key})
+                response = await client.post(
+                    self.url, json=body, headers={"Idempotency-Key": header_safe(note.key)}
+                )
         except httpx.HTTPError as err:
             raise NotifyError(
                 f"webhook {self.url} unreachable: {err}", operation="notify.send", retryable="yes"
@@ -47,3 +52,8 @@ class WebhookNotifier:
             operation="notify.send",
             retryable="no" if refused else "yes",
         )
+
+
+def header_safe(value: str) -> str:
+    """``value`` unchanged if it is a plain token, else percent-encoded (no CR, LF or non-ASCII)."""
+    return quote(value, safe="/:@._-~+=!$&'()*,;")

@@ -23,12 +23,18 @@ nothing the second time: a hunk whose old lines are gone and whose new lines are
 applied, an added file is written whole, a deleted file that is gone stays gone. So a command retried
 after its worker died mid-way does not apply a change twice.
 
+Every path stays in the work dir where the files really are: a symlink that an earlier command made
+(to a file, a directory on the way, or nowhere yet) is followed as the write would follow it and a
+real location outside the work dir is refused; deleting a symlink removes the link, never its
+target. The check runs here, in the sandbox, for every backend.
+
 Exit status: 0 applied (stdout lists ``A``/``M``/``D`` per path), 1 the patch is malformed or does
 not match (stderr says where), nothing written.
 """
 
 import os
 import sys
+import tempfile
 
 BEGIN = "*** Begin Patch"
 END = "*** End Patch"
@@ -103,14 +109,30 @@ def parse(text):
     return ops
 
 
-def resolve(root, path):
-    """``path`` under ``root``; a path that is absolute or leaves ``root`` is refused."""
+def resolve(root, path, link_itself=False):
+    """Where ``path`` under ``root`` really is; a path that is absolute or leaves ``root`` is refused.
+
+    ``root`` is a real path. Symlinks made earlier in the sandbox are followed the way the write
+    would follow them (intermediate directories, the file itself, a dangling link's target), and the
+    real location must stay under ``root``. With ``link_itself`` (a delete) the last component is
+    not followed: a symlink is removed, never what it points to.
+    """
     if os.path.isabs(path):
         raise PatchError(f"{path!r}: paths are relative to the work dir")
     full = os.path.normpath(os.path.join(root, path))
-    if full != root and not full.startswith(root.rstrip(os.sep) + os.sep):
+    if not inside(root, full):
         raise PatchError(f"{path!r} is outside the work dir")
-    return full
+    if link_itself:
+        real = os.path.join(os.path.realpath(os.path.dirname(full)), os.path.basename(full))
+    else:
+        real = os.path.realpath(full)
+    if not inside(root, real):
+        raise PatchError(f"{path!r} is outside the work dir (through a symlink)")
+    return real
+
+
+def inside(root, full):
+    return full == root or full.startswith(root.rstrip(os.sep) + os.sep)
 
 
 def read_lines(full, path):
@@ -176,12 +198,13 @@ def plan(ops, root):
     """What to write (path -> lines, None to delete) and the summary lines, before anything changes."""
     writes, summary = {}, []
     for op in ops:
-        path, full = op["path"], resolve(root, op["path"])
+        path = op["path"]
+        full = resolve(root, path, link_itself=op["kind"] == "delete")
         if op["kind"] == "add":
             writes[full] = op["lines"]
             summary.append("A " + path)
         elif op["kind"] == "delete":
-            gone = not os.path.exists(full)
+            gone = not os.path.lexists(full)
             writes[full] = None
             summary.append("D " + path + (" (already gone)" if gone else ""))
         else:
@@ -201,20 +224,32 @@ def plan(ops, root):
 def write(writes):
     for full, lines in writes.items():
         if lines is None:
-            if os.path.exists(full):
-                os.remove(full)
+            if os.path.lexists(full):
+                os.remove(full)  # a symlink: the link, not its target
             continue
         os.makedirs(os.path.dirname(full) or ".", exist_ok=True)
-        temporary = full + ".aw-patch"
-        with open(temporary, "w", encoding="utf-8") as f:
+        # A fresh name (O_EXCL), so a planted symlink at a guessable temporary name is never followed.
+        handle, temporary = tempfile.mkstemp(prefix=".aw-patch-", dir=os.path.dirname(full))
+        with os.fdopen(handle, "w", encoding="utf-8") as f:
             f.write("\n".join(lines) + "\n" if lines else "")
+        os.chmod(temporary, mode_for(full))
         os.replace(temporary, full)
+
+
+def mode_for(full):
+    """The mode ``full`` has, or a new file's mode under the current umask."""
+    try:
+        return os.stat(full).st_mode & 0o7777
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 def main(text, root):
     """Apply ``text`` under ``root``; the exit status."""
     try:
-        writes, summary = plan(parse(text), os.path.abspath(root))
+        writes, summary = plan(parse(text), os.path.realpath(root))
     except PatchError as err:
         sys.stderr.write(f"apply_patch: {err}; nothing was changed\n")
         return 1

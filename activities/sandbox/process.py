@@ -6,9 +6,11 @@ only what commands need, read-only: ``/usr`` (and the ``/bin``, ``/lib*`` links)
 holding a few public files (no ``shadow``, no keys); no ``/run`` (no Docker socket), no home, no data
 dir. It gets a private writable work dir at ``/work``, a size-capped private ``/tmp``, no network
 (unless the task grants it), a fresh pid, IPC and UTS namespace, the ``nobody`` user with no
-capabilities, ``no_new_privs``, a kill timeout, and rlimits: processes (the spec's ``pids``; the
-count is of every process of the sandbox user on the host), address space (``memory_mb``) and file
-size (``work_dir_mb``). A worker running as root runs bubblewrap privileged and drops to the real
+capabilities, ``no_new_privs``, a kill timeout, and caps: processes (the spec's ``pids``, per
+command: its own ``pids`` cgroup where the worker can make one, see ``pids_cgroup``, else
+``RLIMIT_NPROC``, which counts per command in a user namespace but, for a root worker without
+cgroups, every process of the host's ``nobody``), address space (``memory_mb``) and file size
+(``work_dir_mb``). A worker running as root runs bubblewrap privileged and drops to the real
 ``nobody`` (so root's files stay root's); any other worker uses a user namespace.
 
 The worker proves that isolation when it builds the tier (``ProcessSandbox.prove_isolation``) and
@@ -50,6 +52,7 @@ from activities.sandbox.base import (
     SandboxInfo,
     sandbox_id_for,
 )
+from activities.sandbox.pids_cgroup import PidsCgroups
 from schemas.sandbox import CreateSandboxInput, ExecInput, SandboxBackend, SandboxRef, SandboxSpec
 
 log = structlog.get_logger(__name__)
@@ -61,6 +64,9 @@ _OUTPUT_HARD_LIMIT = 64 * 1024 * 1024
 # How long past its own timeout a command may take before the activity kills it from outside.
 _OUTSIDE_GRACE_SECONDS = 5.0
 _MIB = 1024 * 1024
+# RLIMIT_NPROC of a root worker's commands when a cgroup caps each: the real nobody's count is shared
+# by every sandbox of the host, so it is only a host-wide backstop then, not the command's cap.
+_NPROC_BACKSTOP = 65536
 _TMP_BYTES = 64 * _MIB
 # What commands may see of the host, read-only. /etc is a fresh directory with these few public files.
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -136,8 +142,11 @@ def isolation_problems(root: Path) -> list[str]:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _bwrap_argv(work: Path, spec: SandboxSpec, command: list[str], timeout: float) -> list[str]:
-    """The argv that runs ``command`` in bubblewrap with ``work`` as ``/work``."""
+def _bwrap_argv(
+    work: Path, spec: SandboxSpec, command: list[str], timeout: float, *, cgroup_capped: bool = False
+) -> list[str]:
+    """The argv that runs ``command`` in bubblewrap with ``work`` as ``/work`` (``cgroup_capped``:
+    a cgroup caps its processes, so a root worker's shared ``RLIMIT_NPROC`` is only a backstop)."""
     argv = ["bwrap"]
     for path in _SYSTEM_DIRS:
         if os.path.islink(path):
@@ -157,9 +166,10 @@ def _bwrap_argv(work: Path, spec: SandboxSpec, command: list[str], timeout: floa
     ]  # fmt: skip
     if not spec.network:
         argv.append("--unshare-net")
+    nproc = _NPROC_BACKSTOP if cgroup_capped and os.geteuid() == 0 else spec.pids
     limits = [
         "prlimit",
-        f"--nproc={spec.pids}",
+        f"--nproc={nproc}",
         f"--as={spec.memory_mb * _MIB}",
         f"--fsize={spec.work_dir_mb * _MIB}",
         "--core=0",
@@ -225,6 +235,7 @@ class ProcessSandbox:
                 retryable="no",
             )
         self.isolation = isolation
+        self.cgroups = PidsCgroups.here()
         if isolation == "none":
             log.error(
                 "UNSAFE: process sandbox tier without isolation (sandbox_unsafe_dev): commands run as "
@@ -236,6 +247,7 @@ class ProcessSandbox:
                 "process sandbox tier is for trusted development use only",
                 isolation=self.isolation,
                 root=str(self.root),
+                pids_cap="cgroup" if self.cgroups else "rlimit",
             )
 
     def _dir(self, sandbox_id: str) -> Path:
@@ -279,13 +291,17 @@ class ProcessSandbox:
         owner = {LABEL_NAMESPACE: self.namespace, LABEL_DEPLOYMENT: self.deployment}
         return {k: v for k, v in owner.items() if v is not None}
 
-    def _argv(self, input: ExecInput, timeout: float) -> list[str]:
+    def _argv(self, input: ExecInput, timeout: float, cgroup: Path | None) -> list[str]:
         work = self._work(input.sandbox.sandbox_id)
         if self.isolation == "none":
             # UNSAFE (sandbox_unsafe_dev): the worker's user, files and network. Killed from inside
             # too, so the command dies even if the worker vanishes.
-            return ["timeout", "-s", "KILL", f"{timeout:g}", *input.command.argv]
-        return _bwrap_argv(work, input.spec, input.command.argv, timeout)
+            argv = ["timeout", "-s", "KILL", f"{timeout:g}", *input.command.argv]
+        else:
+            argv = _bwrap_argv(
+                work, input.spec, input.command.argv, timeout, cgroup_capped=cgroup is not None
+            )
+        return argv if cgroup is None else PidsCgroups.argv(cgroup, argv)
 
     async def exec(self, input: ExecInput) -> ExecOutcome:
         work = self._work(input.sandbox.sandbox_id)
@@ -297,9 +313,18 @@ class ProcessSandbox:
                 retryable="no",
             )
         timeout = input.command.timeout_seconds or input.spec.command_timeout_seconds
+        cgroup = await asyncio.to_thread(self.cgroups.make, input.spec.pids) if self.cgroups else None
+        try:
+            return await self._run(input, work, cgroup, limit=timeout)
+        finally:
+            if cgroup is not None:
+                # What the command left running (its own cap's worth at most) goes with it.
+                await asyncio.shield(asyncio.to_thread(PidsCgroups.remove, cgroup))
+
+    async def _run(self, input: ExecInput, work: Path, cgroup: Path | None, *, limit: float) -> ExecOutcome:
         started = time.monotonic()
         proc = await asyncio.create_subprocess_exec(
-            *self._argv(input, timeout),
+            *self._argv(input, limit, cgroup),
             cwd=work,
             env={"PATH": SANDBOX_PATH, "HOME": str(work)},
             stdin=asyncio.subprocess.PIPE,
@@ -310,7 +335,7 @@ class ProcessSandbox:
         try:
             stdin = input.command.stdin.encode() if input.command.stdin is not None else b""
             out, err = await asyncio.wait_for(
-                _communicate(proc, stdin), timeout=timeout + _OUTSIDE_GRACE_SECONDS
+                _communicate(proc, stdin), timeout=limit + _OUTSIDE_GRACE_SECONDS
             )
         except TimeoutError:
             _kill_group(proc)
@@ -324,7 +349,7 @@ class ProcessSandbox:
                     await asyncio.shield(proc.wait())
         # timeout(1) reports a KILLed command as 137; a command may exit 137 by itself, so the
         # elapsed time decides.
-        timed_out = proc.returncode in (124, 137, -9) and time.monotonic() - started >= timeout
+        timed_out = proc.returncode in (124, 137, -9) and time.monotonic() - started >= limit
         return ExecOutcome(proc.returncode, out, err, timed_out=timed_out)
 
     async def read_file(self, ref: SandboxRef, name: str) -> bytes | None:
