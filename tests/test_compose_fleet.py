@@ -255,6 +255,7 @@ async def test_two_workers_the_api_and_redis_stream_a_turn_running_on_the_other_
             async with httpx.AsyncClient(base_url=base, headers=auth, timeout=120) as http:
                 started = await http.post("/v1/tasks", json={"spec": spec, "task_id": task_id})
                 assert started.status_code == 201, started.text
+                task_id = started.json()["task_id"]  # the chosen id, scoped to the spec's tenant
                 entries: list[StreamEntry] = []
                 before_gate: list[StreamEntry] = []
                 async with http.stream("GET", f"/v1/tasks/{task_id}/stream") as response:

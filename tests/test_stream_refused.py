@@ -11,6 +11,7 @@ own process (``agent-worker worker``) and the real Temporal dev server.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ import structlog
 from agents import Agent, ModelSettings
 from agents.models.interface import ModelTracing
 
+from activities.agent import streaming
 from activities.agent.provider_errors import REJECTED, provider_failure
 from activities.agent.providers import resolve_chain
 from activities.agent.registry import AgentRegistration
@@ -112,6 +114,16 @@ def _streaming_model(stub: OpenAIStub, api: str) -> StreamingModel:
     return StreamingModel(choice.model, TurnStream(None, f"t-{os.urandom(4).hex()}", None, 1), choice.label)
 
 
+@contextlib.contextmanager
+def streaming_logs(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str, Any]]]:
+    """What the streaming module logs meanwhile. Its module logger was cached on first use (the
+    worker's logging caches loggers) by whichever earlier test logged through it, and a cached
+    logger escapes ``capture_logs``: a fresh one, bound inside the capture, does not."""
+    with structlog.testing.capture_logs() as logs:
+        monkeypatch.setattr(streaming, "log", structlog.get_logger(streaming.__name__))
+        yield logs
+
+
 async def _call(model: StreamingModel) -> str:
     response = await model.get_response(
         None, "say hello", ModelSettings(), [], None, [], ModelTracing.DISABLED
@@ -125,7 +137,7 @@ async def _call(model: StreamingModel) -> str:
 )
 @pytest.mark.parametrize(("api", "path"), APIS)
 async def test_a_refusal_with_or_without_the_word_stream_falls_back_once(
-    stub: OpenAIStub, api: str, path: str, status: int, words: str
+    stub: OpenAIStub, api: str, path: str, status: int, words: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A 400 that does not say why, and a 422 that names `stream`, to a streamed request: the same
     request unstreamed answers, one warning is logged, and the next call of that model does not
@@ -133,7 +145,7 @@ async def test_a_refusal_with_or_without_the_word_stream_falls_back_once(
     stub.refuse_stream(status, words)
     stub.always(text=ANSWER)
     model = _streaming_model(stub, api)
-    with structlog.testing.capture_logs() as logs:
+    with streaming_logs(monkeypatch) as logs:
         assert await _call(model) == ANSWER
         assert await _call(model) == ANSWER
     assert stub.streamed() == [True, False, False]
@@ -143,7 +155,7 @@ async def test_a_refusal_with_or_without_the_word_stream_falls_back_once(
 
 @pytest.mark.parametrize(("api", "path"), APIS)
 async def test_a_bad_request_fails_after_two_requests_and_the_model_keeps_streaming(
-    stub: OpenAIStub, api: str, path: str
+    stub: OpenAIStub, api: str, path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A 400 that the unstreamed request gets as well is the request's own fault: the call fails with
     the server's second answer (a non-retryable rejection), after exactly two requests, nothing is
@@ -152,7 +164,7 @@ async def test_a_bad_request_fails_after_two_requests_and_the_model_keeps_stream
     stub.reply_error(400, "context length exceeded")
     stub.reply_text(ANSWER)
     model = _streaming_model(stub, api)
-    with structlog.testing.capture_logs() as logs:
+    with streaming_logs(monkeypatch) as logs:
         with pytest.raises(openai.BadRequestError) as caught:
             await _call(model)
         assert await _call(model) == ANSWER
@@ -165,14 +177,14 @@ async def test_a_bad_request_fails_after_two_requests_and_the_model_keeps_stream
 
 @pytest.mark.parametrize(("api", "path"), APIS)
 async def test_a_server_that_ignores_stream_is_asked_once_more_and_not_streamed_again(
-    stub: OpenAIStub, api: str, path: str
+    stub: OpenAIStub, api: str, path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A server that answers a streamed request with a plain JSON body (no stream event): the same
     request unstreamed answers, one warning is logged, and the next call does not stream."""
     stub.ignore_stream()
     stub.always(text=ANSWER)
     model = _streaming_model(stub, api)
-    with structlog.testing.capture_logs() as logs:
+    with streaming_logs(monkeypatch) as logs:
         assert await _call(model) == ANSWER
         assert await _call(model) == ANSWER
     assert stub.streamed() == [True, False, False]
