@@ -431,7 +431,7 @@ class TaskState(BaseModel):
         default=None,
         description="The sandbox home queue whose command the worker running the task refused to run "
         "here (`sandbox.exec_here`: `sandbox_elsewhere`): its later commands go to that home queue at "
-        "once (`workflows.effects`).",
+        "once (`workflows.sandbox_effects`).",
     )
     usage: Usage = Field(default_factory=Usage)
     budget_added: dict[str, float] = Field(

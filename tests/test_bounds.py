@@ -21,8 +21,8 @@ from schemas.approvals import MAX_EDITED_ARGS_BYTES, MAX_PRINCIPAL_CHARS, Decisi
 from schemas.tasks import TaskPhase
 from tests.helpers.support import TaskEnv, assert_replays, spawn_worker
 from workflows import AgentTaskWorkflow
-from workflows.agent_task import MAX_PENDING_FOLLOW_UP_BYTES
 from workflows.bounds import MAX_PAYLOAD_BYTES, MAX_SPEC_BYTES
+from workflows.inputs import MAX_PENDING_FOLLOW_UP_BYTES
 
 STALE = "sha256:" + "0" * 64
 TIMED_OUT = {RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED}

@@ -71,7 +71,7 @@ class BatchRunner:
             # sandbox is made first for them all to run at once.
             commands = [i for i in items if self.effects.runs_command(i)]
             if len(commands) > 1:
-                await self.effects.ensure_sandbox()
+                await self.effects.sandbox.ensure_sandbox()
 
         async def run(item: BatchItem) -> None:
             async with limit:

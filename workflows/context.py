@@ -14,7 +14,7 @@ from schemas.tasks import TaskPhase, TaskSpec, TaskState
 
 
 class Emit(Protocol):
-    """Records an event of ``type`` with ``data`` in the task's state (``AgentTaskWorkflow.emit``)."""
+    """Records an event of ``type`` with ``data`` in the task's state (``EventLog.emit``)."""
 
     def __call__(self, type: EventType, /, **data: Any) -> None: ...
 
@@ -30,7 +30,7 @@ class TaskContext:
         state: The task's state.
         input_error: Why the task's input was refused, or None.
         emit: Records an event in the state's tail.
-        emit_ignored: Records ignored input, bounded per delivery (``AgentTaskWorkflow.emit_ignored``).
+        emit_ignored: Records ignored input, bounded per delivery (``EventLog.emit_ignored``).
         set_phase: Enters a phase (and publishes it to visibility).
     """
 

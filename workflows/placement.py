@@ -17,7 +17,7 @@ operation on it goes to that host's home queue (``SandboxRef.home_queue``, ``at_
 placement, with a schedule-to-start timeout: a host that does not take it in time is gone, and the
 caller decides what that costs (``home_unanswered``). Before that, a colocated task asks the worker
 running it, which usually holds the sandbox, in a local activity (``sandbox.exec_here`` for a command,
-``workflows.effects``; ``sandbox.destroy_here`` at the end).
+``workflows.sandbox_effects``; ``sandbox.destroy_here`` at the end).
 """
 
 from __future__ import annotations

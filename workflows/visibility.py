@@ -1,0 +1,100 @@
+"""What Temporal shows of a task, kept in step with its state: its phase (the time spent in the phase
+it leaves added to its usage), its search attributes (``schemas.visibility``) and its current details
+in the UI. Workflow code: deterministic, no I/O of its own."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from schemas import visibility
+    from schemas.approvals import ApprovalRequest
+    from schemas.events import EventType
+    from schemas.tasks import TaskPhase, TaskSpec, TaskState
+    from telemetry import metrics
+    from workflows.context import Emit
+
+
+class TaskVisibility:
+    """Enters one task's phases and publishes them. ``pending`` gives the requests still waiting for a
+    decision (the approval desk's, made after the context that carries ``set_phase``)."""
+
+    def __init__(
+        self,
+        spec: TaskSpec | None,
+        state: TaskState,
+        *,
+        emit: Emit,
+        pending: Callable[[], list[ApprovalRequest]],
+    ) -> None:
+        self.spec = spec
+        self.state = state
+        self.emit = emit
+        self.pending = pending
+        # Decided in ``AgentTaskWorkflow.run``: the minimum of round trips (``MINIMUM_ROUND_TRIPS_PATCH``)
+        # and whether the task is on a thread.
+        self.lean = False
+        self.threaded = False
+        # What the search attributes were last set to (``publish``): only changes are upserted.
+        self.published: dict[str, Any] = {}
+
+    def set_phase(self, phase: TaskPhase) -> None:
+        if phase is self.state.phase:
+            return
+        previous = self.state.phase
+        self.state.phase = phase
+        self.account_time(previous)
+        self.emit(EventType.PHASE_CHANGED, previous=previous.value, phase=phase.value)
+        metrics.workflow_counter("agent_worker_phase_entered", phase=phase.value)
+        self.publish()
+
+    def account_time(self, ended: TaskPhase) -> None:
+        """Add the time spent in the phase that just ``ended`` to the task's usage: waiting for a human,
+        or working (a terminal phase adds nothing)."""
+        now, since = workflow.now(), self.state.phase_since
+        self.state.phase_since = now
+        if since is None or ended.terminal:
+            return
+        spent = max((now - since).total_seconds(), 0.0)
+        if ended is TaskPhase.AWAITING_APPROVAL:
+            self.state.usage.waiting_seconds += spent
+        else:
+            self.state.usage.active_seconds += spent
+
+    def publish(self) -> None:
+        """Keep search attributes and the UI's current details in step with the state."""
+        spec = self.spec
+        pending = self.pending()
+        approvers = sorted({p for r in pending for p in r.approvers})
+        values: list[tuple[Any, Any]] = [
+            (visibility.PHASE, self.state.phase.value),
+            (visibility.TENANT, spec.tenant if spec else ""),
+            (visibility.AGENT, spec.agent if spec else ""),
+            (visibility.AWAITING_APPROVAL, self.state.phase is TaskPhase.AWAITING_APPROVAL),
+            (visibility.APPROVERS, approvers),
+            *([(visibility.THREAD, spec.thread)] if self.threaded and spec else []),
+        ]
+        if self.lean:
+            # Only what changed (each upsert is an event in the history; most set one attribute).
+            values = [(key, value) for key, value in values if self.published.get(key.name, ()) != value]
+            self.published.update((key.name, value) for key, value in values)
+        if values:
+            workflow.upsert_search_attributes([key.value_set(value) for key, value in values])
+        if self.state.phase is TaskPhase.AWAITING_APPROVAL and pending:
+            lines = [f"**Waiting for approval** of {len(pending)} action(s):"]
+            lines += [
+                f"- `{r.request_id}` {r.action.tool} by {' or '.join(r.approvers)}, version `{r.version}`, "
+                f"until {r.deadline.isoformat()}"
+                for r in pending
+            ]
+            self.details("\n".join(lines))
+        else:
+            self.details(
+                f"Phase: {self.state.phase.value}" + (f" ({self.state.reason})" if self.state.reason else "")
+            )
+
+    def details(self, text: str) -> None:
+        workflow.set_current_details(text)
