@@ -58,38 +58,39 @@ with workflow.unsafe.imports_passed_through():
     from schemas.turns import TurnInput, TurnResult
     from schemas.validation import InvalidPayload, parse_decision, parse_follow_up, parse_task_input
     from telemetry import metrics
-    from workflows import bounds, options
-    from workflows.approvals import ApprovalDesk
-    from workflows.batch import BatchRunner, batch_view
-    from workflows.budget_tree import BudgetKeeper, is_extension, record_turn
-    from workflows.context import TaskContext
-    from workflows.decisions import expiry_problem, why_not
-    from workflows.effects import EffectRunner
-    from workflows.evidence import EvidenceKeeper, evidence_of
-    from workflows.failures import failure_code, failure_message
-    from workflows.handoff import HandOff
-    from workflows.patches import (
-        BOUNDED_PATCH,
-        BUDGET_TREE_PATCH,
-        CHECK_EDITS_PATCH,
-        DELIVER_EVENTS_PATCH,
-        INTERRUPT_PATCH,
-        LEAN_EVIDENCE_PATCH,
-        LOCAL_DELIVERY_PATCH,
-        MCP_UNAVAILABLE_PATCH,
-        MINIMUM_ROUND_TRIPS_PATCH,
-        PACKED_EVENTS_PATCH,
-        RUN_CHAIN_PATCH,
-        TENANT_ADMISSION_PATCH,
-        THREADS_PATCH,
-        ask_patches_at_start,
-        patched,
-    )
-    from workflows.placement import Placement, at_home, home_unanswered
-    from workflows.policy import evaluate
-    from workflows.sla import ApprovalClock
-    from workflows.takeover import record_takeover
-    from workflows.threads import first_message
+
+from workflows import bounds, options
+from workflows.approvals import ApprovalDesk
+from workflows.batch import BatchRunner, batch_view
+from workflows.budget_tree import BudgetKeeper, is_extension, record_turn
+from workflows.context import TaskContext
+from workflows.decisions import expiry_problem, why_not
+from workflows.effects import EffectRunner
+from workflows.evidence import EvidenceKeeper, evidence_of
+from workflows.failures import failure_code, failure_message
+from workflows.handoff import HandOff
+from workflows.patches import (
+    BOUNDED_PATCH,
+    BUDGET_TREE_PATCH,
+    CHECK_EDITS_PATCH,
+    DELIVER_EVENTS_PATCH,
+    INTERRUPT_PATCH,
+    LEAN_EVIDENCE_PATCH,
+    LOCAL_DELIVERY_PATCH,
+    MCP_UNAVAILABLE_PATCH,
+    MINIMUM_ROUND_TRIPS_PATCH,
+    PACKED_EVENTS_PATCH,
+    RUN_CHAIN_PATCH,
+    TENANT_ADMISSION_PATCH,
+    THREADS_PATCH,
+    ask_patches_at_start,
+    patched,
+)
+from workflows.placement import Placement, at_home, home_unanswered
+from workflows.policy import evaluate
+from workflows.sla import ApprovalClock
+from workflows.takeover import record_takeover
+from workflows.threads import first_message
 
 EVENT_TAIL = 100
 # What ``status`` shows of the prompt.

@@ -54,34 +54,35 @@ with workflow.unsafe.imports_passed_through():
         operation_key,
     )
     from telemetry import metrics
-    from workflows import bounds, options
-    from workflows.approvals import ApprovalDesk
-    from workflows.bounds import cut
-    from workflows.budget_tree import BudgetKeeper, child_usage
-    from workflows.context import TaskContext
-    from workflows.decisions import find_request
-    from workflows.failures import (
-        as_activity_error,
-        failure_code,
-        failure_detail,
-        failure_details,
-        failure_message,
-        failure_operation,
-    )
-    from workflows.handoff import HandOff
-    from workflows.patches import (
-        BOUNDED_PATCH,
-        CHECK_EDITS_PATCH,
-        EXEC_HERE_PATCH,
-        MINIMUM_ROUND_TRIPS_PATCH,
-        REBUILD_SANDBOX_PATCH,
-        SANDBOX_HOME_PATCH,
-        SETTLE_CANCELLED_WRITE_PATCH,
-        patched,
-    )
-    from workflows.placement import Home, Placement, at_home, home_of, home_unanswered
-    from workflows.takeover import record_takeover
-    from workflows.tool_effects import ToolEffects
+
+from workflows import bounds, options
+from workflows.approvals import ApprovalDesk
+from workflows.bounds import cut
+from workflows.budget_tree import BudgetKeeper, child_usage
+from workflows.context import TaskContext
+from workflows.decisions import find_request
+from workflows.failures import (
+    as_activity_error,
+    failure_code,
+    failure_detail,
+    failure_details,
+    failure_message,
+    failure_operation,
+)
+from workflows.handoff import HandOff
+from workflows.patches import (
+    BOUNDED_PATCH,
+    CHECK_EDITS_PATCH,
+    EXEC_HERE_PATCH,
+    MINIMUM_ROUND_TRIPS_PATCH,
+    REBUILD_SANDBOX_PATCH,
+    SANDBOX_HOME_PATCH,
+    SETTLE_CANCELLED_WRITE_PATCH,
+    patched,
+)
+from workflows.placement import Home, Placement, at_home, home_of, home_unanswered
+from workflows.takeover import record_takeover
+from workflows.tool_effects import ToolEffects
 
 
 class _Revoked(Exception):
