@@ -128,4 +128,4 @@ def handoff_agent(item: Handoff) -> Any:
     """The agent a ``Handoff`` made by the Agents SDK's ``handoff()`` leads to, or None when it is
     gone or the handoff was built by hand (no target recorded)."""
     ref = getattr(item, "_agent_ref", None)
-    return ref() if callable(ref) else getattr(item, "agent", None)
+    return ref() if callable(ref) else None

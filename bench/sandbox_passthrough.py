@@ -9,9 +9,10 @@ the Temporal CLI) ``--replays`` times in each of these, interleaved round by rou
 - ``passthrough``: the same sandbox with our own packages passed through
   (``SandboxRestrictions.default.with_passthrough_modules(...)``): imported once, shared by every
   instance, so no longer re-imported but no longer isolated per instance either;
-- ``worker``: the worker's runner (``agent_worker.worker.workflow_runner``): ``passthrough``, with
-  payload contexts answered without entering the sandbox and its code strings compiled once
-  (``activities.sdk_shims.AgentWorkflowRunner``);
+- ``worker``: the worker's runner (``agent_worker.worker.workflow_runner``): our workflow code
+  passed through (``WORKFLOW_CODE``; our models and helpers are passed through where workflow code
+  imports them), with payload contexts answered without entering the sandbox and its code strings
+  compiled once (``activities.sdk_shims.AgentWorkflowRunner``);
 - ``unsandboxed``: ``UnsandboxedWorkflowRunner``, the floor (no sandbox at all).
 
 It also counts the sandbox's ``exec()`` calls by purpose (the SDK runs a code string in the
@@ -260,8 +261,10 @@ def report(figures: dict[str, Any], replays: int, rounds: int) -> str:
         "",
         f"`passthrough` passes `{', '.join(OURS)}` through the sandbox "
         "(`SandboxRestrictions.default.with_passthrough_modules`); `worker` is the worker's runner "
-        "(`agent_worker.worker.workflow_runner`): the same, with payload contexts answered without "
-        "entering the sandbox and its code strings compiled once (`AgentWorkflowRunner`).",
+        "(`agent_worker.worker.workflow_runner`): our workflow code passed through (`WORKFLOW_CODE`), "
+        "with payload contexts answered without entering the sandbox and its code strings compiled "
+        "once (`AgentWorkflowRunner`). `sandboxed` imports the workflow code afresh for each "
+        "instance (the SDK's default; our models and helpers pass through where imported).",
         "",
         "## The sandbox's exec() calls per replay (sandboxed runner)",
         "",
