@@ -16,8 +16,13 @@ releases. Everything else in the distribution (``activities``, ``workflows``, ``
   ``ApprovalRequest``, ``ApprovalDecision`` ...). All are plain JSON on the wire.
 - **Client**: ``AgentWorkerClient`` (start, status, pending, awaiting, decide, say, cancel, result)
   and its errors, rooted at ``AgentWorkerError``.
+- **Worker**: ``AgentWorkerPlugin``, a Temporal plugin that adds our workflows and activities to a
+  ``temporalio.worker.Worker`` of your own (docs/operations.md, "Running in a worker of your own");
+  imported on first use.
 - **Testing**: ``agent_worker.testing`` (``Script``, ``local_worker``), imported on its own.
 """
+
+from typing import Any
 
 from agents import Agent, function_tool
 
@@ -60,11 +65,23 @@ from schemas.tasks import (
     TaskStatus,
 )
 
+
+def __getattr__(name: str) -> Any:
+    # The plugin brings the worker's whole build (workflows, every role's activities): only on use,
+    # so that a client importing ``agent_worker`` does not pay for it.
+    if name == "AgentWorkerPlugin":
+        from agent_worker.plugin import AgentWorkerPlugin
+
+        return AgentWorkerPlugin
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "Agent",
     "AgentRegistration",
     "AgentWorkerClient",
     "AgentWorkerError",
+    "AgentWorkerPlugin",
     "ApprovalDecision",
     "ApprovalRequest",
     "AwaitingTask",

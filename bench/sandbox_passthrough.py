@@ -9,15 +9,16 @@ the Temporal CLI) ``--replays`` times in each of these, interleaved round by rou
 - ``passthrough``: the same sandbox with our own packages passed through
   (``SandboxRestrictions.default.with_passthrough_modules(...)``): imported once, shared by every
   instance, so no longer re-imported but no longer isolated per instance either;
-- ``worker``: the worker's runner (``agent_worker.worker.workflow_runner``): ``passthrough``, with
-  payload contexts answered without entering the sandbox and its code strings compiled once
-  (``agent_worker.workflow_runner.DirectContextRunner``);
+- ``worker``: the worker's runner (``agent_worker.worker.workflow_runner``): our workflow code
+  passed through (``WORKFLOW_CODE``; our models and helpers are passed through where workflow code
+  imports them), with payload contexts answered without entering the sandbox and its code strings
+  compiled once (``activities.sdk_shims.AgentWorkflowRunner``);
 - ``unsandboxed``: ``UnsandboxedWorkflowRunner``, the floor (no sandbox at all).
 
 It also counts the sandbox's ``exec()`` calls by purpose (the SDK runs a code string in the
 sandbox for every activation and, through ``_CommandAwareDataConverter._get_current_dc``, for every
 payload sequence it decodes or encodes) and times them, and measures a replay with those strings
-compiled once instead of on every call (a patch of the SDK's ``_Instance._run_code`` in this process
+compiled once instead of on every call (a patch of the SDK's instance's ``_run_code`` in this process
 only), which is what an upstream fix would save.
 
 Run: ``python -m bench.sandbox_passthrough [--replays N] [--rounds K]`` (prints the figures; writes
@@ -44,8 +45,8 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
-from temporalio.worker.workflow_sandbox import _runner as sandbox_runner
 
+from activities.sdk_shims import sdk_instance_class
 from agent_worker.worker import workflow_runner
 from bench.common import REPO, load, machine
 from workflows import AgentTaskWorkflow
@@ -117,9 +118,9 @@ def _purpose(code: str) -> str:
 
 @contextlib.contextmanager
 def tallied(tally: ExecTally, compile_once: bool = False) -> Iterator[None]:
-    """Wrap the SDK's ``_Instance._run_code`` to tally each call; with ``compile_once``, run each code
+    """Wrap the SDK's instance's ``_run_code`` to tally each call; with ``compile_once``, run each code
     string from a code object compiled on its first use (what an upstream fix would do)."""
-    instance_class = sandbox_runner._Instance
+    instance_class = sdk_instance_class
     original = instance_class._run_code
     compiled: dict[str, Any] = {}
 
@@ -157,7 +158,7 @@ def validation_timed(seconds: list[float]) -> Iterator[None]:
     """Collect the seconds spent creating the SDK's validation instances: a ``Replayer`` builds one
     throwaway instance per ``replay_workflow`` call to check the workflow class, which a worker does
     once at start, so a live cache miss does not pay it."""
-    instance_class = sandbox_runner._Instance
+    instance_class = sdk_instance_class
     original = instance_class._create_instance
 
     def create_instance(self: Any) -> None:
@@ -260,8 +261,10 @@ def report(figures: dict[str, Any], replays: int, rounds: int) -> str:
         "",
         f"`passthrough` passes `{', '.join(OURS)}` through the sandbox "
         "(`SandboxRestrictions.default.with_passthrough_modules`); `worker` is the worker's runner "
-        "(`agent_worker.worker.workflow_runner`): the same, with payload contexts answered without "
-        "entering the sandbox and its code strings compiled once (`DirectContextRunner`).",
+        "(`agent_worker.worker.workflow_runner`): our workflow code passed through (`WORKFLOW_CODE`), "
+        "with payload contexts answered without entering the sandbox and its code strings compiled "
+        "once (`AgentWorkflowRunner`). `sandboxed` imports the workflow code afresh for each "
+        "instance (the SDK's default; our models and helpers pass through where imported).",
         "",
         "## The sandbox's exec() calls per replay (sandboxed runner)",
         "",
@@ -279,7 +282,7 @@ def report(figures: dict[str, Any], replays: int, rounds: int) -> str:
         f"{calls.get('get_serialization_context', 0):.0f} times per replay "
         f"({calls.get('get_serialization_context', 0) * figures['compile_us'] / 1000:.1f} ms).",
         "",
-        f"With every code string compiled once (the SDK's `_Instance._run_code` patched in-process): "
+        f"With every code string compiled once (the SDK instance's `_run_code` patched): "
         f"{figures['compile_once_ms']:.1f} ms per replay against {figures['compile_each_ms']:.1f} ms "
         f"({saving:.1f} ms, {saving / figures['compile_each_ms'] * 100:.0f}%), both with the tally's "
         "wrapper.",

@@ -132,7 +132,7 @@ def _describe(span: AgentSpan[Any]) -> tuple[str, dict[str, AttributeValue]]:
         attributes["gen_ai.operation.name"] = "chat"
         if model:
             attributes["gen_ai.response.model"] = model
-        response_id = getattr(response, "id", None) or getattr(data, "_response_id", None)
+        response_id = getattr(response, "id", None) or data.export().get("response_id")
         if response_id:
             attributes["gen_ai.response.id"] = response_id
         usage = data.usage

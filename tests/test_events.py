@@ -15,6 +15,7 @@ import pytest
 from pydantic import BaseModel
 from temporalio import activity
 
+import agent_worker.plugin
 import agent_worker.worker
 from activities.events import EventActivities, JsonlEventSink
 from cli.main import main as cli_main
@@ -170,7 +171,7 @@ async def test_a_worker_from_before_packed_events_gets_each_part_again_whole(
     calls = _BEFORE_PACKING_CALLS
     calls.clear()
     _HERE_CALLS.clear()
-    monkeypatch.setattr(agent_worker.worker, "EventActivities", _EventsBeforePacking)
+    monkeypatch.setattr(agent_worker.plugin, "EventActivities", _EventsBeforePacking)
     env = config_env
     async with running_worker(env.client, env.config):
         handle = await env.start(example_spec())

@@ -26,7 +26,8 @@ from tests.helpers.support import TaskEnv, example_spec
 STALE = "sha256:" + "0" * 64
 
 PUBLIC = {
-    "Agent", "AgentRegistration", "AgentWorkerClient", "AgentWorkerError", "ApprovalDecision",
+    "Agent", "AgentRegistration", "AgentWorkerClient", "AgentWorkerError", "AgentWorkerPlugin",
+    "ApprovalDecision",
     "ApprovalRequest", "AwaitingTask", "Budgets", "BusinessWrite", "ConversationModel", "DecisionKind",
     "DecisionOutcome", "DecisionRefused", "Delegation", "Event", "EventType", "Evidence", "InputFile",
     "McpRules", "McpWrite", "ToolError", "effect_tool", "PolicyRule", "PolicySpec", "ProposedAction",

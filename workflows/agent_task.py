@@ -26,35 +26,36 @@ with workflow.unsafe.imports_passed_through():
     from schemas.tenants import ReleaseInput
     from schemas.validation import InvalidPayload, parse_decision, parse_follow_up, parse_task_input
     from telemetry import metrics
-    from workflows import bounds, options
-    from workflows.approvals import ApprovalDesk
-    from workflows.batch import BatchRunner, batch_view
-    from workflows.budget_tree import BudgetKeeper, is_extension
-    from workflows.context import TaskContext
-    from workflows.decisions import expiry_problem, why_not
-    from workflows.effects import EffectRunner
-    from workflows.event_log import DELIVERY_BATCH, DELIVERY_BATCH_BEFORE, EventLog
-    from workflows.evidence import EvidenceKeeper, evidence_of
-    from workflows.handoff import HandOff
-    from workflows.inputs import decode, follow_up_refused
-    from workflows.patches import (
-        BOUNDED_PATCH,
-        BUDGET_TREE_PATCH,
-        CHECK_EDITS_PATCH,
-        DELIVER_EVENTS_PATCH,
-        LEAN_EVIDENCE_PATCH,
-        LOCAL_DELIVERY_PATCH,
-        MINIMUM_ROUND_TRIPS_PATCH,
-        RUN_CHAIN_PATCH,
-        THREADS_PATCH,
-        ask_patches_at_start,
-        patched,
-    )
-    from workflows.placement import Placement
-    from workflows.sla import ApprovalClock
-    from workflows.start import TaskStart
-    from workflows.turns import TurnRunner
-    from workflows.visibility import TaskVisibility
+
+from workflows import bounds, options
+from workflows.approvals import ApprovalDesk
+from workflows.batch import BatchRunner, batch_view
+from workflows.budget_tree import BudgetKeeper, is_extension
+from workflows.context import TaskContext
+from workflows.decisions import expiry_problem, why_not
+from workflows.effects import EffectRunner
+from workflows.event_log import DELIVERY_BATCH, DELIVERY_BATCH_BEFORE, EventLog
+from workflows.evidence import EvidenceKeeper, evidence_of
+from workflows.handoff import HandOff
+from workflows.inputs import decode, follow_up_refused
+from workflows.patches import (
+    BOUNDED_PATCH,
+    BUDGET_TREE_PATCH,
+    CHECK_EDITS_PATCH,
+    DELIVER_EVENTS_PATCH,
+    LEAN_EVIDENCE_PATCH,
+    LOCAL_DELIVERY_PATCH,
+    MINIMUM_ROUND_TRIPS_PATCH,
+    RUN_CHAIN_PATCH,
+    THREADS_PATCH,
+    ask_patches_at_start,
+    patched,
+)
+from workflows.placement import Placement
+from workflows.sla import ApprovalClock
+from workflows.start import TaskStart
+from workflows.turns import TurnRunner
+from workflows.visibility import TaskVisibility
 
 # What ``status`` shows of the prompt.
 STATUS_PROMPT_CHARS = 500

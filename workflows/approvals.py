@@ -23,18 +23,19 @@ with workflow.unsafe.imports_passed_through():
     from schemas.events import EventType
     from schemas.tasks import BatchItem, PolicySpec
     from telemetry import metrics
-    from workflows import options
-    from workflows.bounds import IGNORED_REASON_CHARS, KEPT_TEXT_CHARS, cut
-    from workflows.context import TaskContext
-    from workflows.decisions import expiry_problem, find_request, why_not
-    from workflows.handoff import HandOff
-    from workflows.patches import (
-        DECISION_EXPIRY_PATCH,
-        MINIMUM_ROUND_TRIPS_PATCH,
-        REAUTHORIZE_PATCH,
-        REOPEN_WITHOUT_REVOKED_PATCH,
-        patched,
-    )
+
+from workflows import options
+from workflows.bounds import IGNORED_REASON_CHARS, KEPT_TEXT_CHARS, cut
+from workflows.context import TaskContext
+from workflows.decisions import expiry_problem, find_request, why_not
+from workflows.handoff import HandOff
+from workflows.patches import (
+    DECISION_EXPIRY_PATCH,
+    MINIMUM_ROUND_TRIPS_PATCH,
+    REAUTHORIZE_PATCH,
+    REOPEN_WITHOUT_REVOKED_PATCH,
+    patched,
+)
 
 # Ignored decisions kept in the state (and shown by ``status``); the event sink has all of them.
 IGNORED_KEPT = 100

@@ -22,19 +22,20 @@ with workflow.unsafe.imports_passed_through():
     from schemas.notify import BudgetNotice, NotifyInput
     from schemas.tasks import BatchItem, Budgets, PolicyVerdict, Reservation, TaskResult, Usage
     from telemetry import metrics
-    from workflows.approvals import ApprovalDesk
-    from workflows.budgets import (
-        Exhausted,
-        child_budgets,
-        effective,
-        exhausted,
-        left,
-        past_soft_limit,
-        share,
-    )
-    from workflows.context import TaskContext
-    from workflows.handoff import HandOff
-    from workflows.sla import send_notice
+
+from workflows.approvals import ApprovalDesk
+from workflows.budgets import (
+    Exhausted,
+    child_budgets,
+    effective,
+    exhausted,
+    left,
+    past_soft_limit,
+    share,
+)
+from workflows.context import TaskContext
+from workflows.handoff import HandOff
+from workflows.sla import send_notice
 
 # The tool name an extension request carries (what approvers see, and what ``revoke --tool`` names).
 EXTEND_TOOL = "budget.extend"

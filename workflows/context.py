@@ -9,8 +9,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from schemas.events import EventType
-from schemas.tasks import TaskPhase, TaskSpec, TaskState
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():  # payload models and helpers: one copy for all runs
+    from schemas.events import EventType
+    from schemas.tasks import TaskPhase, TaskSpec, TaskState
 
 
 class Emit(Protocol):

@@ -6,9 +6,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
-from schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionKind
-from schemas.tasks import PolicySpec
-from security.signing import signature_problem
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():  # payload models and helpers: one copy for all runs
+    from schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionKind
+    from schemas.tasks import PolicySpec
+    from security.signing import signature_problem
 
 
 def find_request(requests: Iterable[ApprovalRequest], request_id: str) -> ApprovalRequest | None:

@@ -15,11 +15,12 @@ with workflow.unsafe.imports_passed_through():
     from schemas.artifacts import InputFile
     from schemas.events import EventType
     from schemas.tasks import DelegationRecord, TaskInput, TaskPhase, TaskResult, TaskSpec
-    from workflows import bounds
-    from workflows.budget_tree import BudgetKeeper, child_usage
-    from workflows.context import TaskContext
-    from workflows.failures import failure_details, failure_message
-    from workflows.patches import BOUNDED_PATCH, patched
+
+from workflows import bounds
+from workflows.budget_tree import BudgetKeeper, child_usage
+from workflows.context import TaskContext
+from workflows.failures import failure_details, failure_message
+from workflows.patches import BOUNDED_PATCH, patched
 
 
 class DelegationEffects:

@@ -10,7 +10,8 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from activities.health import HealthActivities
     from schemas.health import DoctorInput, DoctorReport
-    from workflows import options
+
+from workflows import options
 
 
 @workflow.defn(name="FleetDoctor")

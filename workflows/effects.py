@@ -28,19 +28,19 @@ with workflow.unsafe.imports_passed_through():
     from schemas.events import EventType
     from schemas.tasks import BatchItem, PolicyVerdict, TaskPhase
     from schemas.turns import PlanInput, PlanResult
-    from workflows import options
-    from workflows.approvals import ApprovalDesk
-    from workflows.budget_tree import BudgetKeeper
-    from workflows.context import TaskContext
-    from workflows.decisions import find_request
-    from workflows.delegation_effects import DelegationEffects
-    from workflows.handoff import HandOff
-    from workflows.patches import CHECK_EDITS_PATCH, patched
-    from workflows.placement import Placement
-    from workflows.sandbox_effects import SandboxEffects
-    from workflows.tool_effects import ToolEffects
-    from workflows.write_effects import WriteEffects, WriteRevoked
 
+from workflows import options
+from workflows.approvals import ApprovalDesk
+from workflows.budget_tree import BudgetKeeper
+from workflows.context import TaskContext
+from workflows.decisions import find_request
+from workflows.delegation_effects import DelegationEffects
+from workflows.handoff import HandOff
+from workflows.patches import CHECK_EDITS_PATCH, patched
+from workflows.placement import Placement
+from workflows.sandbox_effects import SandboxEffects
+from workflows.tool_effects import ToolEffects
+from workflows.write_effects import WriteEffects, WriteRevoked
 
 _CHECKED_BY_WRITE = "checked by business.write before it wrote"
 

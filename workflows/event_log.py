@@ -23,8 +23,9 @@ with workflow.unsafe.imports_passed_through():
         event_id_for,
     )
     from schemas.tasks import TaskState
-    from workflows import bounds, options
-    from workflows.patches import BOUNDED_PATCH, PACKED_EVENTS_PATCH, patched
+
+from workflows import bounds, options
+from workflows.patches import BOUNDED_PATCH, PACKED_EVENTS_PATCH, patched
 
 # Events the state keeps: past it, the oldest delivered ones are dropped.
 EVENT_TAIL = 100

@@ -31,12 +31,13 @@ with workflow.unsafe.imports_passed_through():
         TaskState,
     )
     from schemas.turns import TurnResult
-    from workflows import options
-    from workflows.bounds import size_of
-    from workflows.context import TaskContext
-    from workflows.failures import failure_code
-    from workflows.handoff import HandOff
-    from workflows.patches import ARCHIVE_EVIDENCE_PATCH, BOUNDED_PATCH, LEAN_EVIDENCE_PATCH, patched
+
+from workflows import options
+from workflows.bounds import size_of
+from workflows.context import TaskContext
+from workflows.failures import failure_code
+from workflows.handoff import HandOff
+from workflows.patches import ARCHIVE_EVIDENCE_PATCH, BOUNDED_PATCH, LEAN_EVIDENCE_PATCH, patched
 
 # Temporal refuses payloads over 2 MB (TMPRL1103); leave room for the envelope and the next run's start.
 MAX_CARRIED_BYTES = 1_500_000

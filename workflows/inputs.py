@@ -12,7 +12,8 @@ from temporalio.common import RawValue
 with workflow.unsafe.imports_passed_through():
     from schemas.tasks import FollowUp
     from schemas.validation import InvalidPayload
-    from workflows.patches import BOUNDED_PATCH, patched
+
+from workflows.patches import BOUNDED_PATCH, patched
 
 # Follow-up input waiting for the next turn: more is refused at arrival, with the reason.
 MAX_PENDING_FOLLOW_UPS = 100

@@ -38,9 +38,10 @@ with workflow.unsafe.imports_passed_through():
 
     from schemas.events import EventType
     from schemas.sandbox import SandboxRef
-    from workflows import bounds, options
-    from workflows.context import TaskContext
-    from workflows.patches import BOUNDED_PATCH, SANDBOX_HOME_PATCH, patched
+
+from workflows import bounds, options
+from workflows.context import TaskContext
+from workflows.patches import BOUNDED_PATCH, SANDBOX_HOME_PATCH, patched
 
 # The failure type the SDK reports for an activity the worker that took it does not register.
 NOT_REGISTERED = "NotFoundError"

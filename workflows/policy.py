@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from schemas.actions import EffectClass, ProposedAction
-from schemas.approvals import ApprovalSla
-from schemas.tasks import PolicySpec, PolicyVerdict
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():  # payload models and helpers: one copy for all runs
+    from schemas.actions import EffectClass, ProposedAction
+    from schemas.approvals import ApprovalSla
+    from schemas.tasks import PolicySpec, PolicyVerdict
 
 
 @dataclass(frozen=True)

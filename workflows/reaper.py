@@ -7,7 +7,8 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from activities.sandbox.reaper import ReaperActivities
     from schemas.sandbox import ReapInput, ReapResult
-    from workflows import options
+
+from workflows import options
 
 
 @workflow.defn(name="SandboxReaper")

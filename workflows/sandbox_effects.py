@@ -26,28 +26,28 @@ with workflow.unsafe.imports_passed_through():
         SandboxRef,
     )
     from schemas.streams import StreamEntry
-    from workflows import options
-    from workflows.bounds import cut
-    from workflows.context import TaskContext
-    from workflows.failures import (
-        as_activity_error,
-        failure_code,
-        failure_detail,
-        failure_message,
-        failure_operation,
-    )
-    from workflows.handoff import HandOff
-    from workflows.patches import (
-        BOUNDED_PATCH,
-        EXEC_HERE_PATCH,
-        MINIMUM_ROUND_TRIPS_PATCH,
-        REBUILD_SANDBOX_PATCH,
-        SANDBOX_HOME_PATCH,
-        patched,
-    )
-    from workflows.placement import Home, Placement, at_home, home_of, home_unanswered
-    from workflows.takeover import record_takeover
 
+from workflows import options
+from workflows.bounds import cut
+from workflows.context import TaskContext
+from workflows.failures import (
+    as_activity_error,
+    failure_code,
+    failure_detail,
+    failure_message,
+    failure_operation,
+)
+from workflows.handoff import HandOff
+from workflows.patches import (
+    BOUNDED_PATCH,
+    EXEC_HERE_PATCH,
+    MINIMUM_ROUND_TRIPS_PATCH,
+    REBUILD_SANDBOX_PATCH,
+    SANDBOX_HOME_PATCH,
+    patched,
+)
+from workflows.placement import Home, Placement, at_home, home_of, home_unanswered
+from workflows.takeover import record_takeover
 
 # The error type of a local activity refused by a worker that does not hold the task's sandbox.
 ELSEWHERE = "sandbox_elsewhere"

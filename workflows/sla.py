@@ -19,10 +19,11 @@ with workflow.unsafe.imports_passed_through():
     from schemas.events import EventType
     from schemas.notify import NotificationKind, NotifyInput
     from telemetry import metrics
-    from workflows import options
-    from workflows.context import TaskContext
-    from workflows.handoff import HandOff
-    from workflows.patches import APPROVAL_SLA_PATCH, patched
+
+from workflows import options
+from workflows.context import TaskContext
+from workflows.handoff import HandOff
+from workflows.patches import APPROVAL_SLA_PATCH, patched
 
 # What the model (and the hand-off reason) is told of a request nobody decided: never "rejected".
 EXPIRED = "expired, unanswered"

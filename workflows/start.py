@@ -18,10 +18,11 @@ with workflow.unsafe.imports_passed_through():
     from schemas.tenants import AdmitInput
     from schemas.threads import ResumeThreadInput
     from telemetry import metrics
-    from workflows import options
-    from workflows.context import TaskContext
-    from workflows.patches import LEAN_EVIDENCE_PATCH, TENANT_ADMISSION_PATCH, patched
-    from workflows.threads import first_message
+
+from workflows import options
+from workflows.context import TaskContext
+from workflows.patches import LEAN_EVIDENCE_PATCH, TENANT_ADMISSION_PATCH, patched
+from workflows.threads import first_message
 
 
 class TaskStart:

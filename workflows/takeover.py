@@ -10,7 +10,8 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from schemas.events import EventType
     from telemetry import metrics
-    from workflows.context import TaskContext
+
+from workflows.context import TaskContext
 
 
 def record_takeover(task: TaskContext, work: str, seconds: float | None, **data: object) -> None:

@@ -18,7 +18,10 @@ in the artifact store.
 
 from __future__ import annotations
 
-from schemas.artifacts import ArtifactRef
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():  # payload models and helpers: one copy for all runs
+    from schemas.artifacts import ArtifactRef
 
 
 def first_message(prompt: str, inputs: list[ArtifactRef]) -> str:

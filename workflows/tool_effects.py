@@ -23,12 +23,12 @@ with workflow.unsafe.imports_passed_through():
     from schemas.tasks import TaskPhase
     from schemas.tools import ToolCallInput, ToolCallResult, ToolEffectRecord
     from schemas.writes import operation_key
-    from workflows import bounds, options
-    from workflows.context import TaskContext
-    from workflows.failures import failure_code, failure_message
-    from workflows.handoff import HandOff
-    from workflows.placement import Placement
 
+from workflows import bounds, options
+from workflows.context import TaskContext
+from workflows.failures import failure_code, failure_message
+from workflows.handoff import HandOff
+from workflows.placement import Placement
 
 # Failures raised before the tool was called (no such agent or tool, arguments that no longer fit):
 # nothing happened, so the hand-off says so rather than "outcome unknown".

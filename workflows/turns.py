@@ -16,17 +16,18 @@ with workflow.unsafe.imports_passed_through():
     from schemas.events import EventType
     from schemas.tasks import BatchItem, PolicyVerdict, TaskPhase
     from schemas.turns import TurnInput, TurnResult
-    from workflows import options
-    from workflows.approvals import ApprovalDesk
-    from workflows.budget_tree import BudgetKeeper, record_turn
-    from workflows.context import TaskContext
-    from workflows.evidence import EvidenceKeeper
-    from workflows.failures import failure_code, failure_message
-    from workflows.handoff import HandOff
-    from workflows.patches import INTERRUPT_PATCH, LEAN_EVIDENCE_PATCH, MCP_UNAVAILABLE_PATCH, patched
-    from workflows.placement import Placement
-    from workflows.policy import evaluate
-    from workflows.takeover import record_takeover
+
+from workflows import options
+from workflows.approvals import ApprovalDesk
+from workflows.budget_tree import BudgetKeeper, record_turn
+from workflows.context import TaskContext
+from workflows.evidence import EvidenceKeeper
+from workflows.failures import failure_code, failure_message
+from workflows.handoff import HandOff
+from workflows.patches import INTERRUPT_PATCH, LEAN_EVIDENCE_PATCH, MCP_UNAVAILABLE_PATCH, patched
+from workflows.placement import Placement
+from workflows.policy import evaluate
+from workflows.takeover import record_takeover
 
 
 class TurnRunner:

@@ -15,7 +15,8 @@ with workflow.unsafe.imports_passed_through():
     from schemas.events import EventType
     from schemas.tasks import TaskPhase, TaskSpec, TaskState
     from telemetry import metrics
-    from workflows.context import Emit
+
+from workflows.context import Emit
 
 
 class TaskVisibility:

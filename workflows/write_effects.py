@@ -28,16 +28,17 @@ with workflow.unsafe.imports_passed_through():
         operation_key,
     )
     from telemetry import metrics
-    from workflows import bounds, options
-    from workflows.context import TaskContext
-    from workflows.failures import failure_code, failure_message
-    from workflows.handoff import HandOff
-    from workflows.patches import (
-        BOUNDED_PATCH,
-        MINIMUM_ROUND_TRIPS_PATCH,
-        SETTLE_CANCELLED_WRITE_PATCH,
-        patched,
-    )
+
+from workflows import bounds, options
+from workflows.context import TaskContext
+from workflows.failures import failure_code, failure_message
+from workflows.handoff import HandOff
+from workflows.patches import (
+    BOUNDED_PATCH,
+    MINIMUM_ROUND_TRIPS_PATCH,
+    SETTLE_CANCELLED_WRITE_PATCH,
+    patched,
+)
 
 
 class WriteRevoked(Exception):

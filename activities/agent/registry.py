@@ -12,6 +12,7 @@ from agents.models.interface import Model
 
 from activities.errors import ToolPlanError, UnknownAgent
 from activities.loading import load_object
+from activities.sdk_shims import handoff_agent
 
 if TYPE_CHECKING:
     from activities.tools.mcp import McpRules
@@ -129,8 +130,7 @@ def handoff_target(item: Any) -> Any:
     None when it cannot be resolved."""
     if not isinstance(item, Handoff):
         return item
-    ref = getattr(item, "_agent_ref", None)
-    return ref() if callable(ref) else getattr(item, "agent", None)
+    return handoff_agent(item)
 
 
 def find_agent(agent: Agent, name: str) -> Agent | None:

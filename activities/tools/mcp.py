@@ -50,13 +50,13 @@ import jsonschema
 import structlog
 from agents import Agent, FunctionTool
 from agents.mcp import MCPServer, MCPServerSse, MCPServerStdio, MCPServerStreamableHttp
-from agents.mcp._compat import tool_input_schema  # the SDK's bridge over MCP SDK 1.x / 2.x
 from agents.tool_context import ToolContext
 
 from activities.agent.tools import EFFECT_ATTR, EffectDeclaration, return_workflow_result
 from activities.artifacts import ArtifactStore
 from activities.errors import AgentError, McpUnavailable, ToolPlanError
 from activities.tools.mcp_contain import Connections, contained_server, server_unavailable
+from activities.tools.mcp_types_compat import tool_input_schema
 from activities.tools.results import bounded_output, tool_result
 from schemas.actions import EffectClass, McpCall
 from schemas.tools import McpCatalog, McpServerTools, McpTool, ToolCallInput, ToolCallResult

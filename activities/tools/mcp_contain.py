@@ -45,7 +45,10 @@ from typing import Any
 import structlog
 from agents.exceptions import UserError
 from agents.mcp import MCPServer, MCPServerStdio
-from agents.mcp._compat import (  # the SDK's bridge over MCP SDK 1.x / 2.x shapes
+
+from activities.errors import McpUnavailable
+from activities.sandbox.process import DOCKER_SOCKETS
+from activities.tools.mcp_types_compat import (  # the MCP SDK's public shapes (our own bridge)
     MCPError,
     http_status_code,
     is_http_connect_error,
@@ -58,9 +61,6 @@ from agents.mcp._compat import (  # the SDK's bridge over MCP SDK 1.x / 2.x shap
     result_is_error,
     result_structured_content,
 )
-
-from activities.errors import McpUnavailable
-from activities.sandbox.process import DOCKER_SOCKETS
 
 log = structlog.get_logger(__name__)
 

@@ -1,0 +1,131 @@
+"""The one place agent-worker reaches past the public surface of its SDKs, and why.
+
+Everything else in the project uses the SDKs' public APIs only. Each name here stands in for
+something the SDK has no public way to do, and each has a contract test in
+``tests/test_sdk_shims.py`` that fails when an SDK upgrade stops honouring it:
+
+- ``AgentWorkflowRunner``: the SDK's ``SandboxedWorkflowRunner`` (public, and what we subclass),
+  with two private reaches:
+
+  * payload contexts answered without entering the sandbox. The SDK's sandboxed instance (private
+    ``_runner._Instance``) answers "which serialization context do this command's payloads have" by
+    ``exec()``-ing a code string inside the sandbox for every payload sequence; that was a fifth of
+    the worker's Python CPU per approval (bench/findings.md, "The workflow sandbox"). We ask the
+    sandboxed instance directly, and compile the SDK's code strings once. Where the instance's shape
+    has changed, the SDK's own path answers: an upgrade costs speed, never correctness.
+  * the deadlock window (``deadlock_window``). temporalio fails a workflow task whose activation
+    runs over 2 s as deadlocked, with no public setting besides ``debug_mode`` (which turns detection
+    off and runs activations inline on the event loop: not for production). A signal backlog (a
+    flood of decisions) is CPU work in the SDK that can take longer on a starved worker, and its
+    retry replays the same backlog, so the window is widened for workers (and replayers) built with
+    this runner, through the one function ``_widen_deadlock_window``.
+
+- ``handoff_agent``: the agent an Agents SDK ``Handoff`` (from ``handoff()``) leads to. The SDK holds
+  it by a weak reference with no public accessor (``Handoff.agent_name`` is only its name).
+
+This module is in ``activities`` (the lowest layer that needs it) so that the agent registry can use
+it; the worker, the replay helpers and the benchmarks import it from here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from datetime import timedelta
+from types import CodeType
+from typing import Any
+
+from agents import Handoff
+from temporalio.worker import WorkflowInstance, WorkflowInstanceDetails
+from temporalio.worker import _workflow as sdk_workflow_worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
+from temporalio.worker.workflow_sandbox import _runner as sdk_runner
+
+__all__ = ["AgentWorkflowRunner", "handoff_agent", "sdk_instance_class"]
+
+# The name the SDK's runner gives the sandboxed instance in its globals (temporalio 1.x).
+_IN_SANDBOX = "__temporal_in_sandbox"
+# The SDK's sandboxed instance class, for the benchmark that measures it (bench/sandbox_passthrough.py).
+sdk_instance_class = sdk_runner._Instance
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(code: str) -> CodeType:
+    """``code`` compiled once (the SDK's runner execs the same few strings for every activation)."""
+    return compile(code, "<string>", "exec")
+
+
+class _DirectContextInstance(sdk_runner._Instance):
+    """The SDK's sandboxed instance, with its context questions answered without entering the
+    sandbox and its code strings compiled once."""
+
+    def _run_code(self, code: Any, **extra_globals: Any) -> None:
+        super()._run_code(_compiled(code) if isinstance(code, str) else code, **extra_globals)
+
+    def get_serialization_context(self, command_info: Any) -> Any:
+        ask = self._inside("get_serialization_context")
+        return ask(command_info) if ask else super().get_serialization_context(command_info)
+
+    def get_external_store_context(self, command_info: Any) -> Any:
+        ask = self._inside("get_external_store_context")
+        return ask(command_info) if ask else super().get_external_store_context(command_info)
+
+    def _inside(self, method: str) -> Any:
+        """The sandboxed instance's ``method``, or None where this SDK's shape has no such thing
+        (then the SDK's own path answers)."""
+        return getattr(self.globals_and_locals.get(_IN_SANDBOX), method, None)
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentWorkflowRunner(SandboxedWorkflowRunner):
+    """The SDK's ``SandboxedWorkflowRunner`` with payload contexts answered outside the sandbox and,
+    when ``deadlock_window`` is set, that window for the workflow activations of every worker and
+    replayer it is given to (instead of the SDK's 2 s)."""
+
+    deadlock_window: timedelta | None = None
+
+    def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
+        return _DirectContextInstance(det, self.runner_class, self.restrictions)
+
+
+def _widen_deadlock_window(workflow_worker: Any, runner: Any) -> None:
+    """Give ``workflow_worker`` (the SDK's private workflow worker of a ``Worker`` or ``Replayer``)
+    ``runner``'s deadlock window, when ``runner`` is an ``AgentWorkflowRunner`` with one.
+
+    Raises:
+        RuntimeError: the SDK no longer has the attribute it reads the window from: refusing loudly
+            rather than run with the 2 s window.
+    """
+    window = getattr(runner, "deadlock_window", None)
+    if not isinstance(runner, AgentWorkflowRunner) or window is None:
+        return
+    if not hasattr(workflow_worker, "_deadlock_timeout_seconds"):
+        raise RuntimeError("temporalio changed: its workflow worker has no deadlock window to set")
+    if workflow_worker._deadlock_timeout_seconds is not None:  # None: debug mode, no detection
+        workflow_worker._deadlock_timeout_seconds = window.total_seconds()
+
+
+def _install() -> None:
+    """Make the SDK's workflow worker take its runner's deadlock window once built (idempotent)."""
+    cls = sdk_workflow_worker._WorkflowWorker
+    if getattr(cls.__init__, "_agent_worker_window", False):
+        return
+    original = cls.__init__
+
+    @functools.wraps(original)
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        _widen_deadlock_window(self, kwargs.get("workflow_runner"))
+
+    init._agent_worker_window = True  # type: ignore[attr-defined]
+    cls.__init__ = init
+
+
+_install()
+
+
+def handoff_agent(item: Handoff) -> Any:
+    """The agent a ``Handoff`` made by the Agents SDK's ``handoff()`` leads to, or None when it is
+    gone or the handoff was built by hand (no target recorded)."""
+    ref = getattr(item, "_agent_ref", None)
+    return ref() if callable(ref) else None

@@ -1,0 +1,140 @@
+"""Contract tests of activities/sdk_shims.py, the one place we reach past our SDKs' public surfaces:
+each fails when an SDK upgrade stops honouring what the shim relies on."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agents import Agent, handoff
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import ActivitySerializationContext, WorkflowSerializationContext
+from temporalio.worker import Replayer, Worker
+from temporalio.worker.workflow_sandbox import SandboxRestrictions
+
+from activities.sdk_shims import (
+    AgentWorkflowRunner,
+    _DirectContextInstance,
+    handoff_agent,
+    sdk_instance_class,
+)
+from agent_worker.plugin import DEADLOCK_WINDOW, workflow_runner
+from agent_worker.worker import build_workers
+from tests.helpers.slow_workflow import SlowActivation
+from tests.helpers.support import REPO, make_config, replay_committed
+
+EXAMPLE = REPO / "tests" / "histories" / "test_approval_by_temporal_cli_completes_with_evidence.json"
+# Longer than the SDK's own 2 s deadlock window, far shorter than ours (DEADLOCK_WINDOW, 20 s).
+BLOCKED_SECONDS = 3.0
+# A window the blocked activation surely overruns: the control that shows the window is in force.
+SHORT_WINDOW = timedelta(seconds=0.5)
+
+
+def _runner(window: timedelta | None) -> AgentWorkflowRunner:
+    restrictions = SandboxRestrictions.default.with_passthrough_modules("tests.helpers.slow_workflow")
+    return AgentWorkflowRunner(restrictions=restrictions, deadlock_window=window)
+
+
+async def test_payload_contexts_are_the_sdks_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Replaying the example task, every context the runner answers directly equals the one the
+    SDK's sandboxed path gives for the same command, activities' contexts among them."""
+    direct = _DirectContextInstance.get_serialization_context
+    answers: list[Any] = []
+
+    def compared(self: _DirectContextInstance, command_info: Any) -> Any:
+        got = direct(self, command_info)
+        assert got == sdk_instance_class.get_serialization_context(self, command_info)
+        answers.append(got)
+        return got
+
+    monkeypatch.setattr(_DirectContextInstance, "get_serialization_context", compared)
+    await replay_committed(EXAMPLE)
+    kinds = {type(a) for a in answers}
+    assert {ActivitySerializationContext, WorkflowSerializationContext} <= kinds, kinds
+
+
+async def test_the_sandbox_is_not_entered_for_a_payload_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the SDK's sandboxed path made to fail, the replay still passes: the runner never falls
+    back to it on this SDK (a fallback would cost the speed the runner exists for)."""
+
+    def entered(self: Any, command_info: Any) -> Any:
+        raise AssertionError("the sandbox was entered for a payload context")
+
+    monkeypatch.setattr(sdk_instance_class, "get_serialization_context", entered)
+    monkeypatch.setattr(sdk_instance_class, "get_external_store_context", entered)
+    await replay_committed(EXAMPLE)
+
+
+async def test_an_activation_longer_than_the_sdks_window_completes_within_ours(client: Client) -> None:
+    """A workflow activation blocked for 3 s (over the SDK's 2 s) completes on a worker whose runner
+    carries our window, and its history replays in a replayer given the same runner: the SDK still
+    reads the window we set, in workers and replayers alike."""
+    queue = f"tq-{uuid.uuid4().hex[:10]}"
+    runner = _runner(DEADLOCK_WINDOW)
+    async with Worker(client, task_queue=queue, workflows=[SlowActivation], workflow_runner=runner) as worker:
+        assert worker._workflow_worker._deadlock_timeout_seconds == DEADLOCK_WINDOW.total_seconds()
+        handle = await client.start_workflow(
+            SlowActivation.run, BLOCKED_SECONDS, id=f"slow-{uuid.uuid4()}", task_queue=queue
+        )
+        assert await handle.result() == "done"
+    history = await handle.fetch_history()
+    failed = [e for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED]
+    assert not failed, failed
+    replayer = Replayer(
+        workflows=[SlowActivation], data_converter=pydantic_data_converter, workflow_runner=runner
+    )
+    await replayer.replay_workflow(history)
+
+
+async def test_a_short_window_fails_the_same_activation_as_deadlocked(client: Client) -> None:
+    """The control: with a window shorter than the activation, the SDK fails its workflow task as a
+    deadlock (TMPRL1101), so the window set is the one in force."""
+    queue = f"tq-{uuid.uuid4().hex[:10]}"
+    async with Worker(
+        client, task_queue=queue, workflows=[SlowActivation], workflow_runner=_runner(SHORT_WINDOW)
+    ):
+        handle = await client.start_workflow(
+            SlowActivation.run, BLOCKED_SECONDS, id=f"slow-{uuid.uuid4()}", task_queue=queue
+        )
+        failure = ""
+        for _ in range(120):
+            history = await handle.fetch_history()
+            failed = [e for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED]
+            if failed:
+                failure = failed[0].workflow_task_failed_event_attributes.failure.message
+                break
+            await asyncio.sleep(0.5)
+        await handle.terminate()
+    assert "deadlock" in failure.lower(), failure
+
+
+def test_the_worker_and_its_replays_run_with_the_deadlock_window() -> None:
+    """The runner the worker runs workflows in, and replays (tests/test_replay.py, ``agent-worker
+    replay``) check them with, carries ``DEADLOCK_WINDOW``."""
+    assert workflow_runner().deadlock_window == DEADLOCK_WINDOW
+    assert workflow_runner(passthrough=False).deadlock_window == DEADLOCK_WINDOW
+
+
+def test_a_handoffs_target_agent_is_found() -> None:
+    """The agent a ``handoff()`` leads to is found, and a handoff built by hand has none."""
+    specialist = Agent(name="specialist")
+    assert handoff_agent(handoff(specialist)) is specialist
+    custom = handoff(specialist)
+    custom._agent_ref = None
+    assert handoff_agent(custom) is None
+
+
+async def test_the_workers_the_cli_builds_run_with_the_deadlock_window(
+    client: Client, tmp_path: Path
+) -> None:
+    """``build_workers`` (``agent-worker worker``, and the flood test's worker process) gives the
+    workflow worker ``DEADLOCK_WINDOW``, set through the plugin's runner."""
+    workers = build_workers(client, make_config(tmp_path / "data"))
+    assert workers[0].config(active_config=True)["workflows"]
+    assert workers[0]._workflow_worker._deadlock_timeout_seconds == DEADLOCK_WINDOW.total_seconds()
