@@ -50,8 +50,9 @@ if TYPE_CHECKING:
     from schemas.tasks import BatchView, TaskInput, TaskPhase, TaskResult, TaskSpec, TaskStatus
 
 # The payload models are imported where a call first needs them, not with this module: building the
-# pydantic models costs more than importing the Temporal client, and a process that only starts tasks
-# (or only prints ``--help``) need not build the status, evidence and decision models.
+# pydantic models costs about as much as importing the Temporal client, and a process that imports the
+# client without calling it yet (a CLI printing ``--help``, an app wiring itself up) need not pay it.
+# The first call builds them, once.
 
 DECISION_SIGNAL = "submit_decision"
 """The decision signal's name, for a client that is not this one (the Temporal CLI's ``--name``)."""
