@@ -6,8 +6,24 @@
 - ``artifacts.py``: the content-addressed artifact store (``artifacts.ingest``)
 """
 
-from activities.artifacts import ArtifactActivities, ArtifactStore, LocalArtifactStore
-from activities.business import BusinessActivities, SqliteBusinessStore
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Imported on first use (PEP 562): importing one activity module (``activities.errors``, as the CLI
+# does) must not load the artifact and business stores.
+_EXPORTS = {
+    "ArtifactActivities": "activities.artifacts",
+    "ArtifactStore": "activities.artifacts",
+    "LocalArtifactStore": "activities.artifacts",
+    "BusinessActivities": "activities.business",
+    "SqliteBusinessStore": "activities.business",
+}
+
+if TYPE_CHECKING:
+    from activities.artifacts import ArtifactActivities, ArtifactStore, LocalArtifactStore
+    from activities.business import BusinessActivities, SqliteBusinessStore
 
 __all__ = [
     "ArtifactActivities",
@@ -16,3 +32,17 @@ __all__ = [
     "LocalArtifactStore",
     "SqliteBusinessStore",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import an exported name from its module on first use (PEP 562).
+
+    Raises:
+        AttributeError: ``name`` is not exported here (nor a submodule already imported).
+    """
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

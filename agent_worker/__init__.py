@@ -22,58 +22,124 @@ releases. Everything else in the distribution (``activities``, ``workflows``, ``
 - **Testing**: ``agent_worker.testing`` (``Script``, ``local_worker``), imported on its own.
 """
 
-from typing import Any
+from __future__ import annotations
 
-from agents import Agent, function_tool
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from activities.agent import (
-    AgentRegistration,
-    ConversationModel,
-    current_turn,
-    delegate_tool,
-    first_user_text,
-    sandbox_tool,
-    tool_outputs,
-    write_tool,
-)
-from activities.errors import ToolError
-from activities.tools import McpRules, McpWrite, effect_tool
-from agent_worker.client import (
-    AgentWorkerClient,
-    AgentWorkerError,
-    AwaitingTask,
-    DecisionRefused,
-    TaskEnded,
-    TaskNotFound,
-    TaskRef,
-    WorkerUnreachable,
-)
-from schemas.actions import BusinessWrite, Delegation, ProposedAction, SandboxCommand
-from schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionKind, DecisionOutcome
-from schemas.artifacts import InputFile
-from schemas.digests import is_digest
-from schemas.events import Event, EventType
-from schemas.tasks import (
-    Budgets,
-    Evidence,
-    PolicyRule,
-    PolicySpec,
-    TaskInput,
-    TaskPhase,
-    TaskResult,
-    TaskSpec,
-    TaskStatus,
-)
+# Each public name and the module that defines it. Importing ``agent_worker`` (or its client) loads none
+# of them: a name is imported on first use (PEP 562), so a process that only starts and decides tasks
+# never loads the Agents SDK, the sandboxes or the stores. Adding a public name is one line here and one
+# in ``__all__``.
+_EXPORTS: dict[str, str] = {
+    "Agent": "agents",
+    "function_tool": "agents",
+    "AgentRegistration": "activities.agent",
+    "ConversationModel": "activities.agent",
+    "current_turn": "activities.agent",
+    "delegate_tool": "activities.agent",
+    "first_user_text": "activities.agent",
+    "sandbox_tool": "activities.agent",
+    "tool_outputs": "activities.agent",
+    "write_tool": "activities.agent",
+    "ToolError": "activities.errors",
+    "McpRules": "activities.tools",
+    "McpWrite": "activities.tools",
+    "effect_tool": "activities.tools",
+    "AgentWorkerClient": "agent_worker.client",
+    "AgentWorkerError": "agent_worker.client",
+    "AwaitingTask": "agent_worker.client",
+    "DecisionRefused": "agent_worker.client",
+    "TaskEnded": "agent_worker.client",
+    "TaskNotFound": "agent_worker.client",
+    "TaskRef": "agent_worker.client",
+    "WorkerUnreachable": "agent_worker.client",
+    # The worker's whole build (workflows, every role's activities), for a worker of the user's own.
+    "AgentWorkerPlugin": "agent_worker.plugin",
+    "BusinessWrite": "schemas.actions",
+    "Delegation": "schemas.actions",
+    "ProposedAction": "schemas.actions",
+    "SandboxCommand": "schemas.actions",
+    "ApprovalDecision": "schemas.approvals",
+    "ApprovalRequest": "schemas.approvals",
+    "DecisionKind": "schemas.approvals",
+    "DecisionOutcome": "schemas.approvals",
+    "InputFile": "schemas.artifacts",
+    "is_digest": "schemas.digests",
+    "Event": "schemas.events",
+    "EventType": "schemas.events",
+    "Budgets": "schemas.tasks",
+    "Evidence": "schemas.tasks",
+    "PolicyRule": "schemas.tasks",
+    "PolicySpec": "schemas.tasks",
+    "TaskInput": "schemas.tasks",
+    "TaskPhase": "schemas.tasks",
+    "TaskResult": "schemas.tasks",
+    "TaskSpec": "schemas.tasks",
+    "TaskStatus": "schemas.tasks",
+}
+
+if TYPE_CHECKING:  # what a type checker and an IDE see; at run time ``__getattr__`` imports on demand
+    from agents import Agent, function_tool
+
+    from activities.agent import (
+        AgentRegistration,
+        ConversationModel,
+        current_turn,
+        delegate_tool,
+        first_user_text,
+        sandbox_tool,
+        tool_outputs,
+        write_tool,
+    )
+    from activities.errors import ToolError
+    from activities.tools import McpRules, McpWrite, effect_tool
+    from agent_worker.client import (
+        AgentWorkerClient,
+        AgentWorkerError,
+        AwaitingTask,
+        DecisionRefused,
+        TaskEnded,
+        TaskNotFound,
+        TaskRef,
+        WorkerUnreachable,
+    )
+    from agent_worker.plugin import AgentWorkerPlugin
+    from schemas.actions import BusinessWrite, Delegation, ProposedAction, SandboxCommand
+    from schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionKind, DecisionOutcome
+    from schemas.artifacts import InputFile
+    from schemas.digests import is_digest
+    from schemas.events import Event, EventType
+    from schemas.tasks import (
+        Budgets,
+        Evidence,
+        PolicyRule,
+        PolicySpec,
+        TaskInput,
+        TaskPhase,
+        TaskResult,
+        TaskSpec,
+        TaskStatus,
+    )
 
 
 def __getattr__(name: str) -> Any:
-    # The plugin brings the worker's whole build (workflows, every role's activities): only on use,
-    # so that a client importing ``agent_worker`` does not pay for it.
-    if name == "AgentWorkerPlugin":
-        from agent_worker.plugin import AgentWorkerPlugin
+    """Import a public name from its defining module on first use, and keep it (PEP 562).
 
-        return AgentWorkerPlugin
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    Raises:
+        AttributeError: ``name`` is not a public name of ``agent_worker``.
+    """
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """The module's attributes and its lazily imported public names (for ``dir()`` and completion)."""
+    return sorted(set(globals()) | set(__all__))
 
 
 __all__ = [

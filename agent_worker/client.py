@@ -1,9 +1,12 @@
 """The client side of the task protocol, in one place.
 
 Every name the ``AgentTask`` workflow answers to (its type, the queries ``status`` and
-``pending_approvals``, the update ``decide``, the signals ``submit_decision`` and ``add_input``)
-is reached here through typed references to the workflow's own handlers, never as a string, and
-every payload goes out as plain JSON (``model_dump(mode="json")``), as any other client would send.
+``pending_approvals``, the update ``decide``, the signals ``submit_decision`` and ``add_input``) is
+declared once here, as the constants below (``tests/test_protocol_names.py`` checks them against the
+names the workflow declares), with the type each answer decodes to; every payload goes out as plain
+JSON (``model_dump(mode="json")``), as any other client would send. The module imports no workflow,
+agent, sandbox or store code (``tests/test_light_client.py``): a process that only starts and decides
+tasks stays light.
 
 Errors::
 
@@ -36,20 +39,29 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from schemas import visibility
-from schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionKind, DecisionOutcome
-from schemas.config import DEFAULT_TASK_QUEUE
-from schemas.tasks import BatchView, TaskInput, TaskPhase, TaskResult, TaskSpec, TaskStatus
-from schemas.validation import InvalidPayload, check_task_id, parse_decision
+from schemas.visibility import DEFAULT_TASK_QUEUE, STATUS_QUERY, queryable
 from schemas.visibility import TASKS_QUERY as TASKS_QUERY  # re-exported: the public face
 from schemas.visibility import WORKFLOW_TYPE as WORKFLOW_TYPE
-from schemas.visibility import queryable
-from workflows import AgentTaskWorkflow
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+    from schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionKind, DecisionOutcome
+    from schemas.tasks import BatchView, TaskInput, TaskPhase, TaskResult, TaskSpec, TaskStatus
+
+# The payload models are imported where a call first needs them, not with this module: building the
+# pydantic models costs about as much as importing the Temporal client, and a process that imports the
+# client without calling it yet (a CLI printing ``--help``, an app wiring itself up) need not pay it.
+# The first call builds them, once.
+
 DECISION_SIGNAL = "submit_decision"
 """The decision signal's name, for a client that is not this one (the Temporal CLI's ``--name``)."""
+DECISION_UPDATE = "decide"
+"""The decision update's name (answers a ``DecisionOutcome``)."""
+INPUT_SIGNAL = "add_input"
+"""The follow-up input signal's name."""
+PENDING_QUERY = "pending_approvals"
+"""The query answering the requests still waiting (a list of ``ApprovalRequest``)."""
 DEFAULT_TIMEOUT = 30.0
 # ``next_request`` asks the task itself every this many polls, whatever its search attributes say.
 QUERY_EVERY_POLLS = 10
@@ -139,12 +151,14 @@ class AgentWorkerClient:
     ) -> AgentWorkerClient:
         """Connect as the SDK's environment configuration says (``TEMPORAL_ADDRESS``, profiles, TLS,
         API key), ``address`` first when given; encryption keys as the worker reads them."""
-        from agent_worker.worker import connect
+        from agent_worker.connection import connect
 
         return cls(await connect(target_host=address, **overrides), task_queue)
 
     def handle(self, task_id: str) -> WorkflowHandle[Any, TaskResult]:
         """The Temporal handle of a task (for what this client does not wrap)."""
+        from schemas.tasks import TaskResult
+
         return self.temporal.get_workflow_handle(task_id, result_type=TaskResult)
 
     # ---- starting ------------------------------------------------------------------------------
@@ -157,17 +171,21 @@ class AgentWorkerClient:
             InvalidPayload: ``task_id`` is not a valid task id (``schemas.tasks.TASK_ID_PATTERN``:
                 no spaces, control characters or line breaks); nothing is started.
         """
+        from schemas.tasks import TaskInput, TaskResult, TaskSpec
+        from schemas.validation import check_task_id
+
         task_id = check_task_id(task_id) if task_id is not None else f"task-{uuid.uuid4().hex[:12]}"
         task = spec if isinstance(spec, TaskInput) else TaskInput(spec=TaskSpec.model_validate(spec))
         try:
             handle = await self.temporal.start_workflow(
-                AgentTaskWorkflow.run,
-                task.model_dump(mode="json", exclude_none=True),  # type: ignore[arg-type]
+                WORKFLOW_TYPE,
+                task.model_dump(mode="json", exclude_none=True),
                 id=task_id,
                 task_queue=self.task_queue,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
                 task_timeout=WORKFLOW_TASK_TIMEOUT,
+                result_type=TaskResult,
             )
         except WorkflowAlreadyStartedError:
             return TaskRef(task_id, None, started=False)
@@ -182,17 +200,22 @@ class AgentWorkerClient:
             TaskNotFound: no such task.
             WorkerUnreachable: no worker answered within ``wait_seconds`` seconds.
         """
-        return await self._query(task_id, AgentTaskWorkflow.status, wait_seconds)
+        from schemas.tasks import TaskStatus
+
+        return await self._query(task_id, STATUS_QUERY, TaskStatus, wait_seconds)
 
     async def pending(self, task_id: str, *, wait_seconds: float = DEFAULT_TIMEOUT) -> list[ApprovalRequest]:
         """The task's requests still waiting for a decision."""
-        return await self._query(task_id, AgentTaskWorkflow.pending_approvals, wait_seconds)
+        from schemas.approvals import ApprovalRequest
 
-    async def _query(self, task_id: str, query: Any, wait_seconds: float) -> Any:
+        return await self._query(task_id, PENDING_QUERY, list[ApprovalRequest], wait_seconds)
+
+    async def _query(self, task_id: str, query: str, result_type: Any, wait_seconds: float) -> Any:
         handle = self.handle(task_id)
         try:
             return await asyncio.wait_for(
-                handle.query(query, rpc_timeout=timedelta(seconds=wait_seconds)), wait_seconds
+                handle.query(query, result_type=result_type, rpc_timeout=timedelta(seconds=wait_seconds)),
+                wait_seconds,
             )
         except TimeoutError:
             raise self._unreachable(task_id, wait_seconds, "the query") from None
@@ -253,6 +276,8 @@ class AgentWorkerClient:
         """Every running task waiting for a human (from visibility), with its pending requests, those
         ``principal`` may decide when given. A task whose worker does not answer within ``wait_seconds``
         is still listed, with ``error`` set, so one dead worker cannot hide the others."""
+        from schemas.tasks import TaskStatus
+
         query = visibility.AWAITING_QUERY
         if tenant is not None:
             if not queryable(tenant):
@@ -336,6 +361,9 @@ class AgentWorkerClient:
             TaskNotFound: no such task, or it is not running.
             WorkerUnreachable: no worker answered within ``wait_seconds`` seconds.
         """
+        from schemas.approvals import DecisionKind
+        from schemas.validation import InvalidPayload, parse_decision
+
         request: ApprovalRequest | None = None
         if version is None or sign_with is not None:
             pending = await self.pending(task_id, wait_seconds=wait_seconds)
@@ -380,6 +408,8 @@ class AgentWorkerClient:
             TaskNotFound: no running task with that id.
             WorkerUnreachable: no worker answered within ``wait_seconds`` seconds.
         """
+        from schemas.approvals import DecisionOutcome
+
         if via == "update" and decision.expires_at is None:
             expires_at = datetime.now(UTC) + timedelta(seconds=wait_seconds)
             decision = decision.model_copy(update={"expires_at": expires_at})
@@ -387,12 +417,13 @@ class AgentWorkerClient:
         payload = decision.model_dump(mode="json", exclude_none=True)
         try:
             if via == "signal":
-                await handle.signal(AgentTaskWorkflow.submit_decision, payload)  # type: ignore[arg-type]
+                await handle.signal(DECISION_SIGNAL, payload)
                 return None
             outcome = await asyncio.wait_for(
                 handle.execute_update(
-                    AgentTaskWorkflow.decide,
-                    payload,  # type: ignore[arg-type]
+                    DECISION_UPDATE,
+                    payload,
+                    result_type=DecisionOutcome,
                     rpc_timeout=timedelta(seconds=wait_seconds),
                 ),
                 wait_seconds,
@@ -422,7 +453,7 @@ class AgentWorkerClient:
         if principal is not None:
             payload["principal"] = principal
         try:
-            await self.handle(task_id).signal(AgentTaskWorkflow.add_input, payload)  # type: ignore[arg-type]
+            await self.handle(task_id).signal(INPUT_SIGNAL, payload)
         except RPCError as err:
             if err.status is RPCStatusCode.NOT_FOUND:
                 raise TaskNotFound(f"no running task {task_id!r}") from None

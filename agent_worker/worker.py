@@ -24,7 +24,6 @@ from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
 from temporalio.client import Client
 from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
-from temporalio.envconfig import ClientConfig
 from temporalio.service import RPCError
 from temporalio.worker import Worker, WorkerDeploymentConfig
 
@@ -39,17 +38,16 @@ from agent_worker.backends import (
     build_systems,
     build_writer,
 )
+from agent_worker.connection import connect
 from agent_worker.plugin import DEADLOCK_WINDOW, AgentWorkerPlugin, workflow_runner
 from schemas import visibility
 from schemas.config import EXAMPLE_AGENT, WorkerConfig
-from security.codec import converter_for, converter_from_env
 from telemetry import configure_logging, configure_tracing, tracing_interceptors
 from telemetry.health import Health, serve_health
 from telemetry.metrics import prometheus_runtime
 
 log = structlog.get_logger("agent_worker.worker")
 
-DEFAULT_ADDRESS = "localhost:7233"
 GRACEFUL_SHUTDOWN = timedelta(seconds=30)
 HEARTBEAT_THROTTLE = timedelta(seconds=2)
 STICKY_TIMEOUT = timedelta(seconds=5)
@@ -58,27 +56,6 @@ _INDEXED_TYPES = {
     "Bool": IndexedValueType.INDEXED_VALUE_TYPE_BOOL,
     "KeywordList": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD_LIST,
 }
-
-
-async def connect(
-    *, interceptors: Sequence[Any] = (), config: WorkerConfig | None = None, **overrides: Any
-) -> Client:
-    """Connect to Temporal as the SDK's environment configuration says (default localhost:7233).
-    Workers made from the client inherit its ``interceptors`` (tracing) and its data converter: payload
-    encryption when ``config`` (else ``AGENT_WORKER_ENCRYPTION_KEYS`` in the environment) has keys
-    (clients and workers must share the keys).
-
-    Raises:
-        KeySpecError: the encryption settings are malformed.
-    """
-    connect_config: dict[str, Any] = dict(ClientConfig.load_client_connect_config())
-    connect_config.setdefault("target_host", DEFAULT_ADDRESS)
-    connect_config.update({k: v for k, v in overrides.items() if v is not None})
-    if "data_converter" not in connect_config:
-        connect_config["data_converter"] = (
-            converter_for(config) if config is not None else converter_from_env(os.environ)
-        )
-    return await Client.connect(**connect_config, interceptors=list(interceptors))
 
 
 async def ensure_search_attributes(client: Client) -> None:

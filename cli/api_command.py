@@ -11,7 +11,7 @@ from typing import Any
 
 from cli.context import CliContext
 from cli.errors import CliError
-from schemas.config import DEFAULT_TASK_QUEUE
+from schemas.visibility import DEFAULT_TASK_QUEUE
 
 __all__ = ["register"]
 

@@ -7,12 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from schemas.config import DEFAULT_TASK_QUEUE, WorkerConfig
+from schemas.visibility import DEFAULT_TASK_QUEUE
 
 if TYPE_CHECKING:
     from temporalio.client import Client
 
     from agent_worker.client import AgentWorkerClient
+    from schemas.config import WorkerConfig
 
 __all__ = ["CliContext"]
 
@@ -34,7 +35,7 @@ class CliContext:
 
     async def temporal(self, address: str | None = None) -> Client:
         """A Temporal client with the data converter the workers use (encryption per the config)."""
-        from agent_worker.worker import connect
+        from agent_worker.connection import connect
 
         return await connect(
             target_host=address or self.address, namespace=self.namespace, config=self.config

@@ -16,21 +16,22 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 
-from activities.errors import ArtifactError
-from activities.stores.artifacts import build_artifact_store
 from cli import devserver
 from cli.context import CliContext
 from cli.errors import CliError
 from cli.tasks import DECIDE_TIMEOUT_SECONDS, Follower, load_task_input, outcome, send_decision
 from schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionKind
-from schemas.config import DEFAULT_TASK_QUEUE, EXAMPLE_AGENT, WorkerConfig
+from schemas.visibility import DEFAULT_TASK_QUEUE
+
+if TYPE_CHECKING:
+    from schemas.config import WorkerConfig
 
 EXAMPLE = "monthly-report"
 
@@ -69,6 +70,8 @@ async def _has_worker(client: Client, task_queue: str) -> bool:
 
 
 def _start_worker(config: WorkerConfig, address: str, log_file: Path) -> subprocess.Popen[bytes]:
+    from schemas.config import EXAMPLE_AGENT
+
     env = {
         **os.environ,
         "TEMPORAL_ADDRESS": address,
@@ -96,6 +99,9 @@ def _start_worker(config: WorkerConfig, address: str, log_file: Path) -> subproc
 
 
 def _preview(config: WorkerConfig, request: ApprovalRequest) -> str | None:
+    from activities.errors import ArtifactError  # the stores load only when the demo runs
+    from activities.stores.artifacts import build_artifact_store
+
     store = build_artifact_store(config)
     artifacts = getattr(request.action.operation, "artifacts", [])
     texts = []

@@ -14,7 +14,6 @@ import json
 import sys
 from typing import Any, TextIO
 
-from activities.health import diagnose
 from cli.context import CliContext
 from cli.errors import CliError
 from cli.schedules import parse_interval, upsert_schedule
@@ -74,6 +73,8 @@ async def cmd_doctor(args: argparse.Namespace, ctx: CliContext, out: TextIO | No
         )
         print(f"schedule {DOCTOR_SCHEDULE_ID} runs FleetDoctor every {args.schedule} on {queue}", file=out)
         return 0
+    from activities.health import diagnose  # the activity's checks, loaded only when this runs
+
     try:
         report = await diagnose(client, check)
     except ValueError as err:

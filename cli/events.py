@@ -15,17 +15,18 @@ import argparse
 import asyncio
 import sys
 import time
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from activities.events import EventSink
-from activities.stores.state import build_event_sink, build_stream_backend
-from activities.stores.streams import StreamBackend
 from cli import render
 from cli.context import CliContext
 from cli.errors import CliError
 from cli.tasks import POLL_SECONDS
 from schemas.events import Event
-from schemas.streams import StreamEntry
+
+if TYPE_CHECKING:
+    from activities.events import EventSink
+    from activities.stores.streams import StreamBackend
+    from schemas.streams import StreamEntry
 
 __all__ = ["register"]
 
@@ -49,6 +50,9 @@ def _stored(sink: EventSink, task_id: str, chain: str | None) -> list[Event]:
 async def cmd_events(args: argparse.Namespace, ctx: CliContext, out: TextIO | None = None) -> int:
     from temporalio.client import WorkflowExecutionStatus
     from temporalio.service import RPCError, RPCStatusCode
+
+    # The stores (and what they load) only when this command runs: not for every other command.
+    from activities.stores.state import build_event_sink, build_stream_backend
 
     out = out or sys.stdout
     config = ctx.config

@@ -28,22 +28,21 @@ import pydantic
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.artifacts import ArtifactStore
 from activities.errors import ArtifactCorrupt, ArtifactNotFound
-from activities.stores.artifacts import build_artifact_store
 from cli.context import CliContext
 from cli.errors import CliError
 from cli.tasks import INBOX_QUERY_TIMEOUT
 from schemas.artifacts import ArtifactRef
-from schemas.config import WorkerConfig
 from schemas.digests import digest_bytes
 from schemas.tasks import Evidence, EvidenceArchive, TaskResult
 from schemas.turns import ToolCallRecord
 from schemas.writes import WriteEvidence, WriteOutcome
 
 if TYPE_CHECKING:
+    from activities.artifacts import ArtifactStore
     from activities.business import BusinessWriter
     from agent_worker.client import AgentWorkerClient
+    from schemas.config import WorkerConfig
 
 SCHEMA = "agent-worker.evidence/v1"
 MANIFEST = "manifest.json"
@@ -223,6 +222,13 @@ def _summary(result: TaskResult, evidence: Evidence, directory: Path, not_copied
     return lines
 
 
+def _artifact_store(config: WorkerConfig) -> ArtifactStore:
+    """The configured artifact store, its backend imported only when a command needs it."""
+    from activities.stores.artifacts import build_artifact_store
+
+    return build_artifact_store(config)
+
+
 def _refuse_nonempty(directory: Path) -> None:
     # A bundle mixed with an older one's copies could not be told apart from it.
     if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
@@ -248,7 +254,7 @@ async def cmd_evidence(args: Any, ctx: CliContext, out: TextIO | None = None) ->
     directory: Path = args.output or Path("evidence-" + args.task_id.replace("/", "_"))
     await asyncio.to_thread(_refuse_nonempty, directory)
     result = await fetch_result(await ctx.tasks(), args.task_id)
-    store = build_artifact_store(config)
+    store = _artifact_store(config)
     try:
         evidence, not_copied = await asyncio.to_thread(write_bundle, result, directory, store)
     finally:
@@ -380,7 +386,7 @@ def load_manifest(bundle: Path) -> dict[str, Any]:
 def verify_bundle(bundle: Path, config: WorkerConfig) -> list[Check]:
     """Every check of ``verify``, in manifest order."""
     evidence: Evidence = load_manifest(bundle)["evidence"]
-    store = build_artifact_store(config)
+    store = _artifact_store(config)
     try:
         checks = [check_artifact(*item, store, bundle / COPIES) for item in referenced(evidence)]
         checks += [

@@ -17,7 +17,7 @@ import inspect
 import os
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from cli import (
     api_command,
@@ -37,7 +37,9 @@ from cli import (
 )
 from cli.context import CliContext
 from cli.errors import CliError
-from schemas.config import ConfigError, WorkerConfig
+
+if TYPE_CHECKING:
+    from schemas.config import WorkerConfig
 
 # In the order `agent-worker --help` lists them.
 COMMAND_MODULES = (
@@ -77,6 +79,8 @@ def read_config(args: argparse.Namespace) -> WorkerConfig:
     Raises:
         ConfigError: naming the variable whose value is invalid or unknown.
     """
+    from schemas.config import WorkerConfig
+
     overrides = getattr(args, "config_overrides", None)
     return WorkerConfig.from_env(os.environ, **(overrides(args) if overrides else {}))
 
@@ -91,7 +95,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if not getattr(args, "reads_config", True):  # `dev` replaces this process with the server
         return args.handler(args, None)
+    # Loaded once the arguments parsed: ``--help`` and a usage error need none of it.
     from activities.errors import ArtifactUnavailable, StateUnavailable
+    from schemas.config import ConfigError
     from security.codec import EncryptionError
     from telemetry import configure_logging
 

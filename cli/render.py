@@ -7,12 +7,11 @@ import json
 import shlex
 from typing import TYPE_CHECKING, Any
 
-from schemas.approvals import ApprovalRequest
-from schemas.events import Event
-from schemas.tasks import Evidence, TaskResult, TaskStatus
-
 if TYPE_CHECKING:
     from agent_worker.client import AwaitingTask
+    from schemas.approvals import ApprovalRequest
+    from schemas.events import Event
+    from schemas.tasks import Evidence, TaskResult, TaskStatus
 
 
 def _short(text: str, width: int = 100) -> str:

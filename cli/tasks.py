@@ -21,7 +21,6 @@ from cli import render
 from cli.context import CliContext
 from cli.errors import CliError
 from schemas.approvals import ApprovalDecision, DecisionKind
-from schemas.config import DEFAULT_TASK_QUEUE
 from schemas.tasks import TaskInput, TaskPhase, TaskResult, TaskStatus
 from schemas.validation import (
     InvalidPayload,
@@ -30,6 +29,7 @@ from schemas.validation import (
     parse_follow_up,
     parse_task_input,
 )
+from schemas.visibility import DEFAULT_TASK_QUEUE
 
 if TYPE_CHECKING:
     from agent_worker.client import AgentWorkerClient

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from cli.context import CliContext
-from schemas.config import DEFAULT_TASK_QUEUE
+from schemas.visibility import DEFAULT_TASK_QUEUE
 
 __all__ = ["register"]
 

@@ -18,8 +18,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
+from schemas.visibility import DEFAULT_TASK_QUEUE as DEFAULT_TASK_QUEUE  # re-exported: its old home
+
 ENV_PREFIX = "AGENT_WORKER_"
-DEFAULT_TASK_QUEUE = "agent-tasks"
+
 # The example agent: the demo registers it itself (`agent-worker demo`); a worker's default is none.
 EXAMPLE_AGENT = "examples.monthly_report.agent:registration"
 # Worker RSS per workflow in the SDK's cache (a task parked for approval), measured by

@@ -16,6 +16,9 @@ TASKS_QUERY = f"WorkflowType = '{WORKFLOW_TYPE}'"
 """The visibility query that lists every task (add ``AND ...`` to narrow it)."""
 STATUS_QUERY = "status"
 """The task workflow's status query, for what cannot import the workflow (the doctor's activity)."""
+DEFAULT_TASK_QUEUE = "agent-tasks"
+"""The workers' task queue unless configured (``schemas.config`` takes it from here, so that the task
+client can name it without importing the configuration's models)."""
 _QUERYABLE = re.compile(r"^[A-Za-z0-9._@:+-]+$")  # safe inside a visibility query literal
 
 

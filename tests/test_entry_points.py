@@ -85,7 +85,9 @@ async def test_the_api_refuses_a_crlf_task_id_naming_the_field(config_env: TaskE
         good = f"ok-{uuid.uuid4().hex[:6]}.v1:a/b_c"
         answer = await api.post("/v1/tasks", json={"spec": example_spec(), "task_id": good})
         assert answer.status_code == 201, answer.text
-    await config_env.client.get_workflow_handle(good).terminate("test over")
+        started = answer.json()["task_id"]
+    assert started.endswith(f"/{good}")  # the chosen id, scoped to the spec's tenant
+    await config_env.client.get_workflow_handle(started).terminate("test over")
 
 
 async def test_approve_with_no_worker_says_it_is_waiting_then_gives_up_clearly(

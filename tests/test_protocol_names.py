@@ -17,7 +17,7 @@ import ast
 import re
 from pathlib import Path
 
-from agent_worker.client import DECISION_SIGNAL, WORKFLOW_TYPE
+from agent_worker.client import DECISION_SIGNAL, DECISION_UPDATE, INPUT_SIGNAL, PENDING_QUERY, WORKFLOW_TYPE
 from schemas.visibility import STATUS_QUERY
 
 REPO = Path(__file__).resolve().parent.parent
@@ -127,13 +127,16 @@ def hits(source: str, workflow_type: str, handlers: set[str]) -> list[tuple[int,
 
 
 def test_the_names_checked_are_the_ones_the_workflow_declares() -> None:
-    """The workflow declares the type the client module names and every handler the issue lists, so
-    the check below looks for the real names (a rename in the workflow would not silence it)."""
+    """The workflow declares the type and every handler name the client module spells, and every
+    handler the issue lists, so the check below looks for the real names (a rename in the workflow
+    would not silence it, nor leave the client calling a name nobody answers)."""
     workflow_type, handlers = declared_names()
     assert workflow_type == WORKFLOW_TYPE
     assert handlers >= LISTED
     assert DECISION_SIGNAL in handlers
     assert STATUS_QUERY in handlers
+    # The client names its handlers as text (it imports no workflow code): each is a declared one.
+    assert {DECISION_UPDATE, INPUT_SIGNAL, PENDING_QUERY} <= handlers
 
 
 def test_the_check_finds_names_in_protocol_positions_and_ignores_other_uses() -> None:

@@ -1,0 +1,45 @@
+"""Connecting to Temporal as clients and workers both must: the SDK's environment configuration, and
+the data converter the workers share (pydantic JSON, encrypted where keys are set).
+
+Kept apart from ``agent_worker.worker`` so that a client (``agent_worker.client``, the CLI's task
+commands) connects without importing the worker: the Agents SDK, the sandboxes, the stores.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from temporalio.client import Client
+from temporalio.envconfig import ClientConfig
+
+from security.codec import converter_for, converter_from_env
+
+if TYPE_CHECKING:
+    from schemas.config import WorkerConfig
+
+DEFAULT_ADDRESS = "localhost:7233"
+
+__all__ = ["DEFAULT_ADDRESS", "connect"]
+
+
+async def connect(
+    *, interceptors: Sequence[Any] = (), config: WorkerConfig | None = None, **overrides: Any
+) -> Client:
+    """Connect to Temporal as the SDK's environment configuration says (default localhost:7233).
+    Workers made from the client inherit its ``interceptors`` (tracing) and its data converter: payload
+    encryption when ``config`` (else ``AGENT_WORKER_ENCRYPTION_KEYS`` in the environment) has keys
+    (clients and workers must share the keys).
+
+    Raises:
+        KeySpecError: the encryption settings are malformed.
+    """
+    connect_config: dict[str, Any] = dict(ClientConfig.load_client_connect_config())
+    connect_config.setdefault("target_host", DEFAULT_ADDRESS)
+    connect_config.update({k: v for k, v in overrides.items() if v is not None})
+    if "data_converter" not in connect_config:
+        connect_config["data_converter"] = (
+            converter_for(config) if config is not None else converter_from_env(os.environ)
+        )
+    return await Client.connect(**connect_config, interceptors=list(interceptors))
