@@ -78,7 +78,15 @@ DEADLOCK_WINDOW = timedelta(seconds=20)
 # with the SDK's documented ``workflow.unsafe.imports_passed_through()``: one copy of each payload
 # class for the converter, and no per-instance import of the Agents SDK behind the activity classes.
 # Our workflow code (``workflows``) is imported inside the sandbox, with its restrictions.
-LIBRARY_PASSTHROUGH: dict[str, str] = {}
+LIBRARY_PASSTHROUGH: dict[str, str] = {
+    # Policy conditions (``schemas.conditions``): workflow code compiles and evaluates CEL with it
+    # (a rule's ``when``, validated with the task input). Pure and deterministic: no clock,
+    # randomness or I/O is reachable from an expression. Imported inside the sandbox it fails (its
+    # parser, lark, imports ``regex``, which makes a lock at import: RestrictedWorkflowAccessError on
+    # ``threading.RLock``, every workflow task of a task with a condition failing), and it would be
+    # imported afresh per workflow instance; passed through, one copy and its program cache serve all.
+    "celpy": "policy conditions (CEL), evaluated in workflow code",
+}
 # Our workflow code, passed through too unless ``workflow_passthrough`` is off, for speed alone: a
 # sandbox imports it again for every workflow instance a cache miss builds, 15 ms of a 33.6 ms live
 # miss against 18.4 ms passed through (+83%; `python -m bench.sandbox_passthrough`, 2026-12-05), and

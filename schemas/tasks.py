@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from schemas.actions import ActionResult, ActionStatus, EffectClass, ProposedAction
 from schemas.approvals import ApprovalRequest, ApprovalSla, DecisionRecord, IgnoredDecision
 from schemas.artifacts import ArtifactRef, InputFile
+from schemas.conditions import MAX_CONDITION_CHARS, ConditionError, compile_condition
 from schemas.digests import DIGEST_PATTERN
 from schemas.events import Event
 from schemas.sandbox import CommandRecord, SandboxRef, SandboxSpec
@@ -73,12 +74,20 @@ class PolicyVerdict(StrEnum):
 
 
 class PolicyRule(BaseModel):
-    """A rule matching actions by tool name and/or effect class. The first match wins."""
+    """A rule matching actions by tool name, effect class and a condition. The first match wins."""
 
     model_config = ConfigDict(extra="forbid")
 
     tool: str | None = Field(default=None, description="Tool name; omit to match any tool.")
     effect: EffectClass | None = Field(default=None, description="Effect class; omit for any.")
+    when: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_CONDITION_CHARS,
+        description="A CEL expression the action must also satisfy, over args, tool, effect, agent, "
+        "caller, tenant and labels (docs/approvals.md), e.g. 'args.amount > 1000'; omit to match "
+        "on tool and effect alone. One that cannot be evaluated for an action fails closed.",
+    )
     decision: PolicyVerdict
     approvers: list[str] = Field(default_factory=list)
     reason: str = ""
@@ -92,6 +101,11 @@ class PolicyRule(BaseModel):
             raise ValueError("a 'require_approval' rule needs at least one approver")
         if self.sla is not None and self.decision is not PolicyVerdict.REQUIRE_APPROVAL:
             raise ValueError("sla applies to 'require_approval' rules only")
+        if self.when is not None:
+            try:
+                compile_condition(self.when)
+            except ConditionError as err:
+                raise ValueError(f"condition {self.when!r}: {err}") from None
         return self
 
 

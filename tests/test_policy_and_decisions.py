@@ -1,13 +1,17 @@
-"""The policy and the decision checks, pure logic: the first matching rule wins, defaults when no
-rule matches, and each ignored decision says why."""
+"""The policy and the decision checks, pure logic: the first matching rule wins, conditions pick
+rules and fail closed, defaults apply when no rule matches, and each ignored decision says why."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+from pydantic import ValidationError
+
 from schemas.actions import BusinessWrite, EffectClass, ProposedAction, SandboxCommand, action_version
 from schemas.approvals import ApprovalDecision, ApprovalRequest
+from schemas.conditions import compile_condition
 from schemas.tasks import PolicyRule, PolicySpec, PolicyVerdict
 from workflows.decisions import why_not
 from workflows.policy import evaluate
@@ -97,3 +101,84 @@ def test_why_not_accepts_valid_decisions() -> None:
         why_not([request], _decision(request, decision="edit", edited_args={"total": "9"}), "t", PolicySpec())
         is None
     )
+
+
+def _written(amount: Any, **context: Any) -> Any:
+    """The decision on a ``pay`` write of ``amount`` under an allow-small / ask-finance policy."""
+    policy = PolicySpec(
+        rules=[
+            PolicyRule(tool="pay", when="args.amount <= 1000", decision=PolicyVerdict.ALLOW),
+            PolicyRule(tool="pay", decision=PolicyVerdict.REQUIRE_APPROVAL, approvers=["finance"]),
+        ]
+    )
+    return evaluate(policy, _action("pay", EffectClass.WRITE, amount=amount), **context)
+
+
+def test_a_condition_on_an_argument_picks_the_rule() -> None:
+    """``args.amount <= 1000`` allows 50 and passes 5000 on to the next rule, which asks finance."""
+    assert _written(50).verdict is PolicyVerdict.ALLOW
+    large = _written(5000)
+    assert (large.verdict, large.approvers) == (PolicyVerdict.REQUIRE_APPROVAL, ("finance",))
+
+
+def test_conditions_see_the_agent_the_tenant_the_labels_and_the_path() -> None:
+    """A condition over the task's agent, tenant and labels and a path prefix matches only when all
+    hold."""
+    rule = PolicyRule(
+        effect=EffectClass.WRITE,
+        when='agent == "clerk" && tenant == "acme" && labels.env == "prod" '
+        '&& args.path.startsWith("reports/")',
+        decision=PolicyVerdict.DENY,
+        reason="prod reports are read-only",
+    )
+    policy = PolicySpec(rules=[rule], default_approvers=["lead"])
+    context = {"agent": "clerk", "tenant": "acme", "labels": {"env": "prod"}}
+    hit = evaluate(policy, _action("save", EffectClass.WRITE, path="reports/q3.csv"), **context)
+    assert (hit.verdict, hit.reason) == (PolicyVerdict.DENY, "prod reports are read-only")
+    report = _action("save", EffectClass.WRITE, path="reports/q3.csv")
+    for changed in ({"tenant": "other"}, {"labels": {"env": "dev"}}, {"agent": "boss"}):
+        miss = evaluate(policy, report, **{**context, **changed})
+        assert miss.verdict is PolicyVerdict.REQUIRE_APPROVAL, changed
+    elsewhere = evaluate(policy, _action("save", EffectClass.WRITE, path="notes/a.txt"), **context)
+    assert elsewhere.verdict is PolicyVerdict.REQUIRE_APPROVAL
+
+
+def test_a_condition_that_errors_fails_closed_and_says_why() -> None:
+    """A string amount (a type mismatch) or a missing argument never allows: the action goes to a
+    person (the policy's default approvers), or is denied when nobody is configured, with a reason
+    naming the rule and the error, the same in every process (no object addresses)."""
+    mismatch = _written("5000")  # the allow rule has no approvers and the policy none: denied
+    assert mismatch.verdict is PolicyVerdict.DENY and "no matching overload" in mismatch.reason
+    small = PolicyRule(tool="pay", when="args.amount <= 1000", decision=PolicyVerdict.ALLOW)
+    policy = PolicySpec(rules=[small])
+    missing = evaluate(policy, _action("pay", EffectClass.WRITE, total=5))
+    assert missing.verdict is PolicyVerdict.DENY
+    assert missing.reason.startswith("policy rule 0: its condition could not be evaluated (")
+    assert "amount" in missing.reason and "0x" not in missing.reason
+    asked = evaluate(
+        policy.model_copy(update={"default_approvers": ["lead"]}), _action("pay", EffectClass.WRITE, total=5)
+    )
+    assert (asked.verdict, asked.approvers) == (PolicyVerdict.REQUIRE_APPROVAL, ("lead",))
+
+
+@pytest.mark.parametrize(
+    ("when", "words"),
+    [
+        ("args.amount >", "does not parse"),
+        ("arg.amount > 1", "undeclared reference to 'arg'"),
+        ("now() > timestamp('2026-01-01T00:00:00Z')", "undeclared reference to 'now'"),
+    ],
+)
+def test_a_bad_condition_is_refused_naming_the_rule(when: str, words: str) -> None:
+    """A syntax error, an unknown name or a clock function refuses the policy, naming the rule's
+    index and the problem."""
+    rules = [{"decision": "allow", "tool": "x"}, {"decision": "allow", "when": when}]
+    with pytest.raises(ValidationError) as refused:
+        PolicySpec.model_validate({"rules": rules})
+    [error] = refused.value.errors()
+    assert error["loc"] == ("rules", 1) and words in error["msg"]
+
+
+def test_compiled_conditions_are_cached_per_expression() -> None:
+    """The same expression string compiles once: every later rule and evaluation reuses the program."""
+    assert compile_condition("args.n > 1") is compile_condition("args.n > 1")

@@ -1,7 +1,16 @@
-"""The action policy: deterministic, evaluated in the workflow."""
+"""The action policy: deterministic, evaluated in the workflow.
+
+A rule matches an action when its ``tool`` and ``effect`` (each optional) match and its ``when``
+condition (optional, CEL: ``schemas.conditions``) holds. A condition that cannot be evaluated for the
+action (a missing argument, a type mismatch) fails closed: the action needs approval by the rule's
+approvers, or else the policy's ``default_approvers``, and is denied when there are neither; the
+reason, recorded in the ``policy.decided`` event and the action's evidence, names the rule and the
+error. Falling through to the next rule instead would let an erroring deny rule allow.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from temporalio import workflow
@@ -9,6 +18,7 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():  # payload models and helpers: one copy for all runs
     from schemas.actions import EffectClass, ProposedAction
     from schemas.approvals import ApprovalSla
+    from schemas.conditions import ConditionError, evaluate_condition
     from schemas.tasks import PolicySpec, PolicyVerdict
 
 
@@ -22,13 +32,36 @@ class PolicyDecision:
     sla: ApprovalSla | None = None  # the matching rule's, for a request
 
 
-def evaluate(policy: PolicySpec, action: ProposedAction) -> PolicyDecision:
-    """The first rule matching the action's tool and effect wins; otherwise the defaults apply:
-    sandbox commands are allowed, business writes need one of ``default_approvers`` (and are denied
-    when nobody is configured to approve them)."""
+def evaluate(
+    policy: PolicySpec,
+    action: ProposedAction,
+    *,
+    agent: str = "",
+    tenant: str = "",
+    labels: Mapping[str, str] | None = None,
+) -> PolicyDecision:
+    """The first rule matching the action's tool, effect and condition wins; otherwise the defaults
+    apply: sandbox commands are allowed, business writes need one of ``default_approvers`` (and are
+    denied when nobody is configured to approve them). ``agent``, ``tenant`` and ``labels`` are the
+    task's, for conditions."""
     for index, rule in enumerate(policy.rules):
         if rule.tool not in (None, action.tool) or rule.effect not in (None, action.effect):
             continue
+        if rule.when is not None:
+            holds = evaluate_condition(
+                rule.when,
+                args=action.arguments,
+                tool=action.tool,
+                effect=action.effect.value,
+                agent=agent,
+                caller=action.agent,
+                tenant=tenant,
+                labels=labels or {},
+            )
+            if isinstance(holds, ConditionError):
+                return _fail_closed(policy, index, rule.approvers, holds)
+            if not holds:
+                continue
         reason = rule.reason or f"policy rule {index} ({rule.decision.value})"
         return PolicyDecision(rule.decision, tuple(rule.approvers), reason, rule.sla)
     if action.effect is EffectClass.SANDBOX:
@@ -45,3 +78,14 @@ def evaluate(policy: PolicySpec, action: ProposedAction) -> PolicyDecision:
     return PolicyDecision(
         PolicyVerdict.DENY, (), f"no rule allows {action.tool} and no default approver is configured"
     )
+
+
+def _fail_closed(
+    policy: PolicySpec, index: int, approvers: list[str], error: ConditionError
+) -> PolicyDecision:
+    """A rule whose condition could not be evaluated: a person decides, or nobody allows it."""
+    why = f"policy rule {index}: its condition could not be evaluated ({error})"
+    chosen = tuple(approvers or policy.default_approvers)
+    if chosen:
+        return PolicyDecision(PolicyVerdict.REQUIRE_APPROVAL, chosen, f"{why}; approval required")
+    return PolicyDecision(PolicyVerdict.DENY, (), f"{why}; denied, no approver is configured")

@@ -175,7 +175,7 @@ class TurnRunner:
                 version=action.version,
                 agent=action.agent,
             )
-            decision = evaluate(spec.policy, action)
+            decision = evaluate(spec.policy, action, agent=spec.agent, tenant=spec.tenant, labels=spec.labels)
             state.batch.append(
                 BatchItem(action=action, verdict=decision.verdict, policy_reason=decision.reason)
             )
