@@ -23,6 +23,7 @@ from agents.models.interface import Model
 
 from activities.agent.provider_errors import no_sdk_retries
 from activities.agent.providers import ModelChoice, resolve_chain
+from activities.agent.read_tools import bounded_agent
 from activities.agent.registry import AgentRegistration, AgentRegistry
 from activities.agent.sandbox_agents import SandboxAgentRefused, durable_agent
 from schemas.config import ConfigError, WorkerConfig
@@ -34,8 +35,9 @@ class PreparedAgent:
 
     Attributes:
         registration: The agent's registration.
-        agent: The built agent, its sandbox capabilities replaced by durable tools
-            (``durable_agent``); MCP servers are replaced per turn, from the task's catalog.
+        agent: The built agent, its read tools' outputs bounded (``bounded_agent``), its sandbox
+            capabilities replaced by durable tools (``durable_agent``); MCP servers are replaced per
+            turn, from the task's catalog.
         run_config: The turn's ``RunConfig`` without its model (``run_config_for`` adds it).
     """
 
@@ -68,7 +70,7 @@ class PreparedAgents:
         for name in registry.names():
             registration = registry.get(name)
             try:
-                agent = durable_agent(registration.build())
+                agent = durable_agent(bounded_agent(registration.build()))
             except SandboxAgentRefused as err:
                 raise ConfigError(f"agent {name!r}: {err}") from None
             self._agents[name] = PreparedAgent(registration, agent, _run_config(name))

@@ -4,7 +4,8 @@ Read-only tools (plain ``@function_tool``s, no effect declaration) run inside th
 workflow never sees them as actions. ``ReadToolRecorder`` is the run's ``RunHooks``: for each such
 call it stores the canonical JSON of the arguments and the output text in the artifact store and
 keeps a ``ToolCallRecord`` (name, call id, both digests, duration, whether the tool raised) that the
-turn returns, and the workflow turns into a ``tool.called`` event and evidence.
+turn returns (an output the model read bounded is already stored whole: the record names that), and
+the workflow turns into a ``tool.called`` event and evidence.
 
 On a retried turn the model calls come from the journal, so the same calls run again with the same
 arguments: a deterministic tool gives the same digests; the duration is the one measured then.
@@ -65,9 +66,12 @@ class ReadToolRecorder(RunHooks[Any]):
             stored).
     """
 
-    def __init__(self, store: ArtifactStore, turn: int) -> None:
+    def __init__(self, store: ArtifactStore, turn: int, whole_outputs: dict[str, str] | None = None) -> None:
+        """``whole_outputs``: the digest of a call's whole output, by call id, when the model was
+        given its head (``TurnServices.whole_outputs``): the record names the whole."""
         self.store = store
         self.turn = turn
+        self.whole_outputs = {} if whole_outputs is None else whole_outputs
         self.dropped = 0
         self._calls = 0
         self._started: dict[str, tuple[int, float]] = {}
@@ -100,8 +104,10 @@ class ReadToolRecorder(RunHooks[Any]):
             self.dropped += 1
             return
         arguments = arguments_bytes(getattr(context, "tool_arguments", None))
-        output = output_bytes(result)
-        arguments_ref, output_ref = await asyncio.to_thread(self._store, arguments, output)
+        whole = self.whole_outputs.get(call_id)
+        output = None if whole is not None else output_bytes(result)
+        arguments_ref, stored = await asyncio.to_thread(self._store, arguments, output)
+        output_ref = whole or stored
         self._records.append(
             (
                 seq,
@@ -117,8 +123,8 @@ class ReadToolRecorder(RunHooks[Any]):
             )
         )
 
-    def _store(self, arguments: bytes, output: bytes) -> tuple[str, str]:
-        return self.store.put(arguments), self.store.put(output)
+    def _store(self, arguments: bytes, output: bytes | None) -> tuple[str, str]:
+        return self.store.put(arguments), "" if output is None else self.store.put(output)
 
 
 __all__ = ["ReadToolRecorder", "arguments_bytes", "output_bytes"]

@@ -17,6 +17,10 @@ The decorated function is a *planner*: a pure function from the tool's arguments
 the workflow will run. The SDK stops the run at the call (``needs_approval``), the workflow applies
 policy and approval and runs the operation as its own activity, and when the run resumes the tool
 returns the workflow's result for that call id: the model sees it as the tool's output.
+
+A read tool's output reaches the model as it is up to ``OUTPUT_PREVIEW_CHARS`` characters; a longer
+one as its head and a note naming the whole, which is kept in the artifact store
+(``activities.agent.read_tools``).
 """
 
 from __future__ import annotations
@@ -63,6 +67,8 @@ class TurnServices:
     inputs: dict[str, ArtifactRef]
     outputs: dict[str, str] = field(default_factory=dict)  # the workflow's result text, by call id
     saved: list[ArtifactRef] = field(default_factory=list)
+    # The digest of a read tool's whole output, by call id, when the model was given its head.
+    whole_outputs: dict[str, str] = field(default_factory=dict)
 
     def read_input(self, name: str) -> bytes:
         """The content of the task input called ``name``."""
@@ -87,6 +93,11 @@ def current_turn() -> TurnServices:
         return _current.get()
     except LookupError:
         raise TurnError("no agent turn is running in this context") from None
+
+
+def running_turn() -> TurnServices | None:
+    """The services of the turn running now, or None outside a turn."""
+    return _current.get(None)
 
 
 def bind_turn(services: TurnServices) -> contextvars.Token[TurnServices]:

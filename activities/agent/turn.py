@@ -159,6 +159,7 @@ class AgentActivities:
         recorder = _TurnHooks(
             self.store,
             input.turn,
+            services.whole_outputs,
             [c.model for c in chain if isinstance(c.model, AgentRoutedModel)],
             stream,
         )
@@ -361,9 +362,14 @@ class _TurnHooks(ReadToolRecorder):
     scripted models of a handoff's specialist, ``AgentRoutedModel``)."""
 
     def __init__(
-        self, store: ArtifactStore, turn: int, routed: list[AgentRoutedModel], stream: TurnStream
+        self,
+        store: ArtifactStore,
+        turn: int,
+        whole_outputs: dict[str, str],
+        routed: list[AgentRoutedModel],
+        stream: TurnStream,
     ) -> None:
-        super().__init__(store, turn)
+        super().__init__(store, turn, whole_outputs)
         self._routed = routed
         self._stream = stream
 

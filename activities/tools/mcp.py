@@ -52,12 +52,12 @@ from agents import Agent, FunctionTool
 from agents.mcp import MCPServer, MCPServerSse, MCPServerStdio, MCPServerStreamableHttp
 from agents.tool_context import ToolContext
 
-from activities.agent.tools import EFFECT_ATTR, EffectDeclaration, return_workflow_result
+from activities.agent.tools import EFFECT_ATTR, EffectDeclaration, return_workflow_result, running_turn
 from activities.artifacts import ArtifactStore
 from activities.errors import AgentError, McpUnavailable, ToolPlanError
 from activities.tools.mcp_contain import Connections, contained_server, server_unavailable
 from activities.tools.mcp_types_compat import tool_input_schema
-from activities.tools.results import bounded_output, tool_result
+from activities.tools.results import bounded_read, tool_result
 from schemas.actions import EffectClass, McpCall
 from schemas.tools import McpCatalog, McpServerTools, McpTool, ToolCallInput, ToolCallResult
 
@@ -308,7 +308,7 @@ def _durable_tool(server: str, tool: McpTool, connections: Connections, store: A
         )
         return effect_tool
 
-    async def read(_ctx: ToolContext[Any], raw_arguments: str) -> str:
+    async def read(ctx: ToolContext[Any], raw_arguments: str) -> str:
         try:
             arguments = json.loads(raw_arguments or "{}")
         except json.JSONDecodeError as err:
@@ -317,7 +317,8 @@ def _durable_tool(server: str, tool: McpTool, connections: Connections, store: A
             return "error: the arguments must be a JSON object"
         text, _is_error = await connections.call(server, tool.name, arguments, tool.timeout_seconds)
         # The model reads the head; the whole is kept (a read tool's answer can be any size).
-        return (await asyncio.to_thread(bounded_output, store, text)).text
+        turn = running_turn()
+        return await bounded_read(store, text, ctx.tool_call_id, turn.whole_outputs if turn else None)
 
     return FunctionTool(
         name=tool.exposed_as,

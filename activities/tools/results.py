@@ -1,14 +1,17 @@
 """What a tool's output becomes on its way to the model: the output (its head when long), and the
 whole output kept in the artifact store under its digest (evidence).
 
-One mechanism for every tool output that is not a sandbox command's (those are capped by the
-task's ``model_output_limit_bytes``): an effect tool's call (``tool.call``, ``mcp.call``) and an MCP
-read tool's call inside the turn. An output past ``OUTPUT_PREVIEW_CHARS`` reaches the model as its
-first ``OUTPUT_PREVIEW_CHARS`` characters and a note naming the whole's size and digest.
+One mechanism for every tool output that is not a sandbox command's (those are capped by the task's
+``model_output_limit_bytes``): an effect tool's call (``tool.call``, ``mcp.call``), and a read
+tool's call inside the turn, an MCP server's (``activities.tools.mcp``) or the agent's own
+``@function_tool``'s (``activities.agent.read_tools``). An output past ``OUTPUT_PREVIEW_CHARS``
+reaches the model as its first ``OUTPUT_PREVIEW_CHARS`` characters and a note naming the whole's
+size and digest.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from activities.artifacts import ArtifactStore
@@ -45,6 +48,20 @@ def bounded_output(store: ArtifactStore, text: str) -> BoundedOutput:
     )
     view = text[:OUTPUT_PREVIEW_CHARS] + note
     return BoundedOutput(view, digest, store.put(view.encode("utf-8")))
+
+
+async def bounded_read(
+    store: ArtifactStore, text: str, call_id: str | None = None, whole_outputs: dict[str, str] | None = None
+) -> str:
+    """What the model reads of a read tool's output ``text`` inside a turn: the text itself up to
+    ``OUTPUT_PREVIEW_CHARS``; past that, the head and note of ``bounded_output`` (the whole kept in
+    ``store``), its digest noted in ``whole_outputs`` under ``call_id`` for the call's record."""
+    if len(text) <= OUTPUT_PREVIEW_CHARS:
+        return text
+    bounded = await asyncio.to_thread(bounded_output, store, text)
+    if whole_outputs is not None and call_id:
+        whole_outputs[call_id] = bounded.digest
+    return bounded.text
 
 
 def tool_result(
