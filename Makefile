@@ -3,7 +3,7 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 
-.PHONY: install system-deps demo test lint histories sandbox-image bench clean
+.PHONY: install system-deps demo test lint histories sandbox-image bench ts-client clean
 
 $(BIN)/agent-worker: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +57,12 @@ lint: install
 # The tests that record them are listed in tests/recorded_histories.txt.
 histories: install
 	AW_RECORD_HISTORIES=tests/histories $(BIN)/pytest -q $$(grep -v '^#' tests/recorded_histories.txt)
+
+# The TypeScript client (clients/typescript): its OpenAPI document dumped from the API, its types
+# generated from it (openapi-typescript), then built (tsc). Run after changing a route; commit the result.
+ts-client: install
+	$(BIN)/python scripts/openapi.py
+	cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run generate && npm run build
 
 clean:
 	rm -rf $(VENV) .agent-worker .pytest_cache

@@ -55,6 +55,15 @@ from schemas.tasks import TaskId, TaskResult, TaskSpec, TaskStatus
 _DEFAULTS = WorkerConfig()
 # The bearer scheme, for the OpenAPI document (``api.guard`` authenticates).
 BEARER = HTTPBearer(auto_error=False)
+# What /events and /stream answer, for the OpenAPI document (and the clients generated from it): a
+# text/event-stream, not JSON.
+SSE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "Server-Sent Events: `event:` the kind, `id:` the sequence number or offset, "
+        "`data:` the entry as JSON (for /events, an `Event`); `gap` and `end` frames carry no `id:`.",
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    }
+}
 
 
 @dataclass
@@ -273,7 +282,7 @@ def build_api(client: Client, config: ApiConfig) -> FastAPI:
             stream_url=f"{base}/stream?access_token={token}",
         )
 
-    @app.get("/v1/tasks/{task_id:path}/events")
+    @app.get("/v1/tasks/{task_id:path}/events", response_class=StreamingResponse, responses=SSE_RESPONSES)
     async def events(
         task_id: str,
         who: Caller,
@@ -295,7 +304,7 @@ def build_api(client: Client, config: ApiConfig) -> FastAPI:
             follow_events(tasks, task_id, after, read_stored), media_type="text/event-stream"
         )
 
-    @app.get("/v1/tasks/{task_id:path}/stream")
+    @app.get("/v1/tasks/{task_id:path}/stream", response_class=StreamingResponse, responses=SSE_RESPONSES)
     async def stream(
         task_id: str,
         who: Caller,

@@ -6,10 +6,13 @@
 #   debootstrap (builds the sandbox image locally), postgresql (business-write tests), docker-compose
 #   (validates docker-compose.temporal.yml), chromium and chromium-driver (the web inbox's browser
 #   tests), prometheus (its promtool checks the shipped alert rules), redis-server (the Redis Streams
-#   backend's tests start a throwaway one). Installed with apt-get when
+#   backend's tests start a throwaway one), nodejs and npm (the TypeScript client's build and tests;
+#   Debian's Node 18 is enough). Installed with apt-get when
 #   running as root; otherwise named, and the tests that need them fail rather than skip.
 # - The Docker daemon, started in the background when none answers.
 # - The sandbox image (`agent-worker sandbox-image`), built once and cached by the daemon.
+# - The TypeScript client (clients/typescript): its pinned npm packages (`npm ci`, again only when
+#   package-lock.json changed) and its build (`tsc`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-.venv/bin}
@@ -25,6 +28,8 @@ command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v npm >/dev/null 2>&1 || need+=(npm)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "test-machine: installing ${need[*]}"
@@ -46,3 +51,11 @@ if ! docker info >/dev/null 2>&1; then
   docker info >/dev/null 2>&1 || { tail -20 /tmp/dockerd.log >&2; exit 1; }
 fi
 "$BIN/agent-worker" sandbox-image
+
+# The TypeScript client: npm's own record of the install (node_modules/.package-lock.json) is newer
+# than the lock file when nothing changed since.
+(
+  cd clients/typescript
+  [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund --loglevel=error
+  npm run --silent build
+)
