@@ -12,10 +12,12 @@ import os
 import re
 import shutil
 import subprocess
+import uuid
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from temporalio.client import WorkflowExecutionStatus
 
 from activities.events import JsonlEventSink
 from agent_worker.client import AgentWorkerClient
@@ -31,6 +33,7 @@ BLOCK = re.compile(r"^```js tsclient\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 LEAD = "lead-0f3c9a7e51d2b8c4"
 TOKENS = {LEAD: "finance-lead"}
 NPM_SECONDS = 600
+NODE_SECONDS = 300
 
 
 def load_dumper() -> ModuleType:
@@ -108,14 +111,44 @@ def test_the_follower_resumes_after_cuts_and_closes_when_left(built: Path) -> No
     """The package's own Node tests pass against the build: a stream closed early or reset is resumed
     with Last-Event-ID and nothing repeated, `after` resumes from the first request, a gap is
     reported, endless cuts give up after maxReconnects, error frames and HTTP errors throw (the
-    latter without a retry), and leaving the loop closes the connection."""
+    latter without a retry), leaving the loop closes the connection, and wait() reads after the end."""
     done = subprocess.run(
         ["node", "--test", "--test-timeout=60000", "test/"],
         cwd=PACKAGE, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    assert re.search(r"^# pass 5$", done.stdout, re.MULTILINE), done.stdout[-2000:]
+    assert re.search(r"^# pass 6$", done.stdout, re.MULTILINE), done.stdout[-2000:]
     assert re.search(r"^# fail 0$", done.stdout, re.MULTILINE), done.stdout[-2000:]
+
+
+async def run_node(env: TaskEnv, tmp_path: Path, script: str, **variables: str) -> list[str]:
+    """``script`` (an ES module importing ``@agent-worker/client``) run by Node from the repository's
+    root, against the API (token auth, as ``finance-lead``) serving ``env``'s worker; its stdout
+    lines, once it has exited 0."""
+    path = tmp_path / "script.mjs"
+    path.write_text(script)
+    # What `npm install clients/typescript` gives an app: the package under its name.
+    (tmp_path / "node_modules" / "@agent-worker").mkdir(parents=True)
+    (tmp_path / "node_modules" / "@agent-worker" / "client").symlink_to(PACKAGE)
+    config = ApiConfig(
+        auth=Authenticator("token", TOKENS),
+        task_queue=env.task_queue,
+        stored_events=JsonlEventSink(env.config.events_dir).read_chain,
+    )
+    async with serving(build_api(env.client, config), "127.0.0.1:0") as url:
+        node = await asyncio.create_subprocess_exec(
+            "node", str(path), cwd=REPO,
+            env={**os.environ, "AGENT_WORKER_API_URL": url, "AGENT_WORKER_API_TOKEN": LEAD, **variables},
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            out, err = await asyncio.wait_for(node.communicate(), NODE_SECONDS)
+        finally:
+            if node.returncode is None:
+                node.kill()
+                await node.wait()
+    assert node.returncode == 0, f"{out.decode()}\n{err.decode()}"
+    return out.decode().splitlines()
 
 
 async def test_the_docs_example_completes_a_task_with_one_approval(
@@ -127,30 +160,7 @@ async def test_the_docs_example_completes_a_task_with_one_approval(
     once and in order across the two connections; the task completed in Temporal with the approval
     by finance-lead in its evidence and the report written once."""
     [example] = BLOCK.findall(DOC.read_text())
-    script = tmp_path / "example.mjs"
-    script.write_text(example)
-    # What `npm install clients/typescript` gives an app: the package under its name.
-    (tmp_path / "node_modules" / "@agent-worker").mkdir(parents=True)
-    (tmp_path / "node_modules" / "@agent-worker" / "client").symlink_to(PACKAGE)
-    config = ApiConfig(
-        auth=Authenticator("token", TOKENS),
-        task_queue=env.task_queue,
-        stored_events=JsonlEventSink(env.config.events_dir).read_chain,
-    )
-    async with serving(build_api(env.client, config), "127.0.0.1:0") as url:
-        node = await asyncio.create_subprocess_exec(
-            "node", str(script), cwd=REPO,
-            env={**os.environ, "AGENT_WORKER_API_URL": url, "AGENT_WORKER_API_TOKEN": LEAD},
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        try:
-            out, err = await asyncio.wait_for(node.communicate(), 300)
-        finally:
-            if node.returncode is None:
-                node.kill()
-                await node.wait()
-    lines = out.decode().splitlines()
-    assert node.returncode == 0, f"{out.decode()}\n{err.decode()}"
+    lines = await run_node(env, tmp_path, example)
     task_id = lines[0].removeprefix("started ")
     assert re.fullmatch(r"task-\S+", task_id), lines[0]
     events = [line.split() for line in lines if line.startswith("event ")]
@@ -173,3 +183,42 @@ async def test_the_docs_example_completes_a_task_with_one_approval(
     assert approval.reason == "figures checked"
     assert env.business().count() == 1
     await assert_replays(env.client, task_id)
+
+
+async def test_the_client_sends_input_cancels_reads_and_throws_the_apis_errors(
+    built: Path, env: TaskEnv, tmp_path: Path
+) -> None:
+    """From Node (tests/helpers/tsclient_input_cancel.mjs): a chosen id comes back scoped to its
+    tenant and a second start of it starts nothing; input while the task awaits approval is added
+    (by the caller, as the task's events say); cancel ends it `cancelled`, which the follower's end
+    and the read (no result, the problem named) say and Temporal holds; a missing task (404), an
+    invalid spec (422, naming the field) and a call without a token (401) throw AgentWorkerApiError
+    with the API's status."""
+    chosen = f"ts-{uuid.uuid4().hex[:8]}"
+    script = (REPO / "tests" / "helpers" / "tsclient_input_cancel.mjs").read_text()
+    steps = [json.loads(line) for line in await run_node(env, tmp_path, script, TASK_ID=chosen)]
+    by_step = {s["step"]: s for s in steps if s["step"] != "error"}
+    task_id = f"acme/{chosen}"
+    assert by_step["start"]["first"] == {"task_id": task_id, "started": True}
+    assert by_step["start"]["again"] == {"task_id": task_id, "started": False}
+    assert by_step["input"]["answer"]["task_id"] == task_id
+    assert by_step["cancel"]["answer"] == {"task_id": task_id, "cancel": "requested"}
+    followed = by_step["followed"]
+    ids = [e["id"] for e in followed["events"]]
+    assert ids == list(range(followed["after"] + 1, followed["after"] + 1 + len(ids))), ids
+    [added] = [e for e in followed["events"] if e["type"] == "input.added"]
+    assert added["data"]["principal"] == "finance-lead" and added["data"]["chars"] == 25
+    assert followed["events"][-1]["type"] == "task.finished"
+    assert followed["end"] == {"kind": "end", "phase": "cancelled", "reason": "cancelled on request"}
+    view = by_step["read"]["view"]
+    assert (view["task_id"], view["running"], view["result"]) == (task_id, False, None)
+    assert view["problem"] == "Workflow cancelled"
+    errors = {s["name"]: s for s in steps if s["step"] == "error"}
+    assert all(e["thrown"] for e in errors.values()), errors
+    assert errors["missing"]["status"] == 404
+    assert errors["invalid"]["status"] == 422 and "max_turns" in json.dumps(errors["invalid"]["detail"])
+    assert errors["anonymous"]["status"] == 401
+
+    handle = env.client.get_workflow_handle(task_id)
+    assert (await handle.describe()).status is WorkflowExecutionStatus.CANCELED
+    assert env.business().count() == 0

@@ -1,4 +1,4 @@
-// follow() against a scripted SSE server on loopback (node:http): reconnects after a cut with
+// follow() and wait() against a scripted SSE server on loopback (node:http): reconnects after a cut with
 // Last-Event-ID, stops at `end`, gives up after maxReconnects, throws on `error` frames and on HTTP
 // errors without retrying them, and closes its connection when the loop is left. Run by
 // tests/test_typescript_client.py (`node --test`), against the built dist/.
@@ -123,6 +123,23 @@ test("leaving the loop closes the connection", async () => {
       break;
     }
     await gone;  // the server saw the connection close (the test would hang, then time out, if not)
+  } finally {
+    await server.close();
+  }
+});
+
+test("wait() follows to the end, then reads the task", async () => {
+  const server = await serve([
+    (req, res) => { sse(res); res.end(event(1, "task.finished") + frame("end", { phase: "completed", reason: null })); },
+    (req, res) => {
+      res.writeHead(200, { "Content-Type": "application/json" });
+      res.end(JSON.stringify({ task_id: TASK, running: false, result: { phase: "completed" } }));
+    },
+  ]);
+  try {
+    const view = await server.api.wait(TASK);
+    assert.equal(view.result.phase, "completed");
+    assert.deepEqual(server.seen.map((s) => s.url), ["/v1/tasks/acme/report-1/events", "/v1/tasks/acme/report-1"]);
   } finally {
     await server.close();
   }
