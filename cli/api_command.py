@@ -1,48 +1,73 @@
-"""``agent-worker api``: serve the HTTP API (``api``) with uvicorn, until SIGINT/SIGTERM. Its limits
-(body size, open streams, CORS origins, Host names, stream tokens, header timeout) are the
-``api_*`` settings (docs/api.md)."""
+"""``agent-worker api``: serve the HTTP API (``api``) with uvicorn, until SIGINT/SIGTERM; and
+``agent-worker mcp-serve``: chosen agents as MCP tools (``api.mcp_tools``) behind the same door.
+Their limits (body size, open streams, CORS origins, Host names, stream tokens, header timeout) are
+the ``api_*`` settings (docs/api.md)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cli.context import CliContext
 from cli.errors import CliError
 from schemas.visibility import DEFAULT_TASK_QUEUE
 
+if TYPE_CHECKING:
+    from api import ApiConfig
+    from api.mcp_tools import AgentTool
+
 __all__ = ["register"]
 
 DEFAULT_BIND = "127.0.0.1:8091"
+DEFAULT_MCP_BIND = "127.0.0.1:8092"
 
 
 def register(sub: Any) -> None:
-    """Add ``api``."""
+    """Add ``api`` and ``mcp-serve``."""
     api = sub.add_parser("api", help="serve the HTTP API: start, read, decide and follow tasks over HTTP")
-    api.add_argument("--bind", default=DEFAULT_BIND, help=f"host:port (default {DEFAULT_BIND})")
-    api.add_argument("--auth", choices=["token", "header"], default="token")
-    api.add_argument("--tokens", type=Path, help='JSON file {"<token>": "<principal>"} (--auth token)')
-    api.add_argument(
+    add_serving_arguments(api, DEFAULT_BIND)
+    api.set_defaults(handler=cmd_api)
+    mcp = sub.add_parser(
+        "mcp-serve",
+        help="serve chosen agents as MCP tools (Streamable HTTP at /v1/mcp, with the API's auth)",
+        description="Each --tool NAME=SPEC.json is an MCP tool: a call starts SPEC's task with the "
+        "caller's prompt and answers its result, or the approval it waits for (docs/mcp-serve.md).",
+    )
+    add_serving_arguments(mcp, DEFAULT_MCP_BIND)
+    mcp.add_argument(
+        "--tool",
+        action="append",
+        required=True,
+        metavar="NAME=SPEC.json",
+        help="an agent tool: its name and the TaskSpec each call starts (repeat for more)",
+    )
+    mcp.set_defaults(handler=cmd_mcp_serve)
+
+
+def add_serving_arguments(parser: Any, bind: str) -> None:
+    """Where to listen, who may call, and where tasks go (``api`` and ``mcp-serve`` alike)."""
+    parser.add_argument("--bind", default=bind, help=f"host:port (default {bind})")
+    parser.add_argument("--auth", choices=["token", "header"], default="token")
+    parser.add_argument("--tokens", type=Path, help='JSON file {"<token>": "<principal>"} (--auth token)')
+    parser.add_argument(
         "--principal-header", default="X-Forwarded-User", help="--auth header: the proxy's header"
     )
-    api.add_argument(
+    parser.add_argument(
         "--tenants", type=Path, help='JSON file {"<principal>": ["<tenant>", ...]}: who acts where'
     )
-    api.add_argument("--task-queue", default=DEFAULT_TASK_QUEUE)
-    api.add_argument("--keys-dir", type=Path, default=Path.home() / ".agent-worker" / "keys")
-    api.set_defaults(handler=cmd_api)
+    parser.add_argument("--task-queue", default=DEFAULT_TASK_QUEUE)
+    parser.add_argument("--keys-dir", type=Path, default=Path.home() / ".agent-worker" / "keys")
 
 
-async def cmd_api(args: argparse.Namespace, ctx: CliContext) -> int:
-    try:
-        import uvicorn
+def api_config(args: argparse.Namespace, ctx: CliContext) -> ApiConfig:
+    """The API's settings from the command's arguments and the ``api_*`` settings.
 
-        from api import ApiConfig, build_api
-        from api.serve import server_config
-    except ImportError as err:
-        raise CliError(f"the HTTP API needs its extra: pip install 'agent-worker[api]' ({err})") from None
+    Raises:
+        CliError: (exit 2) the tokens or tenants file cannot be read.
+    """
+    from api import ApiConfig
     from inbox import InboxConfigError
     from inbox.auth import Authenticator, load_tokens
 
@@ -57,10 +82,9 @@ async def cmd_api(args: argparse.Namespace, ctx: CliContext) -> int:
             tenants = json.loads(args.tenants.read_text())
         except (OSError, json.JSONDecodeError) as err:
             raise CliError(f"--tenants {args.tenants}: {err}", 2) from None
-    host, _, port = args.bind.rpartition(":")
     settings = ctx.config
     secret = settings.api_stream_token_secret
-    config = ApiConfig(
+    return ApiConfig(
         auth=auth,
         task_queue=args.task_queue,
         keys_dir=args.keys_dir,
@@ -72,17 +96,76 @@ async def cmd_api(args: argparse.Namespace, ctx: CliContext) -> int:
         stream_token_seconds=settings.api_stream_token_minutes * 60,
         stream_token_secret=secret.get_secret_value().encode() if secret else None,
     )
-    if not ctx.config.event_sink:  # the configured default sink (data dir or state database)
-        from activities.stores.state import build_event_sink
 
-        config.stored_events = build_event_sink(ctx.config).read_chain  # type: ignore[attr-defined]
-    from activities.stores.state import build_stream_backend
 
-    config.streams = build_stream_backend(ctx.config)
-    app = build_api(await ctx.temporal(), config)
+def _needs_api_extra() -> None:
+    try:
+        import uvicorn  # noqa: F401
+
+        import api  # noqa: F401
+    except ImportError as err:
+        raise CliError(f"the HTTP API needs its extra: pip install 'agent-worker[api]' ({err})") from None
+
+
+async def _serve(app: Any, bind: str, ctx: CliContext) -> int:
+    """Serve ``app`` on ``bind`` with uvicorn until SIGINT/SIGTERM."""
+    import uvicorn
+
+    from api.serve import server_config
+
+    host, _, port = bind.rpartition(":")
     options = server_config(
-        app, host or "127.0.0.1", int(port), settings.api_header_timeout_seconds, log_level="info"
+        app, host or "127.0.0.1", int(port), ctx.config.api_header_timeout_seconds, log_level="info"
     )
-    server = uvicorn.Server(options)
-    await server.serve()
+    await uvicorn.Server(options).serve()
     return 0
+
+
+async def cmd_api(args: argparse.Namespace, ctx: CliContext) -> int:
+    _needs_api_extra()
+    from activities.stores.state import build_event_sink, build_stream_backend
+    from api import build_api
+
+    config = api_config(args, ctx)
+    if not ctx.config.event_sink:  # the configured default sink (data dir or state database)
+        config.stored_events = build_event_sink(ctx.config).read_chain  # type: ignore[attr-defined]
+    config.streams = build_stream_backend(ctx.config)
+    return await _serve(build_api(await ctx.temporal(), config), args.bind, ctx)
+
+
+async def cmd_mcp_serve(args: argparse.Namespace, ctx: CliContext) -> int:
+    _needs_api_extra()
+    from api.mcp_tools import McpToolError, build_mcp_app
+
+    tools = [_agent_tool(given) for given in args.tool]
+    host = args.bind.rpartition(":")[0] or "127.0.0.1"
+    try:
+        app = build_mcp_app(await ctx.temporal(), api_config(args, ctx), tools, host=host)
+    except McpToolError as err:
+        raise CliError(str(err), 2) from None
+    return await _serve(app, args.bind, ctx)
+
+
+def _agent_tool(given: str) -> AgentTool:
+    """``NAME=SPEC.json`` as an agent tool.
+
+    Raises:
+        CliError: (exit 2) naming what is wrong with it.
+    """
+    from pydantic import ValidationError
+
+    from api.mcp_tools import AgentTool, McpToolError
+    from schemas.tasks import TaskSpec
+
+    name, sep, path = given.partition("=")
+    if not sep or not name or not path:
+        raise CliError(f"--tool {given!r}: write NAME=SPEC.json", 2)
+    try:
+        spec = TaskSpec.model_validate_json(Path(path).read_text())
+        return AgentTool(name=name, spec=spec)
+    except OSError as err:
+        raise CliError(f"--tool {name}: cannot read {path}: {err}", 2) from None
+    except ValidationError as err:
+        raise CliError(f"--tool {name}: {path} is not a TaskSpec: {err}", 2) from None
+    except McpToolError as err:
+        raise CliError(f"--tool {name}: {err}", 2) from None

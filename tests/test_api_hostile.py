@@ -9,18 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 
 from api import ApiConfig, build_api
-from cli.devserver import free_port, stop_process_group
 from inbox.auth import Authenticator
-from tests.helpers.support import REPO, TaskEnv, example_spec, until
+from tests.helpers.serving import serving_process
+from tests.helpers.support import TaskEnv, example_spec, until
 
 LEAD = "lead-0f3c9a7e51d2b8c4"
 GLOBEX = "globex-lead-5a6b7c8d9e"
@@ -46,34 +43,13 @@ def peak_rss(pid: int) -> int:
 @contextlib.asynccontextmanager
 async def api_process(env: TaskEnv, tmp_path: Path, **settings: str) -> AsyncIterator[tuple[str, int]]:
     """`agent-worker api` in its own process, serving ``env``'s task queue; its URL and pid."""
-    tokens, tenants = tmp_path / "tokens.json", tmp_path / "tenants.json"
-    tokens.write_text(json.dumps(TOKENS))
-    tenants.write_text(json.dumps(TENANTS))
-    port = free_port()
-    variables = {f"AGENT_WORKER_{k.upper()}": v for k, v in settings.items()}
-    proc = await asyncio.to_thread(
-        subprocess.Popen,
-        [sys.executable, "-m", "cli.main", "--address", env.address, "api", "--bind", f"127.0.0.1:{port}",
-         "--tokens", str(tokens), "--tenants", str(tenants), "--task-queue", env.task_queue],
-        cwd=REPO, env={**env.worker_env(), **variables}, start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
-
-            async def healthy() -> bool:
-                assert proc.poll() is None, "the API process exited"
-                with contextlib.suppress(httpx.TransportError):
-                    return (await http.get("/healthz")).status_code == 200
-                return False
-
-            await until(healthy, 60, "the API to serve /healthz")
-            # Warm up what the first real request loads, so growth measured later is the request's.
-            assert (await http.get("/v1/tasks/acme/none", headers=bearer(LEAD))).status_code == 404
-        yield url, proc.pid
-    finally:
-        await asyncio.to_thread(stop_process_group, proc)
+    async with (
+        serving_process(env, tmp_path, ["api"], tokens=TOKENS, tenants=TENANTS, **settings) as (url, pid),
+        httpx.AsyncClient(base_url=url, timeout=30) as http,
+    ):
+        # Warm up what the first real request loads, so growth measured later is the request's.
+        assert (await http.get("/v1/tasks/acme/none", headers=bearer(LEAD))).status_code == 404
+        yield url, pid
 
 
 class _Exchange(asyncio.Protocol):
