@@ -85,7 +85,7 @@ async def _check(client: Client, schedule_id: str, input: DoctorInput) -> Findin
         task_id=newest,
         schedule_id=schedule_id,
         check="schedule-runs",
-        detail=f"its last {streak} finished runs failed (newest {newest}: {how}{words})",
+        detail=f"its last {streak} finished runs failed (newest {newest}, {how}{words})",
         advice=f"read the newest run (`agent-worker status {newest}`) and fix its spec or what it "
         f"depends on; meanwhile `agent-worker schedule pause {schedule_id}` stops new runs",
     )

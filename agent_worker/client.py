@@ -128,12 +128,8 @@ class AwaitingTask:
 
 
 def workflow_input(spec: TaskSpec | TaskInput | dict[str, Any]) -> dict[str, Any]:
-    """The ``AgentTask`` workflow's input for ``spec``, as plain JSON: what ``start`` sends, and what
-    each run of a schedule starts with.
-
-    Raises:
-        pydantic.ValidationError: ``spec`` is not a valid TaskSpec (naming the field).
-    """
+    """The ``AgentTask`` input for ``spec`` as plain JSON, as ``start`` and each scheduled run send it
+    (raises pydantic's ValidationError, naming the field, for an invalid spec)."""
     from schemas.tasks import TaskInput, TaskSpec
 
     task = spec if isinstance(spec, TaskInput) else TaskInput(spec=TaskSpec.model_validate(spec))
@@ -206,8 +202,7 @@ class AgentWorkerClient:
 
     @property
     def schedules(self) -> TaskSchedules:
-        """Tasks on a Temporal Schedule (``agent_worker.schedules``): create, list, describe, pause,
-        unpause, trigger, delete. Each run is a task started with ``start``'s input on this queue."""
+        """Tasks on a Temporal Schedule (``agent_worker.schedules``), each run started as ``start`` does."""
         from agent_worker.schedules import TaskSchedules
 
         return TaskSchedules(self.temporal, self.task_queue, workflow_input, WORKFLOW_TASK_TIMEOUT)

@@ -27,7 +27,10 @@ DOCTOR_SCHEDULE_ID = "agent-worker-doctor"
 
 def register(sub: Any) -> None:
     """Add ``doctor``."""
-    doctor = sub.add_parser("doctor", help="find stuck tasks: failing workflow tasks, retries, SLAs, history")
+    doctor = sub.add_parser(
+        "doctor",
+        help="find stuck tasks (failing workflow tasks, retries, SLAs, history) and failing schedules",
+    )
     doctor.add_argument("--task-queue", help="only the tasks of this task queue")
     doctor.add_argument("--query", help="a visibility query narrowing the running tasks further")
     defaults = Thresholds()
