@@ -361,3 +361,21 @@ def test_the_docs_commands_are_the_ones_the_tests_run() -> None:
     )
     assert lines, "docs/schedules.md shows no session"
     assert [line for line in lines if line not in TESTED_COMMANDS] == []
+
+
+def test_the_cli_takes_each_overlap_policy_in_either_spelling_and_lists_by_default() -> None:
+    """`--overlap` takes every policy as the docs write it (`buffer-one`) or as the schema does
+    (`buffer_one`), refuses others (exit 2), and `agent-worker schedule` alone lists the schedules."""
+    from cli.main import build_parser
+    from cli.schedules import cmd_list
+    from schemas.schedules import OverlapPolicy
+
+    parser = build_parser()
+    for policy in OverlapPolicy:
+        for spelling in (policy.value, policy.value.replace("_", "-")):
+            argv = ["schedule", "create", "n", "f.json", "--every", "1h", "--overlap", spelling]
+            assert OverlapPolicy(parser.parse_args(argv).overlap) is policy
+    with pytest.raises(SystemExit) as refused:
+        parser.parse_args(["schedule", "create", "n", "f.json", "--every", "1h", "--overlap", "queue"])
+    assert refused.value.code == 2
+    assert parser.parse_args(["schedule"]).handler is cmd_list
