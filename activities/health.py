@@ -17,6 +17,12 @@ history's length and size) and from its ``status`` query (its pending approvals)
 - ``history``: its history passes ``history_fraction`` of Temporal's limits (51,200 events, 50 MB),
   after which the server terminates it;
 - ``unreachable``: no worker answered its ``status`` query.
+
+And each task schedule (``agent-worker schedule``) of that task queue, by
+``activities.schedule_health``:
+
+- ``schedule-runs``: its last ``schedule_failures`` finished runs failed, timed out or were handed
+  off (the finding names the schedule, and its newest failed run as the task).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.service import RPCError
 
 from activities.errors import activity_boundary
+from activities.schedule_health import check_schedules
 from schemas.health import DoctorInput, DoctorReport, Finding, Thresholds
 from schemas.tasks import TaskStatus
 from schemas.visibility import STATUS_QUERY, TASKS_QUERY, queryable
@@ -47,7 +54,7 @@ STATUS_WAIT_SECONDS = 5.0
 
 
 async def diagnose(client: Client, input: DoctorInput) -> DoctorReport:
-    """Check the running tasks ``input`` names; the findings, by task.
+    """Check the running tasks ``input`` names, and the task schedules; the findings, by task.
 
     Raises:
         ValueError: ``input.task_queue`` cannot be put in a visibility query.
@@ -61,7 +68,13 @@ async def diagnose(client: Client, input: DoctorInput) -> DoctorReport:
         text += f" AND ({input.query})"
     ids = [e.id async for e in client.list_workflows(text, limit=input.limit)]
     found = await asyncio.gather(*(_check(client, task_id, input.thresholds) for task_id in ids))
-    return DoctorReport(checked=len(ids), findings=[f for task in found for f in task], at=datetime.now(UTC))
+    schedules, failing = await check_schedules(client, input)
+    return DoctorReport(
+        checked=len(ids),
+        findings=[f for task in found for f in task] + failing,
+        at=datetime.now(UTC),
+        schedules_checked=schedules,
+    )
 
 
 async def _check(client: Client, task_id: str, thresholds: Thresholds) -> list[Finding]:
@@ -176,7 +189,13 @@ class HealthActivities:
         ``agent_worker_doctor_findings`` (by check), so an alert can fire on it."""
         report = await diagnose(self.client, input)
         for finding in report.findings:
-            log.warning("stuck task", task_id=finding.task_id, check=finding.check, detail=finding.detail)
+            log.warning(
+                "stuck task",
+                task_id=finding.task_id,
+                schedule_id=finding.schedule_id,
+                check=finding.check,
+                detail=finding.detail,
+            )
             metrics.activity_counter("agent_worker_doctor_findings", 1, check=finding.check)
         log.info("fleet checked", checked=report.checked, findings=len(report.findings))
         return report

@@ -14,8 +14,9 @@ releases. Everything else in the distribution (``activities``, ``workflows``, ``
   helpers ``tool_outputs`` and ``first_user_text`` for deterministic models.
 - **Payloads**: ``TaskSpec`` and the models a client reads or sends (``TaskStatus``, ``TaskResult``,
   ``ApprovalRequest``, ``ApprovalDecision`` ...). All are plain JSON on the wire.
-- **Client**: ``AgentWorkerClient`` (start, status, pending, awaiting, decide, say, cancel, result)
-  and its errors, rooted at ``AgentWorkerError``.
+- **Client**: ``AgentWorkerClient`` (start, status, pending, awaiting, decide, say, cancel, result,
+  and ``schedules``: tasks on a Temporal Schedule, ``TaskSchedule``, ``OverlapPolicy``,
+  ``ScheduleView``) and its errors, rooted at ``AgentWorkerError``.
 - **Worker**: ``AgentWorkerPlugin``, a Temporal plugin that adds our workflows and activities to a
   ``temporalio.worker.Worker`` of your own (docs/operations.md, "Running in a worker of your own");
   imported on first use.
@@ -54,6 +55,8 @@ _EXPORTS: dict[str, str] = {
     "TaskNotFound": "agent_worker.client",
     "TaskRef": "agent_worker.client",
     "WorkerUnreachable": "agent_worker.client",
+    "ScheduleExists": "agent_worker.schedules",
+    "ScheduleNotFound": "agent_worker.schedules",
     # The worker's whole build (workflows, every role's activities), for a worker of the user's own.
     "AgentWorkerPlugin": "agent_worker.plugin",
     "BusinessWrite": "schemas.actions",
@@ -77,6 +80,9 @@ _EXPORTS: dict[str, str] = {
     "TaskResult": "schemas.tasks",
     "TaskSpec": "schemas.tasks",
     "TaskStatus": "schemas.tasks",
+    "OverlapPolicy": "schemas.schedules",
+    "ScheduleView": "schemas.schedules",
+    "TaskSchedule": "schemas.schedules",
 }
 
 if TYPE_CHECKING:  # what a type checker and an IDE see; at run time ``__getattr__`` imports on demand
@@ -105,11 +111,13 @@ if TYPE_CHECKING:  # what a type checker and an IDE see; at run time ``__getattr
         WorkerUnreachable,
     )
     from agent_worker.plugin import AgentWorkerPlugin
+    from agent_worker.schedules import ScheduleExists, ScheduleNotFound
     from schemas.actions import BusinessWrite, Delegation, ProposedAction, SandboxCommand
     from schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionKind, DecisionOutcome
     from schemas.artifacts import InputFile
     from schemas.digests import is_digest
     from schemas.events import Event, EventType
+    from schemas.schedules import OverlapPolicy, ScheduleView, TaskSchedule
     from schemas.tasks import (
         Budgets,
         Evidence,
@@ -164,16 +172,21 @@ __all__ = [
     "InputFile",
     "McpRules",
     "McpWrite",
+    "OverlapPolicy",
     "PolicyRule",
     "PolicySpec",
     "ProposedAction",
     "SandboxCommand",
+    "ScheduleExists",
+    "ScheduleNotFound",
+    "ScheduleView",
     "TaskEnded",
     "TaskInput",
     "TaskNotFound",
     "TaskPhase",
     "TaskRef",
     "TaskResult",
+    "TaskSchedule",
     "TaskSpec",
     "TaskStatus",
     "ToolError",

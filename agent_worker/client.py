@@ -14,7 +14,9 @@ Errors::
     ├── TaskNotFound            no task with that id (or none that is running, for a signal)
     ├── TaskEnded               the task closed without a result (failed, cancelled, terminated)
     ├── DecisionRefused         the task refused a decision; ``reason`` says why
-    └── WorkerUnreachable       no worker answered in time; nothing was applied
+    ├── WorkerUnreachable       no worker answered in time; nothing was applied
+    ├── ScheduleNotFound        no schedule with that id (``agent_worker.schedules``)
+    └── ScheduleExists          a schedule with that id exists already (``agent_worker.schedules``)
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from agent_worker.errors import AgentWorkerError
 from schemas import visibility
 from schemas.visibility import DEFAULT_TASK_QUEUE, STATUS_QUERY, queryable
 from schemas.visibility import TASKS_QUERY as TASKS_QUERY  # re-exported: the public face
@@ -46,6 +49,7 @@ from schemas.visibility import WORKFLOW_TYPE as WORKFLOW_TYPE
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+    from agent_worker.schedules import TaskSchedules
     from schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionKind, DecisionOutcome
     from schemas.tasks import BatchView, TaskInput, TaskPhase, TaskResult, TaskSpec, TaskStatus
 
@@ -73,10 +77,6 @@ QUERY_EVERY_POLLS = 10
 # clients set the same: ``temporal workflow start --task-timeout 60s``.
 WORKFLOW_TASK_TIMEOUT = timedelta(seconds=60)
 """Seconds a query or a ``decide`` update waits for a worker before ``WorkerUnreachable``."""
-
-
-class AgentWorkerError(Exception):
-    """The root of this client's errors."""
 
 
 class TaskNotFound(AgentWorkerError):
@@ -127,6 +127,15 @@ class AwaitingTask:
     batch: list[BatchView] = field(default_factory=list)  # the model response's calls and results
 
 
+def workflow_input(spec: TaskSpec | TaskInput | dict[str, Any]) -> dict[str, Any]:
+    """The ``AgentTask`` input for ``spec`` as plain JSON, as ``start`` and each scheduled run send it
+    (raises pydantic's ValidationError, naming the field, for an invalid spec)."""
+    from schemas.tasks import TaskInput, TaskSpec
+
+    task = spec if isinstance(spec, TaskInput) else TaskInput(spec=TaskSpec.model_validate(spec))
+    return task.model_dump(mode="json", exclude_none=True)
+
+
 def _message(err: BaseException) -> str:
     cause = getattr(err, "cause", None) or err
     return getattr(cause, "message", None) or str(cause)
@@ -171,15 +180,15 @@ class AgentWorkerClient:
             InvalidPayload: ``task_id`` is not a valid task id (``schemas.tasks.TASK_ID_PATTERN``:
                 no spaces, control characters or line breaks); nothing is started.
         """
-        from schemas.tasks import TaskInput, TaskResult, TaskSpec
+        from schemas.tasks import TaskResult
         from schemas.validation import check_task_id
 
         task_id = check_task_id(task_id) if task_id is not None else f"task-{uuid.uuid4().hex[:12]}"
-        task = spec if isinstance(spec, TaskInput) else TaskInput(spec=TaskSpec.model_validate(spec))
+        payload = workflow_input(spec)
         try:
             handle = await self.temporal.start_workflow(
                 WORKFLOW_TYPE,
-                task.model_dump(mode="json", exclude_none=True),
+                payload,
                 id=task_id,
                 task_queue=self.task_queue,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
@@ -190,6 +199,13 @@ class AgentWorkerClient:
         except WorkflowAlreadyStartedError:
             return TaskRef(task_id, None, started=False)
         return TaskRef(task_id, handle.result_run_id, started=True)
+
+    @property
+    def schedules(self) -> TaskSchedules:
+        """Tasks on a Temporal Schedule (``agent_worker.schedules``), each run started as ``start`` does."""
+        from agent_worker.schedules import TaskSchedules
+
+        return TaskSchedules(self.temporal, self.task_queue, workflow_input, WORKFLOW_TASK_TIMEOUT)
 
     # ---- reading -------------------------------------------------------------------------------
 

@@ -101,6 +101,9 @@ def workflow_runner(passthrough: bool = True) -> SandboxedWorkflowRunner:
     ``SandboxedWorkflowRunner`` with ``LIBRARY_PASSTHROUGH`` passed through (and ``WORKFLOW_CODE``
     unless ``passthrough`` is off), payload contexts answered without entering it, and
     ``DEADLOCK_WINDOW`` for activations (``activities.sdk_shims.AgentWorkflowRunner``)."""
+    from schemas.conditions import warm_conditions
+
+    warm_conditions()  # policy conditions compile inside activations: not the parser's first build
     passed = [*LIBRARY_PASSTHROUGH, *(WORKFLOW_CODE if passthrough else ())]
     restrictions = SandboxRestrictions.default.with_passthrough_modules(*passed)
     return AgentWorkflowRunner(restrictions=restrictions, deadlock_window=DEADLOCK_WINDOW)

@@ -1,4 +1,5 @@
-"""``agent-worker doctor``: find the tasks that are stuck, and say why and what to do.
+"""``agent-worker doctor``: find the tasks that are stuck (and the task schedules whose runs keep
+failing), and say why and what to do.
 
 The checks are ``activities.health``'s (``diagnose``; its docstring lists them): the same ones the
 scheduled ``FleetDoctor`` workflow runs (``--schedule 15m`` sets that up instead of checking now).
@@ -26,7 +27,10 @@ DOCTOR_SCHEDULE_ID = "agent-worker-doctor"
 
 def register(sub: Any) -> None:
     """Add ``doctor``."""
-    doctor = sub.add_parser("doctor", help="find stuck tasks: failing workflow tasks, retries, SLAs, history")
+    doctor = sub.add_parser(
+        "doctor",
+        help="find stuck tasks (failing workflow tasks, retries, SLAs, history) and failing schedules",
+    )
     doctor.add_argument("--task-queue", help="only the tasks of this task queue")
     doctor.add_argument("--query", help="a visibility query narrowing the running tasks further")
     defaults = Thresholds()
@@ -35,6 +39,12 @@ def register(sub: Any) -> None:
     doctor.add_argument("--heartbeat-stall", type=float, default=defaults.heartbeat_stall_seconds)
     doctor.add_argument("--approval-sla", type=float, default=defaults.approval_sla_seconds, help="seconds")
     doctor.add_argument("--history-fraction", type=float, default=defaults.history_fraction)
+    doctor.add_argument(
+        "--schedule-failures",
+        type=int,
+        default=defaults.schedule_failures,
+        help="name a task schedule whose last this many finished runs failed (default 3)",
+    )
     doctor.add_argument("--limit", type=int, default=1000, help="check at most this many tasks")
     doctor.add_argument("--json", action="store_true", help="one JSON finding per line")
     doctor.add_argument(
@@ -55,6 +65,7 @@ async def cmd_doctor(args: argparse.Namespace, ctx: CliContext, out: TextIO | No
                 heartbeat_stall_seconds=args.heartbeat_stall,
                 approval_sla_seconds=args.approval_sla,
                 history_fraction=args.history_fraction,
+                schedule_failures=args.schedule_failures,
             ),
             task_queue=args.task_queue,
             query=args.query,

@@ -1,7 +1,7 @@
 """``agent-worker``: run the embedded server, workers, and tasks from a terminal.
 
-Commands: dev, worker, start, status, inbox (--web), approve, edit, reject, cancel, events, evidence,
-verify, revoke, grant, keys, sandbox-image, reap, replay, doctor, report, api, demo. Each command
+Commands: dev, worker, start, status, inbox (--web), approve, edit, reject, cancel, schedule, events,
+evidence, verify, revoke, grant, keys, sandbox-image, reap, replay, doctor, report, api, demo. Each command
 module registers its own arguments and handler (``register(subparsers)`` sets ``handler=``); this
 module builds the top parser, reads the configuration once (``WorkerConfig``, plus the command's
 ``config_overrides``), and calls ``args.handler(args, CliContext)``.
@@ -32,6 +32,7 @@ from cli import (
     replay,
     report,
     sandboxes,
+    schedules,
     tasks,
     worker_command,
 )
@@ -47,6 +48,7 @@ COMMAND_MODULES = (
     worker_command,
     migrate,
     tasks,
+    schedules,
     events,
     evidence,
     permissions,

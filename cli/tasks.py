@@ -142,34 +142,37 @@ def register(sub: Any) -> None:
     cancel.set_defaults(handler=cmd_cancel)
 
 
-def load_task_input(path: str | None, example: str | None) -> TaskInput:
-    """Read and validate a TaskSpec (or TaskInput) JSON file, or a named example's.
+def load_task_input(path: str | None, example: str | None, text: str | None = None) -> TaskInput:
+    """Read and validate a TaskSpec (or TaskInput) JSON file, a named example's, or ``text`` (the
+    JSON itself, given as ``--spec``).
 
     Raises:
         CliError: (exit 2) the file is missing, not JSON, or names invalid fields.
     """
     from examples import EXAMPLES
 
-    if example is not None:
+    file: Path | None = None
+    if text is None and example is not None:
         if example not in EXAMPLES:
             raise CliError(f"unknown example {example!r}; examples: {', '.join(EXAMPLES)}", 2)
         file = EXAMPLES[example]
-    elif path is not None:
+    elif text is None and path is not None:
         file = Path(path)
-    else:
+    elif text is None:
         raise CliError("give a TaskSpec JSON file or --example NAME", 2)
+    where = file or "--spec"
     try:
-        raw = json.loads(file.read_text())
+        raw = json.loads(file.read_text() if file is not None else text or "")
     except OSError as err:
         raise CliError(f"cannot read {file}: {err.strerror}", 2) from None
     except json.JSONDecodeError as err:
         raise CliError(
-            f"{file}: not valid JSON (line {err.lineno}, column {err.colno}: {err.msg})", 2
+            f"{where}: not valid JSON (line {err.lineno}, column {err.colno}: {err.msg})", 2
         ) from None
     try:
         return parse_task_input(raw)
     except InvalidPayload as err:
-        raise CliError(f"{file}: {err}", 2) from None
+        raise CliError(f"{where}: {err}", 2) from None
 
 
 _SHOWN_EVENTS = frozenset(

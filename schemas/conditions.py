@@ -38,6 +38,14 @@ class ConditionError(ValueError):
     by ``evaluate_condition``); the message is deterministic and bounded."""
 
 
+def warm_conditions() -> None:
+    """Build CEL's parser now, outside any workflow activation. celpy builds its grammar once per
+    process on first use (about a second here, several under load) and keeps it on its parser class,
+    which the workflow sandbox passes through; built inside an activation, that time counts against
+    the deadlock window (a replay with the SDK's 2 s window failed on it under load)."""
+    compile_condition("true")
+
+
 @lru_cache(maxsize=_PROGRAM_CACHE)
 def compile_condition(expression: str) -> Any:
     """The compiled CEL program for ``expression``, cached (the same string, the same program).
@@ -140,6 +148,7 @@ def _first_line(text: str) -> str:
 
 
 __all__ = [
+    "warm_conditions",
     "CONDITION_NAMES",
     "MAX_CONDITION_CHARS",
     "ConditionError",

@@ -1,5 +1,5 @@
 """Fleet health (``agent-worker doctor`` and the scheduled ``FleetDoctor`` workflow): when a running
-task counts as stuck, what was found, and the report of one check."""
+task counts as stuck (and a task schedule as failing), what was found, and the report of one check."""
 
 from __future__ import annotations
 
@@ -18,6 +18,9 @@ class Thresholds(BaseModel):
     heartbeat_stall_seconds: float = Field(default=120.0, gt=0)
     approval_sla_seconds: float = Field(default=24 * 3600.0, gt=0)
     history_fraction: float = Field(default=0.8, gt=0, le=1)
+    schedule_failures: int = Field(
+        default=3, ge=1, description="A task schedule whose last this many finished runs failed."
+    )
 
 
 class Finding(BaseModel):
@@ -25,13 +28,18 @@ class Finding(BaseModel):
 
     task_id: str
     check: str = Field(
-        description="workflow-task, activity-retries, heartbeat, approval-sla, history or unreachable."
+        description="workflow-task, activity-retries, heartbeat, approval-sla, history, unreachable "
+        "or schedule-runs."
     )
     detail: str
     advice: str
+    schedule_id: str | None = Field(
+        default=None, description="For schedule-runs: the schedule (task_id is its newest failed run)."
+    )
 
     def line(self) -> str:
-        return f"{self.task_id}  {self.check}: {self.detail} -> {self.advice}"
+        where = f"schedule {self.schedule_id}" if self.schedule_id else self.task_id
+        return f"{where}  {self.check}: {self.detail} -> {self.advice}"
 
 
 class DoctorInput(BaseModel):
@@ -51,13 +59,15 @@ class DoctorReport(BaseModel):
     checked: int
     findings: list[Finding] = Field(default_factory=list)
     at: datetime | None = None
+    schedules_checked: int = Field(default=0, description="Task schedules checked (schedule-runs).")
 
     @property
     def healthy(self) -> bool:
         return not self.findings
 
     def verdict(self) -> str:
-        stuck = len({f.task_id for f in self.findings})
-        return f"{self.checked} running task(s) checked: " + (
+        stuck = len({f.schedule_id or f.task_id for f in self.findings})
+        schedules = f" and {self.schedules_checked} task schedule(s)" if self.schedules_checked else ""
+        return f"{self.checked} running task(s){schedules} checked: " + (
             "healthy" if self.healthy else f"{stuck} need attention"
         )

@@ -16,6 +16,7 @@ from temporalio.worker import Replayer
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from agent_worker.plugin import LIBRARY_PASSTHROUGH
+from schemas.conditions import warm_conditions
 from tests.helpers.support import HISTORY_IDS, REPO, WORKFLOWS
 
 HISTORIES = REPO / "tests" / "histories"
@@ -30,6 +31,7 @@ def _committed(folder: Path) -> list[tuple[Path, str]]:
 async def test_every_committed_history_replays_in_the_sdks_full_sandbox() -> None:
     """All committed histories, in every folder, replay without a failure under the SDK's
     ``SandboxedWorkflowRunner`` (the class itself, not ours) with only library passthrough."""
+    warm_conditions()  # as workflow_runner() does for a worker: CEL's parser is built outside
     runner = SandboxedWorkflowRunner(
         restrictions=SandboxRestrictions.default.with_passthrough_modules(*LIBRARY_PASSTHROUGH)
     )
