@@ -22,7 +22,15 @@ from activities.stores.state import migrate_state
 from schemas.config import WorkerConfig
 from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.postgres_server import PostgresServer
-from tests.helpers.support import TEST_AGENTS, DevServer, TaskEnv, make_config, running_worker, spawn_worker
+from tests.helpers.support import (
+    TEST_AGENTS,
+    DevServer,
+    TaskEnv,
+    assert_replays,
+    make_config,
+    running_worker,
+    spawn_worker,
+)
 
 AGENTS = [*TEST_AGENTS, "tests.helpers.memory_agent:registrations"]
 FACT = "the Lisbon office closes its books on the 3rd working day"
@@ -57,6 +65,15 @@ async def run(env: TaskEnv, spec: dict[str, Any]) -> TaskResult:
     return await asyncio.wait_for(handle.result(), 90)
 
 
+async def run_and_replay(env: TaskEnv, spec: dict[str, Any]) -> TaskResult:
+    """``run``, then the task's history replayed against the current code (and recorded by
+    ``make histories``)."""
+    handle = await env.start(spec)
+    result = await asyncio.wait_for(handle.result(), 90)
+    await assert_replays(env.client, handle.id)
+    return result
+
+
 async def test_second_task_recalls_what_the_first_remembered(
     client: Client, dev_server: DevServer, config: WorkerConfig
 ) -> None:
@@ -64,7 +81,7 @@ async def test_second_task_recalls_what_the_first_remembered(
     with another prompt and labels, is given by recall."""
     env = TaskEnv(client=client, config=config, address=dev_server.address)
     async with running_worker(client, config):
-        first = await run(env, memo(f"remember: {FACT}", "2026-12-07"))
+        first = await run_and_replay(env, memo(f"remember: {FACT}", "2026-12-07"))
         second = await run(env, memo("recall: when do Lisbon books close?", "2026-12-08"))
     assert first.phase is TaskPhase.COMPLETED, first.reason
     [write] = first.evidence.writes
