@@ -17,8 +17,8 @@ from agents.items import TResponseOutputItem
 from agents.testing import assistant_message, function_call
 
 from activities.agent import AgentRegistration, ConversationModel, tool_outputs
-from activities.agent.memory_tools import memory_tools
 from activities.stores.memory import build_memory_store
+from agent_worker import memory_tools
 from schemas.config import WorkerConfig
 from tests.helpers.agents import _user_texts
 from tests.helpers.faults import FaultyWriter
