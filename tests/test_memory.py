@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +35,7 @@ from tests.helpers.support import (
     spawn_worker,
 )
 
+REPO = Path(__file__).resolve().parent.parent
 AGENTS = [*TEST_AGENTS, "tests.helpers.memory_agent:registrations"]
 FACT = "the Lisbon office closes its books on the 3rd working day"
 ALLOW = {"rules": [{"tool": "remember", "decision": "allow"}]}
@@ -143,3 +147,21 @@ async def test_memory_write_repeated_after_sigkill_exists_once(
     assert write.receipt.replayed is True
     assert store.count() == 1 and store.count(write.operation_key) == 1
     assert os.environ.get("AW_FAULTS") is None  # the faults stayed in the worker processes
+
+
+def test_the_docs_example_prints_what_the_docs_say(tmp_path: Path) -> None:
+    """docs/memory.md's runnable block, run as written in its own process (embedded Temporal server,
+    real worker), prints the output the page shows: Tuesday recalls Monday's fact, another tenant
+    nothing."""
+    page = (REPO / "docs" / "memory.md").read_text()
+    [block] = re.findall(r"^```python runnable\n(.*?)^```$", page, re.MULTILINE | re.DOTALL)
+    [shown] = re.findall(r"^\$ python memory_example.py\n(.*?)^```$", page, re.MULTILINE | re.DOTALL)
+    script = tmp_path / "memory_example.py"
+    script.write_text(block)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("TEMPORAL_ADDRESS", None)
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert done.stdout == shown
