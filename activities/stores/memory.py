@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,7 +97,7 @@ class SqliteMemoryStore(SqliteBusinessStore):
                 ).fetchall()
             finally:
                 db.close()
-        except Exception as err:
+        except sqlite3.Error as err:
             raise WriteUnavailable(f"memory unavailable: {err}", operation="memory.recall") from err
         return rank(rows, query, limit)
 
