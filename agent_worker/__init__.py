@@ -10,6 +10,7 @@ releases. Everything else in the distribution (``activities``, ``workflows``, ``
   ``Delegation``); ``effect_tool`` for an own function with a side effect (and ``ToolError`` for it
   to refuse a call); ``McpRules`` and ``McpWrite`` for the tools of the agent's MCP servers; the OpenAI Agents
   SDK's ``Agent`` and ``function_tool`` (read tools);
+  ``memory_tools`` for the built-in ``remember``/``recall`` tools (docs/memory.md);
   ``current_turn`` for a tool that needs the task's artifact store; ``ConversationModel`` and its
   helpers ``tool_outputs`` and ``first_user_text`` for deterministic models.
 - **Payloads**: ``TaskSpec`` and the models a client reads or sends (``TaskStatus``, ``TaskResult``,
@@ -40,6 +41,7 @@ _EXPORTS: dict[str, str] = {
     "current_turn": "activities.agent",
     "delegate_tool": "activities.agent",
     "first_user_text": "activities.agent",
+    "memory_tools": "activities.agent.memory_tools",
     "sandbox_tool": "activities.agent",
     "tool_outputs": "activities.agent",
     "write_tool": "activities.agent",
@@ -98,6 +100,7 @@ if TYPE_CHECKING:  # what a type checker and an IDE see; at run time ``__getattr
         tool_outputs,
         write_tool,
     )
+    from activities.agent.memory_tools import memory_tools
     from activities.errors import ToolError
     from activities.tools import McpRules, McpWrite, effect_tool
     from agent_worker.client import (
@@ -197,6 +200,7 @@ __all__ = [
     "first_user_text",
     "function_tool",
     "is_digest",
+    "memory_tools",
     "sandbox_tool",
     "tool_outputs",
     "write_tool",

@@ -12,6 +12,7 @@ from activities.events import EventSink
 from activities.sandbox import ProcessSandbox, Sandbox
 from activities.sandbox.docker import DockerSandbox, docker_available
 from activities.stores import state as state_stores
+from activities.stores.memory import MEMORY_SYSTEM, build_memory_store
 from schemas.config import ConfigError, WorkerConfig
 from schemas.sandbox import SandboxBackend
 
@@ -104,7 +105,8 @@ def build_writer(config: WorkerConfig) -> BusinessWriter:
 
 
 def build_systems(config: WorkerConfig) -> dict[str, BusinessWriter]:
-    """The named business systems besides the default (``business_systems``), each from its factory.
+    """The named business systems besides the default (``business_systems``), each from its factory,
+    and ``memory`` (``activities.stores.memory``).
 
     Raises:
         ConfigError: a factory cannot be loaded or fails.
@@ -115,6 +117,10 @@ def build_systems(config: WorkerConfig) -> dict[str, BusinessWriter]:
             systems[name] = load_writer(path, config=config)
         except Exception as err:
             raise ConfigError(f"AGENT_WORKER_BUSINESS_SYSTEMS: system {name!r} ({path}): {err}") from None
+    # Agent memory (the ``remember`` tool) is a business system of its own, in the state backend,
+    # unless a system of that name is configured.
+    if MEMORY_SYSTEM not in systems:
+        systems[MEMORY_SYSTEM] = build_memory_store(config)
     return systems
 
 

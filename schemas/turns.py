@@ -43,6 +43,9 @@ class TurnInput(BaseModel):
         pattern=DIGEST_PATTERN,
         description="The agent's MCP tools as the task first listed them (None: list them now).",
     )
+    tenant: str = Field(
+        default="", description="The task's tenant: the scope of the agent's memory (empty: older runs)."
+    )
     current_agent: str = Field(
         default="",
         description="The SDK agent the task's run is on (after a handoff, the specialist): a turn "

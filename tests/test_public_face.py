@@ -35,7 +35,7 @@ PUBLIC = {
     "SandboxCommand", "TaskEnded", "TaskInput",
     "TaskNotFound", "TaskPhase", "TaskRef", "TaskResult", "TaskSpec", "TaskStatus", "WorkerUnreachable",
     "current_turn", "delegate_tool", "first_user_text", "function_tool", "is_digest", "sandbox_tool",
-    "tool_outputs", "write_tool",
+    "tool_outputs", "write_tool", "memory_tools",
 }  # fmt: skip
 TESTING = {"ConversationModel", "Script", "assistant_message", "function_call", "local_worker"}
 

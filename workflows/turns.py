@@ -84,6 +84,7 @@ class TurnRunner:
             run_chain=state.run_chain,
             mcp_catalog_ref=state.mcp_catalog_ref,
             current_agent=state.current_agent,
+            tenant=spec.tenant,
         )
         # Placement checks the input's size (and names this summary if it is too large).
         summary = f"agent turn {turn} ({len(state.pending_results)} results, {follow_ups} follow-ups)"

@@ -69,6 +69,9 @@ class TurnServices:
     saved: list[ArtifactRef] = field(default_factory=list)
     # The digest of a read tool's whole output, by call id, when the model was given its head.
     whole_outputs: dict[str, str] = field(default_factory=dict)
+    tenant: str = ""  # the task's tenant, as the workflow sent it (memory's scope)
+    # The worker's memory store (``activities.stores.memory``), built on the first call.
+    memory: Callable[[], Any] | None = None
 
     def read_input(self, name: str) -> bytes:
         """The content of the task input called ``name``."""

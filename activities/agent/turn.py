@@ -100,6 +100,16 @@ class AgentActivities:
         self.config = config
         self.journal = journal or ModelCallJournal(config.journal_dir)
         self.streams = streams
+        self._memory: Any = None
+
+    @property
+    def memory(self) -> Any:
+        """The memory store ``recall`` reads (``activities.stores.memory``), built on first use."""
+        if self._memory is None:
+            from activities.stores.memory import build_memory_store
+
+            self._memory = build_memory_store(self.config)
+        return self._memory
 
     @activity.defn(name="agent.turn")
     @activity_boundary
@@ -153,7 +163,11 @@ class AgentActivities:
         run_config = prepared.run_config_for(model)
         outputs = await asyncio.to_thread(self._tool_outputs, input.results)
         services = TurnServices(
-            store=self.store, inputs={ref.name: ref for ref in input.inputs}, outputs=outputs
+            store=self.store,
+            inputs={ref.name: ref for ref in input.inputs},
+            outputs=outputs,
+            tenant=input.tenant,
+            memory=lambda: self.memory,
         )
         context = {"task_id": input.task_id}
         recorder = _TurnHooks(

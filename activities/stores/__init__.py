@@ -9,6 +9,8 @@
   the pools and migrations of ``postgres_db`` (``agent-worker migrate``);
 - ``state``: ``build_journal``, ``build_admission``, ``build_authorizer``, ``build_event_sink``,
   the one place each state store is built from a config, and the worker's start check;
+- ``memory``: ``SqliteMemoryStore``, ``PostgresMemoryStore``, the agents' memory (``remember`` /
+  ``recall``: docs/memory.md) in the state backend, ``build_memory_store(config)``;
 - ``provision``: ``python -m activities.stores.provision`` creates the bucket and database a
   fleet's stores need (the compose stack's ``stores-setup`` job).
 
