@@ -29,6 +29,7 @@ from workflows.policy import PolicyDecision, evaluate
 APPROVERS_CHANGED = "approvers changed"
 REASON_CHANGED = "deny reason changed"
 VERDICTS = tuple(v.value for v in PolicyVerdict)
+_REASON_WIDTH = 60
 
 __all__ = ["APPROVERS_CHANGED", "REASON_CHANGED", "ActionDiff", "Decision", "Simulation", "simulate"]
 
@@ -46,9 +47,14 @@ class Decision:
         return cls(decision.verdict.value, decision.approvers, decision.reason)
 
     def label(self) -> str:
-        """``allow``, ``deny``, or ``require_approval by a, b``."""
+        """``allow``, ``require_approval by a, b``, or ``deny: REASON`` (what the model would read)."""
         if self.verdict == PolicyVerdict.REQUIRE_APPROVAL.value:
             return f"{self.verdict} by {', '.join(self.approvers)}"
+        if self.verdict == PolicyVerdict.DENY.value:
+            reason = (
+                self.reason if len(self.reason) <= _REASON_WIDTH else self.reason[: _REASON_WIDTH - 3] + "..."
+            )
+            return f"deny: {reason}"
         return self.verdict
 
     def to_json(self) -> dict[str, Any]:
