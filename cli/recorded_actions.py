@@ -7,8 +7,7 @@ worker):
 - the task's spec (its policy, agent, tenant and labels) is the run's input, in its first event
   (``{"spec": ...}`` or a bare spec: ``schemas.validation.parse_task_input``, as the workflow reads it);
 - each proposed action (tool, arguments, effect class, the SDK agent that called it) is in the result
-  of the ``agent.turn`` that proposed it (``TurnResult.proposed``), an activity completion, or a
-  local-activity marker;
+  of the ``agent.turn`` activity that proposed it (``TurnResult.proposed``);
 - what became of it (executed, edited, rejected, denied, expired, ...) is in the input of the next
   ``agent.turn`` (``TurnInput.results``), which tells the model. An action whose outcome is not in
   this run (the task still waits, ended, or continued as new first) is ``undecided``.
@@ -18,7 +17,6 @@ Payloads are decoded with the data converter the workers use, so an encrypted hi
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +35,6 @@ if TYPE_CHECKING:
 TASK_WORKFLOW = "AgentTask"
 TURN_ACTIVITY = "agent.turn"
 UNDECIDED = "undecided"
-_LOCAL_ACTIVITY_MARKER = "core_local_activity"
 
 __all__ = ["TASK_WORKFLOW", "UNDECIDED", "RecordedAction", "RecordedRun", "read_run"]
 
@@ -115,13 +112,6 @@ async def _collect(events: list[HistoryEvent], converter: DataConverter, run: Re
             if attrs.scheduled_event_id in turns and attrs.result.payloads:
                 result = await _decode(attrs.result.payloads[0], converter, "a turn's result")
                 _propose(result, run, waiting)
-        elif event.HasField("marker_recorded_event_attributes"):
-            marker = event.marker_recorded_event_attributes
-            if marker.marker_name == _LOCAL_ACTIVITY_MARKER and _marker_type(marker.details) == TURN_ACTIVITY:
-                result_payloads = marker.details["result"].payloads if "result" in marker.details else []
-                if result_payloads:
-                    result = await _decode(result_payloads[0], converter, "a turn's result")
-                    _propose(result, run, waiting)
 
 
 def _propose(result: Any, run: RecordedRun, waiting: dict[str, RecordedAction]) -> None:
@@ -152,16 +142,6 @@ async def _decode(payload: Payload, converter: DataConverter, what: str) -> Any:
     except Exception as err:  # a codec without the key, a payload no converter reads
         raise _Unreadable(f"{what} cannot be decoded ({type(err).__name__}: {err})") from None
     return value
-
-
-def _marker_type(details: Any) -> str | None:
-    """The activity type a local-activity marker records (its ``data`` is core's own plain JSON)."""
-    if "data" not in details or not details["data"].payloads:
-        return None
-    try:
-        return json.loads(details["data"].payloads[0].data).get("activity_type")
-    except (ValueError, AttributeError):
-        return None
 
 
 def _workflow_type(events: list[HistoryEvent]) -> str:
