@@ -240,9 +240,14 @@ async def file_histories(files: list[tuple[Path, str]]) -> AsyncIterator[Workflo
     """
     from temporalio.client import WorkflowHistory
 
+    from cli.recorded_actions import events_read
+
     for path, workflow_id in files:
         try:
-            yield WorkflowHistory.from_json(workflow_id, json.loads(path.read_text()))
+            data = json.loads(path.read_text())
+            yield WorkflowHistory.from_json(
+                workflow_id, events_read(data) if isinstance(data, dict) else data
+            )
         except (ValueError, KeyError, TypeError) as err:
             raise CliError(f"{path}: not a workflow history in JSON ({err})", 2) from None
 

@@ -36,7 +36,7 @@ TASK_WORKFLOW = "AgentTask"
 TURN_ACTIVITY = "agent.turn"
 UNDECIDED = "undecided"
 
-__all__ = ["TASK_WORKFLOW", "UNDECIDED", "RecordedAction", "RecordedRun", "read_run"]
+__all__ = ["TASK_WORKFLOW", "UNDECIDED", "RecordedAction", "RecordedRun", "events_read", "read_run"]
 
 
 @dataclass
@@ -79,6 +79,33 @@ async def read_run(history: WorkflowHistory, converter: DataConverter) -> Record
         run.skipped = str(err)
         run.actions.clear()
     return run
+
+
+def events_read(history: dict[str, Any]) -> dict[str, Any]:
+    """``history`` as JSON (``temporal workflow show -o json``) cut to the events ``read_run`` reads:
+    the first, and the scheduling and completion of each ``agent.turn``. Turning a JSON history into
+    protobuf is most of the cost of reading a file, and most events are not read.
+    """
+    events = history.get("events")
+    if not isinstance(events, list) or not events:
+        return history
+    turns = {
+        str(e.get("eventId"))
+        for e in events
+        if isinstance(e, dict)
+        and (e.get("activityTaskScheduledEventAttributes") or {}).get("activityType", {}).get("name")
+        == TURN_ACTIVITY
+    }
+    kept = [events[0]] + [
+        e
+        for e in events[1:]
+        if isinstance(e, dict)
+        and (
+            str(e.get("eventId")) in turns
+            or str((e.get("activityTaskCompletedEventAttributes") or {}).get("scheduledEventId")) in turns
+        )
+    ]
+    return {**history, "events": kept}
 
 
 class _Unreadable(Exception):
