@@ -58,6 +58,7 @@ def register(sub: Any) -> argparse.ArgumentParser:
     """Add ``policy`` (with its ``simulate`` subcommand) to ``agent-worker``'s subparsers."""
     parser = sub.add_parser("policy", help="work with action policies: simulate a candidate over real runs")
     commands = parser.add_subparsers(dest="policy_command", required=True)
+    parser.set_defaults(handler=_handle)  # every subcommand sets its own; this one is never reached
     simulate = commands.add_parser(
         "simulate",
         help="what a candidate policy would have decided about recorded runs (no side effects)",
