@@ -25,6 +25,7 @@ from pydantic import ValidationError
 from schemas.actions import ProposedAction
 from schemas.tasks import TaskSpec
 from schemas.validation import InvalidPayload, describe, parse_task_input
+from schemas.visibility import WORKFLOW_TYPE
 
 if TYPE_CHECKING:
     from temporalio.api.common.v1 import Payload
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from temporalio.client import WorkflowHistory
     from temporalio.converter import DataConverter
 
-TASK_WORKFLOW = "AgentTask"
+TASK_WORKFLOW = WORKFLOW_TYPE  # the workflow type of a task
 TURN_ACTIVITY = "agent.turn"
 UNDECIDED = "undecided"
 
