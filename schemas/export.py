@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionOutcome
 from schemas.events import Event
 from schemas.streams import StreamEntry
-from schemas.tasks import FollowUp, TaskInput, TaskResult, TaskSpec, TaskStatus
+from schemas.tasks import FollowUp, PolicySpec, TaskInput, TaskResult, TaskSpec, TaskStatus
 
 OUT = Path(__file__).parent / "jsonschema"
 
@@ -20,6 +20,8 @@ OUT = Path(__file__).parent / "jsonschema"
 EXPORTED: dict[str, type[BaseModel]] = {
     "event.v1.schema.json": Event,
     "task-spec.schema.json": TaskSpec,
+    # A TaskSpec's policy alone: the candidate file of `agent-worker policy simulate`.
+    "policy.schema.json": PolicySpec,
     "task-input.schema.json": TaskInput,
     "approval-decision.schema.json": ApprovalDecision,
     "approval-request.schema.json": ApprovalRequest,

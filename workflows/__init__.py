@@ -1,9 +1,38 @@
 """Workflows: ``AgentTaskWorkflow`` (type ``AgentTask``) owns each task's lifecycle;
 ``SandboxReaperWorkflow`` (type ``SandboxReaper``) removes orphaned sandboxes on a schedule;
-``FleetDoctorWorkflow`` (type ``FleetDoctor``) checks the running tasks on a schedule."""
+``FleetDoctorWorkflow`` (type ``FleetDoctor``) checks the running tasks on a schedule.
 
-from workflows.agent_task import AgentTaskWorkflow
-from workflows.doctor import FleetDoctorWorkflow
-from workflows.reaper import SandboxReaperWorkflow
+The classes are imported on first use (PEP 562): a process that needs one pure module of the
+package (``workflows.policy`` for ``agent-worker policy simulate``) does not load every workflow and
+the Agents SDK behind them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from workflows.agent_task import AgentTaskWorkflow
+    from workflows.doctor import FleetDoctorWorkflow
+    from workflows.reaper import SandboxReaperWorkflow
+
+# Read-only: with ``workflows`` passed through the sandbox, every task on a worker shares module state.
+_EXPORTS = MappingProxyType(
+    {
+        "AgentTaskWorkflow": "workflows.agent_task",
+        "FleetDoctorWorkflow": "workflows.doctor",
+        "SandboxReaperWorkflow": "workflows.reaper",
+    }
+)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'workflows' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
 
 __all__ = ["AgentTaskWorkflow", "FleetDoctorWorkflow", "SandboxReaperWorkflow"]
