@@ -29,6 +29,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from api.mcp_tools import MCP_PATH
 from examples import EXAMPLES
+from schemas.visibility import STATUS_QUERY
 from tests.helpers.serving import serving_process
 from tests.helpers.support import REPO, TaskEnv, example_spec
 
@@ -113,7 +114,7 @@ async def test_an_agent_tool_waits_for_its_approval_then_task_result_answers_the
     result = await handle.result()
     assert done["state"] == "completed" == result["phase"]
     assert done["output"] == result["final_output"] and done["output"]
-    status = await handle.query("status")
+    status = await handle.query(STATUS_QUERY)
     assert status["prompt"].startswith(prompt[:40])
 
 
