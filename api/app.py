@@ -158,6 +158,18 @@ def scoped_task_id(tenant: str, chosen: str) -> str:
     return chosen if chosen.startswith(f"{tenant}/") else f"{tenant}/{chosen}"
 
 
+def guard_settings(config: ApiConfig, tokens: StreamTokens) -> dict[str, Any]:
+    """``api.guard.Guard``'s settings from the API's (the API and ``mcp-serve`` share its door)."""
+    return {
+        "auth": config.auth,
+        "tokens": tokens,
+        "max_body": config.max_body_bytes,
+        "max_streams": config.max_streams,
+        "cors_origins": config.cors_origins,
+        "allowed_hosts": config.allowed_hosts,
+    }
+
+
 def build_api(client: Client, config: ApiConfig) -> FastAPI:
     """The API over a connected Temporal client (its data converter: the workers')."""
     tasks = AgentWorkerClient(client, config.task_queue)
@@ -169,15 +181,7 @@ def build_api(client: Client, config: ApiConfig) -> FastAPI:
     )
 
     stream_tokens = StreamTokens(config.stream_token_seconds, config.stream_token_secret, config.clock)
-    app.add_middleware(
-        Guard,
-        auth=config.auth,
-        tokens=stream_tokens,
-        max_body=config.max_body_bytes,
-        max_streams=config.max_streams,
-        cors_origins=config.cors_origins,
-        allowed_hosts=config.allowed_hosts,
-    )
+    app.add_middleware(Guard, **guard_settings(config, stream_tokens))
 
     def principal(request: Request, _: Annotated[Any, Depends(BEARER)] = None) -> str:
         """The caller, as ``api.guard`` authenticated them before anything was read (``BEARER``

@@ -40,7 +40,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 
 from agent_worker.client import AgentWorkerClient, AgentWorkerError, TaskEnded, TaskNotFound
-from api.app import ApiConfig, scoped_task_id
+from api.app import ApiConfig, guard_settings, scoped_task_id
 from api.guard import PRINCIPAL, Guard
 from api.stream_tokens import StreamTokens
 from inbox.service import InboxError, InboxService, may_view
@@ -321,15 +321,7 @@ def build_mcp_app(
         host=host,
     )
     tokens = StreamTokens(config.stream_token_seconds, config.stream_token_secret, config.clock)
-    return Guard(
-        app,
-        auth=config.auth,
-        tokens=tokens,
-        max_body=config.max_body_bytes,
-        max_streams=config.max_streams,
-        cors_origins=config.cors_origins,
-        allowed_hosts=config.allowed_hosts,
-    )
+    return Guard(app, **guard_settings(config, tokens))
 
 
 __all__ = ["MCP_PATH", "AgentTool", "AgentTools", "McpToolError", "TaskAnswer", "build_mcp_app"]
