@@ -1,7 +1,7 @@
 """``agent-worker``: run the embedded server, workers, and tasks from a terminal.
 
 Commands: dev, worker, start, status, inbox (--web), approve, edit, reject, cancel, events, evidence,
-verify, revoke, grant, keys, sandbox-image, reap, replay, doctor, report, api, demo. Each command
+verify, revoke, grant, grants, keys, sandbox-image, reap, replay, doctor, report, api, demo. Each command
 module registers its own arguments and handler (``register(subparsers)`` sets ``handler=``); this
 module builds the top parser, reads the configuration once (``WorkerConfig``, plus the command's
 ``config_overrides``), and calls ``args.handler(args, CliContext)``.
@@ -26,6 +26,7 @@ from cli import (
     doctor,
     events,
     evidence,
+    grants,
     keys,
     migrate,
     permissions,
@@ -50,6 +51,7 @@ COMMAND_MODULES = (
     events,
     evidence,
     permissions,
+    grants,
     keys,
     sandboxes,
     replay,
