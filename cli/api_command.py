@@ -76,7 +76,9 @@ async def cmd_api(args: argparse.Namespace, ctx: CliContext) -> int:
         from activities.stores.state import build_event_sink
 
         config.stored_events = build_event_sink(ctx.config).read_chain  # type: ignore[attr-defined]
-    from activities.stores.state import build_stream_backend
+    from activities.stores.state import build_grant_store, build_stream_backend
+
+    config.grants = build_grant_store(ctx.config)
 
     config.streams = build_stream_backend(ctx.config)
     app = build_api(await ctx.temporal(), config)
