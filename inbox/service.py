@@ -289,6 +289,12 @@ class InboxService:
             raw["edited_args"] = edited_arguments(request.action.arguments, form.get("edited_args", ""))
         if form.get("remember"):
             raw["remember"] = remembered(form["remember"])
+        elif kind == DecisionKind.APPROVE.value:
+            from inbox.grants import remember_from_form
+
+            remember = remember_from_form(form)
+            if remember is not None:
+                raw["remember"] = remember
         try:
             return parse_decision(raw)
         except InvalidPayload as err:
