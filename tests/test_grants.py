@@ -6,6 +6,9 @@ policy or the agent's version changes; only an approver can make one."""
 from __future__ import annotations
 
 import asyncio
+import json
+import sqlite3
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +17,7 @@ from activities.events import JsonlEventSink
 from activities.stores.state import build_grant_store
 from agent_worker.client import AgentWorkerClient, DecisionRefused
 from schemas.tasks import TaskPhase, TaskResult
+from security.signing import new_private_key, public_key_text
 from tests.helpers.support import TaskEnv, assert_replays, run_cli, running_worker
 
 POLICY: dict[str, Any] = {"default_approvers": ["finance-lead"], "grants": {}}
@@ -45,12 +49,15 @@ async def remember_first(env: TaskEnv, when: str = SMALL, policy: dict[str, Any]
     assert record.remembered_as is not None and record.remember is not None
     [created] = events(env, handle.id, "grant.created")
     assert created["grant_id"] == record.remembered_as and created["when"] == when
+    await assert_replays(env.client, handle.id)
     return record.remembered_as
 
 
-async def asks_again(env: TaskEnv, amount: str = "70", policy: dict[str, Any] | None = None) -> str:
+async def asks_again(
+    env: TaskEnv, amount: str = "70", policy: dict[str, Any] | None = None, *, replay: bool = False
+) -> str:
     """Start a write of ``amount``: it waits for finance-lead (no grant answered); approve it and
-    let it finish; its task id."""
+    let it finish (``replay``: then replay its history); its task id."""
     handle = await env.start(recording(amount, policy))
     status = await env.awaiting_approval(handle)
     assert [r.approvers for r in status.pending] == [["finance-lead"]]
@@ -58,6 +65,8 @@ async def asks_again(env: TaskEnv, amount: str = "70", policy: dict[str, Any] | 
     result: TaskResult = await asyncio.wait_for(handle.result(), 60)
     assert result.phase is TaskPhase.COMPLETED and [a.via for a in result.evidence.approvals] == ["update"]
     assert events(env, handle.id, "grant.used") == []
+    if replay:
+        await assert_replays(env.client, handle.id)
     return handle.id
 
 
@@ -107,7 +116,7 @@ async def test_a_grant_voids_itself_when_the_policy_changes(env: TaskEnv) -> Non
     the store, naming the policy change, the task's `grant.voided` event says so, and it asks."""
     grant_id = await remember_first(env)
     changed = {**POLICY, "rules": [{"tool": "run_shell", "decision": "allow"}]}
-    task_id = await asks_again(env, policy=changed)
+    task_id = await asks_again(env, policy=changed, replay=True)
     [voided] = events(env, task_id, "grant.voided")
     assert voided["grant_id"] == grant_id and "policy changed" in voided["reason"]
     grant = build_grant_store(env.config).get(grant_id)
@@ -158,3 +167,38 @@ async def test_only_an_approver_of_a_grants_policy_can_remember(env: TaskEnv) ->
     await env.approve(handle)
     await env.approve(plain)
     await asyncio.wait_for(asyncio.gather(handle.result(), plain.result()), 60)
+
+
+async def test_a_signed_grant_is_checked_at_each_use_and_an_altered_one_is_refused(
+    env: TaskEnv, tmp_path: Path
+) -> None:
+    """Under `require_signatures` the remember is signed with the decision: the grant approves the
+    next small write; once its stored condition is widened behind the signer's back, the task refuses
+    it (`grant.refused`, the signature does not verify) and asks finance-lead for a large one."""
+    key = new_private_key("finance-lead", tmp_path / "keys")
+    policy = {**POLICY, "signers": {"finance-lead": public_key_text(key)}, "require_signatures": True}
+    client = AgentWorkerClient(env.client, env.task_queue)
+    first = await env.start(recording("50", policy))
+    [request] = (await env.awaiting_approval(first)).pending
+    await client.decide(
+        first.id, request.request_id, "approve", "finance-lead", remember={"when": SMALL}, sign_with=key
+    )
+    grant_id = (await asyncio.wait_for(first.result(), 60)).evidence.approvals[0].remembered_as
+    assert grant_id is not None
+    second = await env.start(recording("70", policy))
+    assert (await asyncio.wait_for(second.result(), 60)).evidence.approvals[0].grant_id == grant_id
+    await assert_replays(env.client, second.id)
+
+    with sqlite3.connect(env.config.data_dir / "grants.db") as db:
+        [(text,)] = db.execute("SELECT record FROM grants WHERE grant_id = ?", (grant_id,)).fetchall()
+        record = json.loads(text)
+        record["remember"]["when"] = "true"
+        db.execute("UPDATE grants SET record = ? WHERE grant_id = ?", (json.dumps(record), grant_id))
+    third = await env.start(recording("5000", policy))
+    [asked] = (await env.awaiting_approval(third)).pending
+    [refused] = events(env, third.id, "grant.refused") or [
+        e.data for e in (await client.status(third.id)).last_events if e.type.value == "grant.refused"
+    ]
+    assert refused["grant_id"] == grant_id and "signature does not verify" in refused["reason"]
+    await client.decide(third.id, asked.request_id, "approve", "finance-lead", sign_with=key)
+    assert (await asyncio.wait_for(third.result(), 60)).evidence.approvals[0].via == "update"
