@@ -27,6 +27,7 @@ _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 def register(sub: Any) -> None:
     """Add ``grants list`` and ``grants revoke``."""
     grants = sub.add_parser("grants", help="list or revoke remembered grants (approve --remember makes them)")
+    grants.set_defaults(handler=cmd_grants)
     verbs = grants.add_subparsers(dest="verb", required=True)
     listing = verbs.add_parser("list", help="the active grants (--all: revoked and void ones too)")
     listing.add_argument("--tenant", help="one tenant's grants only")
