@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from activities.stores.state import build_grant_store
 from agent_worker.client import AgentWorkerClient, DecisionRefused
 from schemas.tasks import TaskPhase, TaskResult
 from security.signing import new_private_key, public_key_text
-from tests.helpers.support import TaskEnv, assert_replays, run_cli, running_worker
+from tests.helpers.support import TaskEnv, assert_replays, example_spec, run_cli, running_worker
 
 POLICY: dict[str, Any] = {"default_approvers": ["finance-lead"], "grants": {}}
 SMALL = "int(args.value) <= 100"
@@ -202,3 +203,32 @@ async def test_a_signed_grant_is_checked_at_each_use_and_an_altered_one_is_refus
     assert refused["grant_id"] == grant_id and "signature does not verify" in refused["reason"]
     await client.decide(third.id, asked.request_id, "approve", "finance-lead", sign_with=key)
     assert (await asyncio.wait_for(third.result(), 60)).evidence.approvals[0].via == "update"
+
+
+async def test_the_cli_approves_and_remembers_as_the_docs_show(
+    env: TaskEnv, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The docs' example: the monthly report approved with `approve --remember --when ... --until 7d`;
+    the same report started again files without a request, its evidence naming the grant, which
+    `grants list --json` shows with the condition and an `until` a week away."""
+    monkeypatch.setenv("AGENT_WORKER_DATA_DIR", str(env.config.data_dir))
+    spec = example_spec()
+    spec["policy"]["grants"] = {"max_seconds": 30 * 86400}
+    first = await env.start(spec)
+    [request] = (await env.awaiting_approval(first)).pending
+    code, out, err = await run_cli(
+        capsys,
+        *("--address", env.address, "approve", first.id, "--request", request.request_id),
+        *("--version", request.version, "--as", "finance-lead", "--remember"),
+        *("--when", "double(args.total) < 20000.0", "--until", "7d"),
+    )
+    assert code == 0 and "approve recorded" in out, (out, err)
+    grant_id = (await asyncio.wait_for(first.result(), 90)).evidence.approvals[0].remembered_as
+    second = await env.start(spec)
+    result: TaskResult = await asyncio.wait_for(second.result(), 90)
+    assert result.phase is TaskPhase.COMPLETED and result.evidence.approvals[0].grant_id == grant_id
+    code, out, _ = await run_cli(capsys, "grants", "list", "--json")
+    [listed] = [json.loads(line) for line in out.splitlines()]
+    assert listed["grant_id"] == grant_id and listed["remember"]["when"] == "double(args.total) < 20000.0"
+    until = datetime.fromisoformat(listed["remember"]["until"])
+    assert timedelta(days=6) < until - datetime.now(UTC) <= timedelta(days=7)
