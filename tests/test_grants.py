@@ -206,10 +206,11 @@ async def test_a_signed_grant_is_checked_at_each_use_and_an_altered_one_is_refus
 
 
 async def test_the_cli_approves_and_remembers_as_the_docs_show(
-    env: TaskEnv, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    env: TaskEnv, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """The docs' example: the monthly report approved with `approve --remember --when ... --until 7d`;
-    the same report started again files without a request, its evidence naming the grant, which
+    the same report started again files without a request, its evidence (`agent-worker evidence`)
+    naming the grant, which
     `grants list --json` shows with the condition and an `until` a week away."""
     monkeypatch.setenv("AGENT_WORKER_DATA_DIR", str(env.config.data_dir))
     spec = example_spec()
@@ -227,6 +228,9 @@ async def test_the_cli_approves_and_remembers_as_the_docs_show(
     second = await env.start(spec)
     result: TaskResult = await asyncio.wait_for(second.result(), 90)
     assert result.phase is TaskPhase.COMPLETED and result.evidence.approvals[0].grant_id == grant_id
+    bundle = tmp_path / "bundle"
+    code, out, _ = await run_cli(capsys, "--address", env.address, "evidence", second.id, "-o", str(bundle))
+    assert code == 0 and f"by finance-lead on {request.version} via grant {grant_id}" in out, out
     code, out, _ = await run_cli(capsys, "grants", "list", "--json")
     [listed] = [json.loads(line) for line in out.splitlines()]
     assert listed["grant_id"] == grant_id and listed["remember"]["when"] == "double(args.total) < 20000.0"
