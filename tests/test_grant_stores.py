@@ -16,7 +16,7 @@ import pytest
 from activities.grants import GrantStore, find_grant
 from activities.stores import postgres_db
 from activities.stores.state import build_grant_store, migrate_state
-from schemas.grants import Grant, GrantQuery, Remember, grant_id_for
+from schemas.grants import Grant, GrantQuery, Remember, grant_id_for, in_scope
 from tests.helpers.postgres_server import PostgresServer
 from tests.helpers.support import make_config
 
@@ -127,3 +127,20 @@ def test_find_grant_matches_the_condition_skips_the_expired_and_voids_a_changed_
     assert found is None and len(voided) == 3 and all("policy changed" in v for v in voided)
     assert stores("host-b").active("acme", "pay") == []
     assert find(50) == (None, [])
+
+
+def test_a_grants_scope_decides_which_tasks_it_may_answer() -> None:
+    """Scope `agent`: the same agent in the tenant; `thread`: the same thread, whatever the agent
+    (never a task on no thread); `tenant`: any agent; never another tenant or tool."""
+    base = grant("req-1")
+    on_thread = base.model_copy(update={"thread": "t-1", "remember": Remember(scope="thread")})
+    tenant_wide = base.model_copy(update={"remember": Remember(scope="tenant")})
+
+    def answers(g: Grant, *, agent: str = "payer", thread: str | None = None, tenant: str = "acme") -> bool:
+        return in_scope(g, tenant=tenant, agent=agent, thread=thread, tool="pay")
+
+    assert answers(base) and not answers(base, agent="other") and not answers(base, tenant="globex")
+    assert answers(on_thread, agent="other", thread="t-1") and not answers(on_thread, thread="t-2")
+    assert not answers(on_thread.model_copy(update={"thread": None}))
+    assert answers(tenant_wide, agent="other") and not answers(tenant_wide, tenant="globex")
+    assert not in_scope(base, tenant="acme", agent="payer", thread=None, tool="refund")
