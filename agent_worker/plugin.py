@@ -35,6 +35,7 @@ from activities.artifacts import ArtifactActivities, ArtifactStore
 from activities.authz import AuthzActivities
 from activities.business import BusinessActivities
 from activities.events import EventActivities
+from activities.grants import GrantActivities
 from activities.health import HealthActivities
 from activities.notify import NotifyActivities, build_notifiers
 from activities.sandbox import SandboxActivities, SandboxHere
@@ -188,6 +189,7 @@ def _queue_activities(
             config,
             state_stores.build_journal(config),
             state_stores.build_stream_backend(config),
+            state_stores.build_grant_store(config),
         )
         tools = ToolActivities(registry, store, config)
         role_activities[AGENT_QUEUE_SUFFIX] = [agent.turn, agent.plan, tools.call_function, tools.call_mcp]
@@ -256,6 +258,7 @@ def _task_queue_activities(
     tenants = TenantActivities(state_stores.build_admission(config, client), colocated)
     threads = ThreadActivities(client, store)
     notify = NotifyActivities(build_notifiers(config), state_stores.build_notification_ledger(config))
+    grants = GrantActivities(state_stores.build_grant_store(config))
     # Agent and sandbox work comes to the task queue itself too: from tasks admitted where those
     # roles are served there (above), and from runs begun before the queues were split. This
     # process serves it there when it has those roles.
@@ -276,6 +279,7 @@ def _task_queue_activities(
         tenants.release,
         threads.resume,
         notify.send,
+        grants.save,
         HealthActivities(client).check,
         *served_here,
     ]

@@ -6,6 +6,8 @@
     POST /v1/tasks/{id}/decisions           approve / edit / reject one of them
     POST /v1/tasks/{id}/input               follow-up input for the agent's next turn
     POST /v1/tasks/{id}/cancel              cancel it
+    GET  /v1/grants                         the remembered grants the caller may see
+    POST /v1/grants/{id}/revoke             revoke one: the next matching action asks again
     POST /v1/tasks/{id}/stream-token        a short-lived token to follow it from a browser
     GET  /v1/tasks/{id}/events              its events as Server-Sent Events (``Last-Event-ID`` resumes)
     GET  /v1/tasks/{id}/stream              its live stream (tokens, steps) as Server-Sent Events
@@ -40,8 +42,10 @@ from fastapi.security import HTTPBearer
 from pydantic import BaseModel, Field
 from temporalio.client import Client
 
+from activities.grants import GrantStore
 from activities.stores.streams import StreamBackend
 from agent_worker.client import AgentWorkerClient
+from api.grants import mount_grant_routes
 from api.guard import PRINCIPAL, Guard
 from api.stream_tokens import StreamTokens
 from api.streams import follow_events, follow_task, resume_after
@@ -50,6 +54,7 @@ from inbox.service import InboxError, InboxService, may_view
 from schemas.approvals import ApprovalRequest, DecisionKind, DecisionOutcome
 from schemas.config import DEFAULT_TASK_QUEUE, WorkerConfig
 from schemas.events import Event
+from schemas.grants import Remember
 from schemas.tasks import TaskId, TaskResult, TaskSpec, TaskStatus
 
 _DEFAULTS = WorkerConfig()
@@ -87,6 +92,8 @@ class ApiConfig:
         stream_token_seconds: How long a stream token is valid (``api_stream_token_minutes``).
         stream_token_secret: Their signing key (``api_stream_token_secret``); None: a random one.
         clock: Seconds since the epoch, for stream tokens' expiry.
+        grants: The state store's remembered grants (``build_grant_store``); None: the grant
+            routes answer 404.
     """
 
     auth: Authenticator
@@ -102,6 +109,7 @@ class ApiConfig:
     stream_token_seconds: float = _DEFAULTS.api_stream_token_minutes * 60
     stream_token_secret: bytes | None = None
     clock: Callable[[], float] = time.time
+    grants: GrantStore | None = None
 
 
 class StartRequest(BaseModel):
@@ -135,6 +143,11 @@ class DecisionRequest(BaseModel):
     reason: str | None = Field(default=None, max_length=4000)
     edited_args: dict[str, Any] | None = Field(
         default=None, description="For an edit: the arguments to change (the others stay as proposed)."
+    )
+    remember: Remember | None = Field(
+        default=None,
+        description="With an approve: remember it as a grant (scope, when, until) that approves later "
+        "matching actions without asking (the task's policy must have `grants`).",
     )
 
 
@@ -252,6 +265,8 @@ def build_api(client: Client, config: ApiConfig) -> FastAPI:
             request = next((r for r in view.decidable if r.request_id == body.request_id), None)
             proposed = request.action.arguments if request else {}
             form["edited_args"] = json.dumps({**proposed, **(body.edited_args or {})})
+        if body.remember is not None:
+            form["remember"] = body.remember.model_dump_json(exclude_none=True)
         try:
             return await service.decide(task_id, who, form)
         except InboxError as err:
@@ -332,6 +347,8 @@ def build_api(client: Client, config: ApiConfig) -> FastAPI:
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
+
+    mount_grant_routes(app, principal, config.grants, tenant_allowed, config.tenants is not None)
 
     @app.get("/v1/tasks/{task_id:path}", response_model=TaskView)
     async def read(task_id: str, who: Caller) -> TaskView:

@@ -123,13 +123,14 @@ async def _serve(app: Any, bind: str, ctx: CliContext) -> int:
 
 async def cmd_api(args: argparse.Namespace, ctx: CliContext) -> int:
     _needs_api_extra()
-    from activities.stores.state import build_event_sink, build_stream_backend
+    from activities.stores.state import build_event_sink, build_grant_store, build_stream_backend
     from api import build_api
 
     config = api_config(args, ctx)
     if not ctx.config.event_sink:  # the configured default sink (data dir or state database)
         config.stored_events = build_event_sink(ctx.config).read_chain  # type: ignore[attr-defined]
     config.streams = build_stream_backend(ctx.config)
+    config.grants = build_grant_store(ctx.config)
     return await _serve(build_api(await ctx.temporal(), config), args.bind, ctx)
 
 

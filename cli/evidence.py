@@ -209,6 +209,8 @@ def _summary(result: TaskResult, evidence: Evidence, directory: Path, not_copied
     ]
     lines += [
         f"  approval {d.request_id}: {d.decision.value} by {d.principal} on {d.version}"
+        + (f" via grant {d.grant_id}" if d.grant_id else "")
+        + (f" (remembered as {d.remembered_as})" if d.remembered_as else "")
         for d in evidence.approvals
     ]
     lines += [

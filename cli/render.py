@@ -129,6 +129,8 @@ def evidence_text(evidence: Evidence) -> str:
     lines += [
         f"    {d.request_id}: {d.decision.value} by {d.principal} at {d.decided_at.isoformat()} "
         f"(version {d.version[:19]}...)"
+        + (f" via grant {d.grant_id}" if d.grant_id else "")
+        + (f", remembered as {d.remembered_as}" if d.remembered_as else "")
         for d in evidence.approvals
     ] or ["    (none)"]
     lines.append("  writes:")

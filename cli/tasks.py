@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 from cli import render
 from cli.context import CliContext
 from cli.errors import CliError
+from cli.grants import add_remember_arguments, remember_from
 from schemas.approvals import ApprovalDecision, DecisionKind
 from schemas.tasks import TaskInput, TaskPhase, TaskResult, TaskStatus
 from schemas.validation import (
@@ -130,6 +131,8 @@ def register(sub: Any) -> None:
         p.add_argument("--keys-dir", type=Path, help="where private keys live (default ~/.agent-worker/keys)")
         if kind == "edit":
             p.add_argument("--args", required=True, help="JSON object of the arguments to change")
+        if kind == "approve":
+            add_remember_arguments(p)
 
     say = sub.add_parser("say", help="send a running task follow-up input (its agent's next turn sees it)")
     say.add_argument("task_id")
@@ -359,6 +362,7 @@ async def cmd_decide(args: argparse.Namespace, ctx: CliContext, out: TextIO | No
     }
     if args.reason:
         raw["reason"] = args.reason
+    raw.update(remember_from(args))
     if args.kind == DecisionKind.EDIT.value:
         try:
             raw["edited_args"] = json.loads(args.args)

@@ -5,7 +5,10 @@
     GET  /tasks/<id>             one task (with its live stream when the inbox has a stream backend;
                                  else it refreshes itself while it runs with nothing to decide)
     GET  /tasks/<id>/stream      the task's live stream, Server-Sent Events (``inbox.live``)
-    POST /tasks/<id>/decide      approve / edit / reject (CSRF token; approver checked again)
+    POST /tasks/<id>/decide      approve / edit / reject (CSRF token; approver checked again); an
+                                 approve may remember (``inbox.grants``)
+    GET  /grants                 the remembered grants the viewer gave
+    POST /grants/<id>/revoke     revoke one of them (CSRF token; only the viewer's own)
     GET  /login, POST /login     token mode: the token form (a pre-login cookie and the CSRF token
                                  bound to it), then a session cookie; wrong tokens are rate limited
                                  per client and in all (429 with Retry-After: ``inbox.auth``)
@@ -49,11 +52,13 @@ from inbox.auth import (
     session_id_from,
     well_formed_cookie,
 )
+from inbox.grants_page import grants_page
 from inbox.service import InboxError, InboxService
 
 if TYPE_CHECKING:
     from starlette.types import Message, Receive, Scope, Send
 
+    from activities.grants import GrantStore
     from activities.stores.streams import StreamBackend
 
 log = structlog.get_logger("agent_worker.inbox")
@@ -101,6 +106,7 @@ class InboxApp:
         auth: Who is looking (token or header mode, sessions, CSRF tokens).
         streams: The workers' stream backend, for the task page's live stream; None: no live stream.
         throttle: Failed sign-ins per client and in all (token mode); None: the defaults.
+        grants: The state store's remembered grants; None: the grants pages answer 404.
     """
 
     def __init__(
@@ -109,8 +115,10 @@ class InboxApp:
         auth: Authenticator,
         streams: StreamBackend | None = None,
         throttle: LoginThrottle | None = None,
+        grants: GrantStore | None = None,
     ) -> None:
         self.service = service
+        self.grants = grants
         self.auth = auth
         self.streams = streams
         self.throttle = throttle or LoginThrottle()
@@ -124,6 +132,8 @@ class InboxApp:
                 Route("/tasks/{task_id}", page(self._task), methods=["GET"]),
                 Route("/tasks/{task_id}/stream", page(self._stream, timeout=False), methods=["GET"]),
                 Route("/tasks/{task_id}/decide", page(self._decide), methods=["POST"]),
+                Route("/grants", page(self._grants), methods=["GET"]),
+                Route("/grants/{grant_id}/revoke", page(self._revoke_grant), methods=["POST"]),
                 Route("/logout", page(self._logout), methods=["POST"]),
                 Route("/{rest:path}", page(self._no_page), methods=_EVERY_METHOD),
             ]
@@ -268,6 +278,26 @@ class InboxApp:
         )
         page = pages.outcome_page(principal, session.csrf, task_id, outcome)
         return _html(200 if outcome.accepted else 409, page)
+
+    def _grant_store(self) -> GrantStore:
+        if self.grants is None:
+            raise InboxError("this inbox has no grant store", 404)
+        return self.grants
+
+    async def _grants(self, request: Request, session: Session, form: dict[str, str]) -> Response:
+        found = await asyncio.to_thread(self._grant_store().listed, None, ended=True)
+        mine = [g for g in found if g.principal == session.principal]
+        return _html(200, grants_page(session.principal, session.csrf, mine))
+
+    async def _revoke_grant(self, request: Request, session: Session, form: dict[str, str]) -> Response:
+        store, grant_id = self._grant_store(), request.path_params["grant_id"]
+        grant = await asyncio.to_thread(store.get, grant_id)
+        if grant is None or grant.principal != session.principal:
+            raise InboxError(f"no grant {grant_id!r} among the grants {session.principal!r} gave", 404)
+        reason = form.get("reason", "").strip()[:500] or "revoked in the inbox"
+        await asyncio.to_thread(store.end, grant_id, "revoked", reason, session.principal)
+        log.info("inbox grant revoked", grant_id=grant_id, principal=session.principal)
+        return _redirect("/grants")
 
     async def _logout(self, request: Request, session: Session, form: dict[str, str]) -> Response:
         self.auth.end_session(session.session_id)

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import quote
 
+from inbox.grants import remember_controls
 from inbox.service import ArtifactPreview, InboxEntry, TaskView
 from schemas.actions import BusinessWrite, Delegation, SandboxCommand
 from schemas.approvals import ApprovalRequest, DecisionOutcome
@@ -92,7 +93,8 @@ def layout(
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         f'<meta name="viewport" content="width=device-width">{meta}<title>{_e(title)}</title>'
         f"<style>{_CSS}</style></head><body>"
-        f'<header><a href="/">Approval inbox</a>{who}</header><main>{body}</main></body></html>'
+        f'<header><a href="/">Approval inbox</a><a href="/grants">Grants</a>{who}</header>'
+        f"<main>{body}</main></body></html>"
     )
 
 
@@ -246,6 +248,7 @@ def _controls(task_id: str, request: ApprovalRequest, csrf: str) -> str:
         '<input type="hidden" name="decision" value="approve">'
         "<b>Approve as proposed</b>"
         '<p><input type="text" name="reason" placeholder="note (optional)"></p>'
+        f"{remember_controls()}"
         '<button class="approve">Approve</button></form>'
         f'<form method="post" action="{action}" class="edit">{hidden}'
         '<input type="hidden" name="decision" value="edit">'
@@ -346,7 +349,10 @@ def _phase(view: TaskView) -> str:
 def _evidence_html(result: TaskResult) -> str:
     ev = result.evidence
     approvals = "".join(
-        f"<li>{_e(d.request_id)}: {_e(d.decision.value)} by {_e(d.principal)} via {_e(d.via)}</li>"
+        f"<li>{_e(d.request_id)}: {_e(d.decision.value)} by {_e(d.principal)} via {_e(d.via)}"
+        + (f" <code>{_e(d.grant_id)}</code>" if d.grant_id else "")
+        + (f" (remembered as <code>{_e(d.remembered_as)}</code>)" if d.remembered_as else "")
+        + "</li>"
         for d in ev.approvals
     )
     writes = "".join(

@@ -25,6 +25,7 @@ from schemas.config import ConfigError, WorkerConfig
 
 if TYPE_CHECKING:
     from activities.artifacts import ArtifactStore
+    from activities.grants import GrantStore
     from activities.stores.streams import StreamBackend
 
 DEFAULT_BIND = "127.0.0.1:8090"
@@ -119,6 +120,7 @@ def build_app(
     artifact_dir: Path | None = None,
     artifact_store: ArtifactStore | None = None,
     streams: StreamBackend | None = None,
+    grants: GrantStore | None = None,
 ) -> InboxApp:
     """An inbox for ``client``'s namespace (``streams``: the workers' stream backend, for the task
     pages' live stream).
@@ -140,7 +142,7 @@ def build_app(
     service = InboxService(
         client, keys_dir=keys_dir or DEFAULT_KEY_DIR, artifact_dir=artifact_dir, artifact_store=artifact_store
     )
-    return InboxApp(service, authenticator, streams)
+    return InboxApp(service, authenticator, streams, grants=grants)
 
 
 async def cmd_inbox_web(
@@ -155,7 +157,7 @@ async def cmd_inbox_web(
         if config is None:
             config = WorkerConfig.from_env(os.environ, data_dir=getattr(args, "data_dir", None))
         from activities.stores.artifacts import build_artifact_store
-        from activities.stores.state import build_stream_backend
+        from activities.stores.state import build_grant_store, build_stream_backend
 
         app = build_app(
             client,
@@ -165,6 +167,7 @@ async def cmd_inbox_web(
             keys_dir=args.keys_dir,
             artifact_store=build_artifact_store(config),
             streams=build_stream_backend(config),
+            grants=build_grant_store(config),
         )
         host, _ = parse_bind(args.bind)
     except (InboxConfigError, ConfigError) as err:

@@ -217,7 +217,8 @@ class InboxService:
         """Check and send ``principal``'s decision from a submitted form.
 
         The form has ``request_id``, ``version``, ``decision`` (approve / edit / reject), and
-        ``reason`` and ``edited_args`` (a JSON object; only changed arguments are sent) as needed.
+        ``reason``, ``edited_args`` (a JSON object; only changed arguments are sent) and ``remember``
+        (a JSON object, with an approve) as needed.
 
         Raises:
             InboxError: 403 when ``principal`` may not decide that request (checked before anything
@@ -286,6 +287,14 @@ class InboxService:
             raise InboxError("a rejection needs a reason: the agent sees it", 400)
         if kind == DecisionKind.EDIT.value:
             raw["edited_args"] = edited_arguments(request.action.arguments, form.get("edited_args", ""))
+        if form.get("remember"):
+            raw["remember"] = remembered(form["remember"])
+        elif kind == DecisionKind.APPROVE.value:
+            from inbox.grants import remember_from_form
+
+            remember = remember_from_form(form)
+            if remember is not None:
+                raw["remember"] = remember
         try:
             return parse_decision(raw)
         except InvalidPayload as err:
@@ -311,6 +320,22 @@ class InboxService:
                 ) from None
             return decision
         return decision.model_copy(update={"signature": sign(key, task_id, decision, run_chain)})
+
+
+def remembered(text: str) -> dict[str, Any]:
+    """A form's ``remember`` (a JSON object: ``scope``, ``when``, ``until``; the decision's model
+    checks each).
+
+    Raises:
+        InboxError: (400) not a JSON object.
+    """
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InboxError(f"remember is not valid JSON ({err.msg})", 400) from None
+    if not isinstance(value, dict):
+        raise InboxError("remember must be a JSON object", 400)
+    return value
 
 
 def edited_arguments(proposed: dict[str, Any], text: str) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field
 
 from schemas.digests import DIGEST_PATTERN, digest_json
+from schemas.grants import ActionBasis, Grant
 
 
 class EffectClass(StrEnum):
@@ -148,6 +149,19 @@ class ProposedAction(BaseModel):
         default="",
         description="The SDK agent that made the call (after a handoff, the specialist; empty in "
         "tasks that started before this was recorded).",
+    )
+    basis: ActionBasis | None = Field(
+        default=None,
+        description="Its tool's schema digest and its agent's version, which a remembered grant binds to "
+        "(None from workers before grants).",
+    )
+    grant: Grant | None = Field(
+        default=None,
+        description="A remembered grant the turn found for it (only for tasks whose policy allows "
+        "grants); the task uses it where it would otherwise ask for approval (workflows.grants).",
+    )
+    voided_grants: list[str] = Field(
+        default_factory=list, description="Grants the lookup found void for it, each 'id: why'."
     )
 
 

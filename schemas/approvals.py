@@ -15,6 +15,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validato
 
 from schemas.actions import ProposedAction
 from schemas.digests import DIGEST_PATTERN
+from schemas.grants import Remember
 
 # Bounds on what a client may send in a decision: a decision is kept in the task's state and copied
 # into events and evidence, so an unbounded field would grow every payload after it.
@@ -115,6 +116,11 @@ class ApprovalDecision(BaseModel):
         description="When set, the task refuses the decision once its clock is past this time: a "
         "client that stopped waiting for an answer (no worker reached it) is not acted on later.",
     )
+    remember: Remember | None = Field(
+        default=None,
+        description="Approve and remember: later matching actions are approved by the grant this "
+        "stores, without asking (an `approve` only, under a policy with `grants`; docs/approvals.md).",
+    )
 
     @model_validator(mode="after")
     def _edited_args_only_with_edit(self) -> ApprovalDecision:
@@ -122,6 +128,8 @@ class ApprovalDecision(BaseModel):
             raise ValueError("edited_args is required when decision is 'edit'")
         if self.decision is not DecisionKind.EDIT and self.edited_args is not None:
             raise ValueError("edited_args is only allowed when decision is 'edit'")
+        if self.remember is not None and self.decision is not DecisionKind.APPROVE:
+            raise ValueError("remember goes with an 'approve' only")
         if self.edited_args is not None:
             size = len(json.dumps(self.edited_args, separators=(",", ":"), default=str))
             if size > MAX_EDITED_ARGS_BYTES:
@@ -156,6 +164,17 @@ class DecisionRecord(BaseModel):
     agent: str = Field(
         default="",
         description="The SDK agent that proposed the action (its request's `action.agent`).",
+    )
+    grant_id: str | None = Field(
+        default=None,
+        description="The remembered grant that approved the action in place of a person (via 'grant').",
+    )
+    remember: Remember | None = Field(default=None, description="What the approver asked to remember.")
+    remembered_as: str | None = Field(
+        default=None, description="The grant this decision's remember was stored as (once stored)."
+    )
+    signature: str | None = Field(
+        default=None, description="With a remember: the decision's signature, which its grant keeps."
     )
 
 

@@ -42,6 +42,10 @@ class EventType(StrEnum):
     SANDBOX_LEFT = "sandbox.left"  # not destroyed: its host did not answer; its reaper removes it
     AUTHZ_CHECKED = "authz.checked"
     AUTHZ_REVOKED = "authz.revoked"
+    GRANT_CREATED = "grant.created"  # an approve-and-remember stored as a grant
+    GRANT_USED = "grant.used"  # a remembered grant approved an action in place of a request
+    GRANT_VOIDED = "grant.voided"  # a grant's tool schema, policy or agent version changed
+    GRANT_REFUSED = "grant.refused"  # a grant the turn found did not hold up in the task's own checks
     WRITE_ATTEMPTED = "write.attempted"
     WRITE_CONFIRMED = "write.confirmed"
     WRITE_UNKNOWN = "write.unknown"

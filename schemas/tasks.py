@@ -19,6 +19,7 @@ from schemas.artifacts import ArtifactRef, InputFile
 from schemas.conditions import MAX_CONDITION_CHARS, ConditionError, compile_condition
 from schemas.digests import DIGEST_PATTERN
 from schemas.events import Event
+from schemas.grants import GrantPolicy
 from schemas.sandbox import CommandRecord, SandboxRef, SandboxSpec
 from schemas.tools import ToolEffectRecord
 from schemas.turns import ToolCallRecord
@@ -144,6 +145,11 @@ class PolicySpec(BaseModel):
     )
     parallel_actions: int = Field(
         default=4, ge=1, le=32, description="Actions of one model response that run at the same time."
+    )
+    grants: GrantPolicy | None = Field(
+        default=None,
+        description="Approvers may approve and remember: a remembered grant answers later matching "
+        "actions in place of a request (docs/approvals.md#remembered-grants); none: they may not.",
     )
     on_input: Literal["next_turn", "interrupt"] = Field(
         default="next_turn",

@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 from schemas.actions import ActionResult, Operation, ProposedAction
 from schemas.artifacts import ArtifactRef
 from schemas.digests import DIGEST_PATTERN
+from schemas.grants import GrantQuery
 
 
 class TurnInput(BaseModel):
@@ -50,6 +51,11 @@ class TurnInput(BaseModel):
         default="",
         description="The SDK agent the task's run is on (after a handoff, the specialist): a turn "
         "that starts from the conversation rather than the RunState starts on it (empty: the start agent).",
+    )
+    grants: GrantQuery | None = Field(
+        default=None,
+        description="The task's side of a remembered-grant lookup for the actions the turn proposes "
+        "(None: its policy allows no grants).",
     )
 
 

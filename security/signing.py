@@ -48,6 +48,11 @@ def signed_message(task_id: str, decision: Any, run_chain: str | None = None) ->
         "edited_args": decision.edited_args,
         "reason": decision.reason,
     }
+    remember = getattr(decision, "remember", None)
+    if remember is not None:
+        # Approve-and-remember: the grant's scope is signed too (absent otherwise, so signatures made
+        # before grants verify as they did).
+        fields["remember"] = remember.model_dump(mode="json")
     if run_chain is None:
         return DOMAIN + canonical_json(fields)
     return CHAIN_DOMAIN + canonical_json({**fields, "run_chain": run_chain})

@@ -36,6 +36,7 @@ from workflows.decisions import expiry_problem, why_not
 from workflows.effects import EffectRunner
 from workflows.event_log import DELIVERY_BATCH, DELIVERY_BATCH_BEFORE, EventLog
 from workflows.evidence import EvidenceKeeper, evidence_of
+from workflows.grants import remember_problem
 from workflows.handoff import HandOff
 from workflows.inputs import decode, follow_up_refused
 from workflows.patches import (
@@ -346,8 +347,10 @@ class AgentTaskWorkflow:
             raise ValueError(self.input_error)
         decision = parse_decision(decode(raw))
         assert self.spec is not None
-        reason = expiry_problem(decision, workflow.now()) or why_not(
-            self.state.requests, decision, self.task_id, self.spec.policy, self.state.run_chain
+        reason = (
+            expiry_problem(decision, workflow.now())
+            or why_not(self.state.requests, decision, self.task_id, self.spec.policy, self.state.run_chain)
+            or remember_problem(self.context, decision)
         )
         if reason is not None:
             raise ValueError(reason)

@@ -24,7 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from schemas.tasks import BatchItem, PolicySpec
     from telemetry import metrics
 
-from workflows import options
+from workflows import grants, options
 from workflows.bounds import IGNORED_REASON_CHARS, KEPT_TEXT_CHARS, cut
 from workflows.context import TaskContext
 from workflows.decisions import expiry_problem, find_request, why_not
@@ -50,6 +50,8 @@ class ApprovalDesk:
     def request(self, item: BatchItem, approvers: list[str], sla: ApprovalSla | None = None) -> None:
         """Publish an approval request for ``item`` to ``approvers``, with its deadline (the rule's
         ``sla``'s, when it sets one) and its ``sla``."""
+        if grants.covered(self.task, item, approvers, sla):
+            return  # a remembered grant approved it: nobody is asked
         task, state = self.task, self.task.state
         assert task.spec is not None
         state.request_seq += 1
@@ -84,7 +86,9 @@ class ApprovalDesk:
     async def reauthorize(self, item: BatchItem) -> bool:
         """Ask the authorizer, right before ``item`` runs, whether its approver still holds the
         permission. False when revoked: the request is open again (or the task hands off). A business
-        write asks in its own activity instead, since the minimum of round trips (``write_authz``)."""
+        write asks in its own activity instead, since the minimum of round trips (``write_authz``).
+        An approve-and-remember's grant is stored first (``workflows.grants.save``)."""
+        await grants.save(self.task, self.decision_for(item), item)
         request = self.authz_request(item)
         if request is None or (
             isinstance(item.action.operation, BusinessWrite) and patched(MINIMUM_ROUND_TRIPS_PATCH)
@@ -217,6 +221,7 @@ class ApprovalDesk:
                 spec.policy if spec else PolicySpec(),
                 self.task.state.run_chain,
             )
+            or grants.remember_problem(self.task, decision)
         )
         if reason is None and self._batch_item(decision.request_id) is None:
             reason = f"request {decision.request_id} no longer waits for a decision"
@@ -239,6 +244,7 @@ class ApprovalDesk:
             agent=request.action.agent,
         )
         self.task.state.decisions.append(record)
+        grants.noted(record, decision)
         metrics.workflow_counter(
             "agent_worker_approvals_decided", tool=record.tool, decision=record.decision.value
         )

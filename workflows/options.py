@@ -211,6 +211,12 @@ NOTIFY = ActivityConfig(
     retry_policy=_retry(40, max_interval=60.0),
     summary="notify the approvers",
 )
+# Storing a remembered grant (``grants.save``): the state store down only delays the approved action.
+GRANTS = ActivityConfig(
+    start_to_close_timeout=timedelta(seconds=30),
+    retry_policy=_retry(10),
+    summary="remember the approval",
+)
 # Event delivery keeps retrying (a sink that is down only delays it); events wait in the state.
 EVENTS = ActivityConfig(
     start_to_close_timeout=timedelta(seconds=30),

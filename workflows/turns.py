@@ -23,6 +23,7 @@ from workflows.budget_tree import BudgetKeeper, record_turn
 from workflows.context import TaskContext
 from workflows.evidence import EvidenceKeeper
 from workflows.failures import failure_code, failure_message
+from workflows.grants import query_for
 from workflows.handoff import HandOff
 from workflows.patches import INTERRUPT_PATCH, LEAN_EVIDENCE_PATCH, MCP_UNAVAILABLE_PATCH, patched
 from workflows.placement import Placement
@@ -85,6 +86,7 @@ class TurnRunner:
             mcp_catalog_ref=state.mcp_catalog_ref,
             current_agent=state.current_agent,
             tenant=spec.tenant,
+            grants=query_for(self.task),
         )
         # Placement checks the input's size (and names this summary if it is too large).
         summary = f"agent turn {turn} ({len(state.pending_results)} results, {follow_ups} follow-ups)"

@@ -42,6 +42,9 @@ class AgentRegistration:
         compact_after_tokens: Compact the conversation before a turn once it passes this many
             tokens (estimated, 4 characters a token): see ``activities.agent.compaction``. Unset:
             the worker's ``compact_after_tokens`` (unset too: never).
+        version: The agent's version, as its author declares it: remembered grants given for this
+            agent void themselves when it changes (``schemas.grants``). Bump it when a change should
+            make approvers look again.
     """
 
     name: str
@@ -54,6 +57,7 @@ class AgentRegistration:
     mcp: Sequence[McpRules] = ()
     compact_after_tokens: int | None = None
     scripted_models: Mapping[str, Callable[[], Model]] = field(default_factory=dict)
+    version: str = ""
 
 
 class AgentRegistry:

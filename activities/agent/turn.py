@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import structlog
@@ -42,10 +43,12 @@ from activities.agent.tools import (
 )
 from activities.artifacts import ArtifactStore
 from activities.errors import AgentError, ToolPlanError, TurnError, activity_boundary
+from activities.grants import GrantStore, find_grant
 from activities.stores.streams import StreamBackend
 from activities.tools import mcp as mcp_tools
 from schemas.actions import RAN, ActionResult, ActionStatus, ProposedAction, action_version
 from schemas.config import ConfigError, WorkerConfig
+from schemas.grants import ActionBasis, GrantQuery, tool_schema_digest
 from schemas.turns import (
     MAX_CALL_RECORDS,
     CompactionRecord,
@@ -84,10 +87,13 @@ class AgentActivities:
         config: WorkerConfig,
         journal: ModelCallJournal | None = None,
         streams: StreamBackend | None = None,
+        grants: GrantStore | None = None,
     ) -> None:
         """``journal``: where completed model calls are kept (the worker passes the configured
         backend; default: the local one under the data dir). ``streams``: where turns write their
         live stream (the worker passes the configured ``stream_backend``; None: no live stream).
+        ``grants``: where remembered grants are found for the actions a turn proposes, when the task's
+        policy allows them (``TurnInput.grants``; None: never found).
 
         Raises ``ConfigError`` (naming the agent and the setting) when an agent's model cannot be
         resolved under ``config``, or cannot run durably here: the worker refuses to start rather
@@ -100,6 +106,7 @@ class AgentActivities:
         self.config = config
         self.journal = journal or ModelCallJournal(config.journal_dir)
         self.streams = streams
+        self.grants = grants
         self._memory: Any = None
 
     @property
@@ -267,7 +274,9 @@ class AgentActivities:
         if self.config.run_state == "always" or needs_run_state(agent, result.last_agent):
             state_ref = await asyncio.to_thread(self.store.put_json, result.to_state().to_json())
         conversation_ref = await asyncio.to_thread(self.store.put_json, result.to_input_list())
-        proposed, invalid = _propose(result.interruptions, input.turn)
+        proposed, invalid = _propose(result.interruptions, input.turn, registration.version)
+        if input.grants is not None and self.grants is not None and proposed:
+            proposed = await asyncio.to_thread(self._with_grants, input.grants, proposed)
         log.debug("turn proposed actions", task_id=input.task_id, turn=input.turn, proposed=len(proposed))
         return TurnResult(
             turn=input.turn,
@@ -284,6 +293,28 @@ class AgentActivities:
             compacted=compacted,
             agent=result.last_agent.name,
         )
+
+    def _with_grants(self, query: GrantQuery, proposed: list[ProposedAction]) -> list[ProposedAction]:
+        """Each action with the remembered grant that answers it, if any, and the grants found void
+        (``activities.grants.find_grant``); the task decides whether to use it."""
+        assert self.grants is not None
+        now = datetime.now(UTC)
+        found = []
+        for action in proposed:
+            assert action.basis is not None  # set by ``_propose``
+            grant, voided = find_grant(
+                self.grants,
+                query,
+                tool=action.tool,
+                effect=action.effect.value,
+                arguments=action.arguments,
+                caller=action.agent,
+                tool_schema=action.basis.tool_schema,
+                agent_version=action.basis.agent_version,
+                now=now,
+            )
+            found.append(action.model_copy(update={"grant": grant, "voided_grants": voided}))
+        return found
 
     async def _start(
         self, agent: Agent, input: TurnInput, context: dict[str, Any], max_calls: int, outputs: dict[str, str]
@@ -457,8 +488,11 @@ def _call_id(item: ToolApprovalItem) -> str:
     return str(call_id)
 
 
-def _propose(items: list[ToolApprovalItem], turn: int) -> tuple[list[ProposedAction], list[ActionResult]]:
-    """Plan each interrupted call; calls that cannot be planned go back to the model as failures."""
+def _propose(
+    items: list[ToolApprovalItem], turn: int, agent_version: str = ""
+) -> tuple[list[ProposedAction], list[ActionResult]]:
+    """Plan each interrupted call; calls that cannot be planned go back to the model as failures.
+    Each action carries its basis (its tool's schema digest, the agent's ``agent_version``)."""
     proposed: list[ProposedAction] = []
     invalid: list[ActionResult] = []
     proposed_bytes = 0
@@ -502,6 +536,10 @@ def _propose(items: list[ToolApprovalItem], turn: int) -> tuple[list[ProposedAct
                 version=action_version(tool_name, arguments, operation),
                 turn=turn,
                 agent=item.agent.name,
+                basis=ActionBasis(
+                    tool_schema=tool_schema_digest(tool_name, tool.params_json_schema),
+                    agent_version=agent_version,
+                ),
             )
         )
     return proposed, invalid

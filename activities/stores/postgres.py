@@ -11,6 +11,7 @@ threads) and raises ``StateUnavailable`` (retryable) when the database cannot an
 - ``PostgresAdmission``: the cap holds across workers: an admission runs in one transaction under an
   advisory lock per tenant, so two workers never both take the last place.
 - ``PostgresAuthorizer``: a revocation list, allowed unless revoked.
+- ``PostgresGrantStore``: remembered grants (``activities.grants``), their status changed in place.
 - ``PostgresEventSink``: events in arrival order; a publish runs under an advisory lock per task and
   drops the events whose ``seq`` is not above the last stored one of their run chain.
 """
@@ -28,10 +29,12 @@ from temporalio.client import Client
 from activities.agent.journal import ModelCallJournal
 from activities.authz import ALL_TOOLS
 from activities.events import plan_replace
+from activities.grants import grant_from_row
 from activities.stores import postgres_db as db
 from activities.tenants import TenantAdmission
 from schemas.authz import AuthzDecision, AuthzRequest
 from schemas.events import Event
+from schemas.grants import MAX_GRANT_REASON_CHARS, Grant
 
 log = structlog.get_logger(__name__)
 
@@ -314,3 +317,75 @@ class PostgresEventSink:
 
 
 __all__ = ["PostgresAdmission", "PostgresAuthorizer", "PostgresEventSink", "PostgresJournal"]
+
+
+class PostgresGrantStore:
+    """Remembered grants in PostgreSQL, shared by the fleet (``activities.grants.GrantStore``)."""
+
+    _COLUMNS = "record, status, status_reason, status_at, status_by"
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+
+    def __repr__(self) -> str:
+        return f"PostgresGrantStore({db.describe(self.dsn)!r})"
+
+    def save(self, grant: Grant) -> None:
+        db.run(
+            self.dsn,
+            "grants.save",
+            lambda conn: conn.execute(
+                "INSERT INTO agent_worker_grants (grant_id, tenant, tool, principal, record, created_at) "
+                "VALUES (%s, %s, %s, %s, %s::jsonb, %s) ON CONFLICT (grant_id) DO NOTHING",
+                (
+                    grant.grant_id,
+                    grant.tenant,
+                    grant.tool,
+                    grant.principal,
+                    json.dumps(grant.stored()),
+                    grant.created_at,
+                ),
+            ),
+        )
+
+    def _select(self, where: str, params: tuple[Any, ...]) -> list[Grant]:
+        rows = db.run(
+            self.dsn,
+            "grants.read",
+            lambda conn: conn.execute(
+                f"SELECT {self._COLUMNS} FROM agent_worker_grants WHERE {where} "
+                "ORDER BY created_at, grant_id",
+                params,
+            ).fetchall(),
+        )
+        return [grant_from_row(tuple(r)) for r in rows]
+
+    def active(self, tenant: str, tool: str) -> list[Grant]:
+        return self._select("tenant = %s AND tool = %s AND status = 'active'", (tenant, tool))
+
+    def listed(self, tenant: str | None = None, *, ended: bool = False) -> list[Grant]:
+        where, params = ["TRUE"], []
+        if tenant is not None:
+            where.append("tenant = %s")
+            params.append(tenant)
+        if not ended:
+            where.append("status = 'active'")
+        return self._select(" AND ".join(where), tuple(params))
+
+    def get(self, grant_id: str) -> Grant | None:
+        found = self._select("grant_id = %s", (grant_id,))
+        return found[0] if found else None
+
+    def end(self, grant_id: str, status: str, reason: str, by: str | None = None) -> bool:
+        return db.run(
+            self.dsn,
+            "grants.end",
+            lambda conn: (
+                conn.execute(
+                    "UPDATE agent_worker_grants SET status = %s, status_reason = %s, status_at = now(), "
+                    "status_by = %s WHERE grant_id = %s AND status = 'active'",
+                    (status, reason[:MAX_GRANT_REASON_CHARS], by, grant_id),
+                ).rowcount
+                > 0
+            ),
+        )

@@ -89,6 +89,25 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         ALTER TABLE agent_worker_events ADD COLUMN basis bigint;
         """,
     ),
+    (
+        4,
+        "remembered grants",
+        """
+        CREATE TABLE agent_worker_grants (
+            grant_id      text PRIMARY KEY,
+            tenant        text NOT NULL,
+            tool          text NOT NULL,
+            principal     text NOT NULL,
+            record        jsonb NOT NULL,
+            created_at    timestamptz NOT NULL,
+            status        text NOT NULL DEFAULT 'active',
+            status_reason text,
+            status_at     timestamptz,
+            status_by     text
+        );
+        CREATE INDEX agent_worker_grants_tenant_tool ON agent_worker_grants (tenant, tool, status);
+        """,
+    ),
 ]
 LATEST = MIGRATIONS[-1][0]
 # The tables each store needs, to name the store that cannot be used.
@@ -98,6 +117,7 @@ STORE_TABLES = {
     "authorizer": "agent_worker_revocations",
     "event sink": "agent_worker_events",
     "notification ledger": "agent_worker_notifications",
+    "grant store": "agent_worker_grants",
 }
 # Two-key advisory locks: (namespace, key). The namespace keeps them apart from anyone else's.
 LOCK_MIGRATE = 0x4157_0001

@@ -1,5 +1,6 @@
 """The one place the shared state stores are built from a config (``state_backend``): the
-model-call journal, tenant admission, the authorizer, the event sink and the notification ledger;
+model-call journal, tenant admission, the authorizer, the event sink, the notification ledger and
+the remembered grants;
 and the live streams (``stream_backend``).
 
 The worker, the CLI (``events``, ``revoke``/``grant``, ``api``, ``migrate``) and the tests go
@@ -18,6 +19,7 @@ from temporalio.client import Client
 from activities.agent.journal import ModelCallJournal
 from activities.authz import Authorizer, SqliteAuthorizer
 from activities.events import EventSink, JsonlEventSink
+from activities.grants import GrantStore, SqliteGrantStore
 from activities.loading import load_object
 from activities.notify.ledger import NotificationLedger, SqliteNotificationLedger
 from activities.stores.streams import SqliteStreamBackend, StreamBackend
@@ -72,6 +74,13 @@ def build_event_sink(config: WorkerConfig) -> EventSink:
     if config.state_backend == "postgres":
         return _postgres().PostgresEventSink(_dsn(config))
     return JsonlEventSink(config.events_dir)
+
+
+def build_grant_store(config: WorkerConfig) -> GrantStore:
+    """Where remembered grants are kept (``activities.grants``)."""
+    if config.state_backend == "postgres":
+        return _postgres().PostgresGrantStore(_dsn(config))
+    return SqliteGrantStore(config.data_dir / "grants.db")
 
 
 def build_notification_ledger(config: WorkerConfig) -> NotificationLedger:
@@ -154,6 +163,7 @@ __all__ = [
     "build_admission",
     "build_authorizer",
     "build_event_sink",
+    "build_grant_store",
     "build_journal",
     "build_stream_backend",
     "check_state_stores",

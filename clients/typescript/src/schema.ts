@@ -176,6 +176,47 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/grants": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Grants
+         * @description The remembered grants the caller may see (active ones; with ``ended``, all).
+         */
+        get: operations["list_grants_v1_grants_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/grants/{grant_id}/revoke": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Revoke Grant
+         * @description Revoke a grant: the next action it would have approved asks a person again (409 when it
+         *     is revoked or void already).
+         */
+        post: operations["revoke_grant_v1_grants__grant_id__revoke_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/tasks/{task_id}": {
         parameters: {
             query?: never;
@@ -200,6 +241,23 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /**
+         * ActionBasis
+         * @description What a turn knows of a proposed action's tool and agent (``ProposedAction.basis``).
+         */
+        ActionBasis: {
+            /**
+             * Tool Schema
+             * @description Digest of the tool's argument schema.
+             */
+            tool_schema: string;
+            /**
+             * Agent Version
+             * @description The agent registration's declared version.
+             * @default
+             */
+            agent_version: string;
+        };
         /**
          * ActionStatus
          * @description What became of a proposed action.
@@ -614,6 +672,23 @@ export interface components {
              * @default
              */
             agent: string;
+            /**
+             * Grant Id
+             * @description The remembered grant that approved the action in place of a person (via 'grant').
+             */
+            grant_id?: string | null;
+            /** @description What the approver asked to remember. */
+            remember?: components["schemas"]["Remember"] | null;
+            /**
+             * Remembered As
+             * @description The grant this decision's remember was stored as (once stored).
+             */
+            remembered_as?: string | null;
+            /**
+             * Signature
+             * @description With a remember: the decision's signature, which its grant keeps.
+             */
+            signature?: string | null;
         };
         /**
          * DecisionRequest
@@ -634,6 +709,8 @@ export interface components {
             edited_args?: {
                 [key: string]: unknown;
             } | null;
+            /** @description With an approve: remember it as a grant (scope, when, until) that approves later matching actions without asking (the task's policy must have `grants`). */
+            remember?: components["schemas"]["Remember"] | null;
         };
         /**
          * Delegation
@@ -725,7 +802,7 @@ export interface components {
          * @description Every kind of event a task emits.
          * @enum {string}
          */
-        EventType: "task.started" | "task.refused" | "phase.changed" | "turn.started" | "turn.finished" | "action.proposed" | "tool.called" | "policy.decided" | "approval.requested" | "approval.decided" | "approval.ignored" | "approval.expired" | "approval.reminded" | "approval.escalated" | "sandbox.created" | "sandbox.exec" | "sandbox.destroyed" | "sandbox.lost" | "sandbox.left" | "authz.checked" | "authz.revoked" | "write.attempted" | "write.confirmed" | "write.unknown" | "write.reconciled" | "write.conflict" | "write.rejected" | "tool.effect" | "delegation.started" | "delegation.finished" | "budget.exhausted" | "budget.soft_limit" | "budget.extension_requested" | "budget.extended" | "input.added" | "input.ignored" | "thread.started" | "thread.continued" | "turn.interrupted" | "task.continued_as_new" | "context.compacted" | "evidence.archived" | "dispatch.moved" | "work.taken_over" | "task.finished";
+        EventType: "task.started" | "task.refused" | "phase.changed" | "turn.started" | "turn.finished" | "action.proposed" | "tool.called" | "policy.decided" | "approval.requested" | "approval.decided" | "approval.ignored" | "approval.expired" | "approval.reminded" | "approval.escalated" | "sandbox.created" | "sandbox.exec" | "sandbox.destroyed" | "sandbox.lost" | "sandbox.left" | "authz.checked" | "authz.revoked" | "grant.created" | "grant.used" | "grant.voided" | "grant.refused" | "write.attempted" | "write.confirmed" | "write.unknown" | "write.reconciled" | "write.conflict" | "write.rejected" | "tool.effect" | "delegation.started" | "delegation.finished" | "budget.exhausted" | "budget.soft_limit" | "budget.extension_requested" | "budget.extended" | "input.added" | "input.ignored" | "thread.started" | "thread.continued" | "turn.interrupted" | "task.continued_as_new" | "context.compacted" | "evidence.archived" | "dispatch.moved" | "work.taken_over" | "task.finished";
         /**
          * Evidence
          * @description What a finished task can show. Anything missing is listed, never assumed.
@@ -818,6 +895,83 @@ export interface components {
              * @enum {string}
              */
             role: "agent" | "business";
+        };
+        /**
+         * Grant
+         * @description A remembered approval, as stored (``activities.grants``) and as the turn hands it over.
+         */
+        Grant: {
+            /** Grant Id */
+            grant_id: string;
+            /** Principal */
+            principal: string;
+            /** Tenant */
+            tenant: string;
+            /** Tool */
+            tool: string;
+            /**
+             * Agent
+             * @description The task agent it was given for.
+             */
+            agent: string;
+            /**
+             * Thread
+             * @description The task's thread (scope 'thread').
+             */
+            thread?: string | null;
+            remember: components["schemas"]["Remember"];
+            /** Tool Schema */
+            tool_schema: string;
+            /** Policy */
+            policy: string;
+            /**
+             * Agent Version
+             * @default
+             */
+            agent_version: string;
+            /** Task Id */
+            task_id: string;
+            /** Run Chain */
+            run_chain?: string | null;
+            /** Request Id */
+            request_id: string;
+            /** Version */
+            version: string;
+            /** Reason */
+            reason?: string | null;
+            /** Signature */
+            signature?: string | null;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /**
+             * Status
+             * @default active
+             * @enum {string}
+             */
+            status: "active" | "revoked" | "void";
+            /** Status Reason */
+            status_reason?: string | null;
+            /** Status At */
+            status_at?: string | null;
+            /**
+             * Status By
+             * @description Who revoked it.
+             */
+            status_by?: string | null;
+        };
+        /**
+         * GrantPolicy
+         * @description ``PolicySpec.grants``: approvers of this policy's requests may approve and remember.
+         */
+        GrantPolicy: {
+            /**
+             * Max Seconds
+             * @description A grant's longest life: a remember without `until`, or with a later one, is refused (none: no cap).
+             */
+            max_seconds?: number | null;
         };
         /** HTTPValidationError */
         HTTPValidationError: {
@@ -996,6 +1150,8 @@ export interface components {
              * @default 4
              */
             parallel_actions: number;
+            /** @description Approvers may approve and remember: a remembered grant answers later matching actions in place of a request (docs/approvals.md#remembered-grants); none: they may not. */
+            grants?: components["schemas"]["GrantPolicy"] | null;
             /**
              * On Input
              * @description Follow-up input that arrives while an agent turn runs: wait for the next turn, or interrupt (cancel) the running turn and start it again with the input.
@@ -1039,6 +1195,46 @@ export interface components {
              * @default
              */
             agent: string;
+            /** @description Its tool's schema digest and its agent's version, which a remembered grant binds to (None from workers before grants). */
+            basis?: components["schemas"]["ActionBasis"] | null;
+            /** @description A remembered grant the turn found for it (only for tasks whose policy allows grants); the task uses it where it would otherwise ask for approval (workflows.grants). */
+            grant?: components["schemas"]["Grant"] | null;
+            /**
+             * Voided Grants
+             * @description Grants the lookup found void for it, each 'id: why'.
+             */
+            voided_grants?: string[];
+        };
+        /**
+         * Remember
+         * @description What an approver asks to remember with an ``approve`` (``ApprovalDecision.remember``).
+         *
+         *     Attributes:
+         *         scope: Which later actions it may answer: the task's ``agent`` (in its tenant), the task's
+         *             ``thread`` (any agent on it), or the whole ``tenant``.
+         *         when: A CEL condition over ``args``, ``tool``, ``effect``, ``agent``, ``caller``, ``tenant``
+         *             and ``labels`` that the later action must satisfy (omit: any arguments).
+         *         until: When it stops answering (omit: until revoked or void, unless the policy caps it).
+         */
+        Remember: {
+            /**
+             * Scope
+             * @default agent
+             * @enum {string}
+             */
+            scope: "thread" | "agent" | "tenant";
+            /** When */
+            when?: string | null;
+            /** Until */
+            until?: string | null;
+        };
+        /** RevokeRequest */
+        RevokeRequest: {
+            /**
+             * Reason
+             * @default revoked
+             */
+            reason: string;
         };
         /**
          * SandboxBackend
@@ -1895,6 +2091,74 @@ export interface operations {
                 };
                 content: {
                     "text/event-stream": string;
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    list_grants_v1_grants_get: {
+        parameters: {
+            query?: {
+                tenant?: string | null;
+                /** @description Revoked and void grants too. */
+                ended?: boolean;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Grant"][];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    revoke_grant_v1_grants__grant_id__revoke_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                grant_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RevokeRequest"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Grant"];
                 };
             };
             /** @description Validation Error */
