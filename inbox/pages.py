@@ -189,7 +189,8 @@ def request_html(
         + (f'<dt>proposed by</dt><dd class="agent">{_e(action.agent)}</dd>' if action.agent else "")
         + f"<dt>why</dt><dd>{_e(request.reason or '-')}</dd>"
         f"<dt>approvers</dt><dd>{_e(', '.join(request.approvers))}</dd>"
-        f'<dt>version</dt><dd><code class="version">{_e(request.version)}</code></dd>'
+        + (f'<dt>quorum</dt><dd class="quorum">{_e(request.progress)}</dd>' if request.quorum else "")
+        + f'<dt>version</dt><dd><code class="version">{_e(request.version)}</code></dd>'
         f"<dt>requested</dt><dd>{_e(request.requested_at.isoformat(timespec='seconds'))}</dd>"
         f"<dt>deadline</dt><dd>{_e(request.deadline.isoformat(timespec='seconds'))}</dd>"
         "</dl>"

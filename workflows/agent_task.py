@@ -336,7 +336,7 @@ class AgentTaskWorkflow:
             request_id=decision.request_id,
             accepted=reason is None,
             phase=self.state.phase.value,
-            detail=reason or f"{decision.decision.value} recorded",
+            detail=reason or self.approvals.recorded(decision),
         )
 
     @decide.validator
@@ -347,7 +347,12 @@ class AgentTaskWorkflow:
         decision = parse_decision(decode(raw))
         assert self.spec is not None
         reason = expiry_problem(decision, workflow.now()) or why_not(
-            self.state.requests, decision, self.task_id, self.spec.policy, self.state.run_chain
+            self.state.requests,
+            decision,
+            self.task_id,
+            self.spec.policy,
+            self.state.run_chain,
+            starter=self.spec.started_by,
         )
         if reason is not None:
             raise ValueError(reason)
