@@ -148,7 +148,8 @@ async def test_one_rejection_vetoes_a_quorum(env: TaskEnv) -> None:
 
 async def test_without_veto_a_rejection_counts_until_the_quorum_is_out_of_reach(env: TaskEnv) -> None:
     """With veto off and four approvers, carol's rejection leaves the request pending (bob and dave
-    can still make 2); dave's then rejects it, since only bob is left: nothing is written."""
+    can still make 2); dave's then rejects it, since only bob is left: nothing is written; the history
+    replays."""
     handle = await env.start(quorum_spec(veto=False, approvers=["alice", "bob", "carol", "dave"]))
     await env.awaiting_approval(handle)
     detail = await decide(handle, "carol", "reject", reason="no")
@@ -163,6 +164,7 @@ async def test_without_veto_a_rejection_counts_until_the_quorum_is_out_of_reach(
         "carol",
         "dave",
     ]
+    await assert_replays(env.client, handle.id)
 
 
 async def test_a_worker_sigkilled_between_the_two_approvals_loses_nothing(
@@ -170,7 +172,7 @@ async def test_a_worker_sigkilled_between_the_two_approvals_loses_nothing(
 ) -> None:
     """bob approves on a worker process that is then SIGKILLed; a new worker answers status with his
     approval still counted, refuses his second one, and carol's completes the quorum: one write, both
-    votes in the evidence."""
+    votes in the evidence; the history replays."""
     env = TaskEnv(client=client, config=make_config(tmp_path / "data"), address=dev_server.address)
     async with worker_process(env, tmp_path / "worker-1.log") as first:
         handle = await env.start(quorum_spec())
@@ -188,4 +190,4 @@ async def test_a_worker_sigkilled_between_the_two_approvals_loses_nothing(
     assert env.business().count() == 1
     [approval] = result.evidence.approvals
     assert [v.principal for v in approval.votes] == ["bob", "carol"]
-    await assert_replays(env.client, handle.id, keep=False)
+    await assert_replays(env.client, handle.id)
