@@ -241,6 +241,17 @@ def _controls(task_id: str, request: ApprovalRequest, csrf: str) -> str:
         f'<input type="hidden" name="version" value="{_e(request.version)}">'
     )
     args = _e(_json(request.action.arguments))
+    # A quorum's approvers all approve the same version: an edit would change it (the task refuses it).
+    edit = (
+        ""
+        if request.quorum
+        else f'<form method="post" action="{action}" class="edit">{hidden}'
+        '<input type="hidden" name="decision" value="edit">'
+        "<b>Edit the arguments (JSON), then approve</b>"
+        f'<textarea name="edited_args" rows="8">{args}</textarea>'
+        '<p><input type="text" name="reason" placeholder="why the change (optional)"></p>'
+        "<button>Approve with these arguments</button></form>"
+    )
     return (
         '<div class="controls">'
         f'<form method="post" action="{action}" class="approve">{hidden}'
@@ -248,12 +259,7 @@ def _controls(task_id: str, request: ApprovalRequest, csrf: str) -> str:
         "<b>Approve as proposed</b>"
         '<p><input type="text" name="reason" placeholder="note (optional)"></p>'
         '<button class="approve">Approve</button></form>'
-        f'<form method="post" action="{action}" class="edit">{hidden}'
-        '<input type="hidden" name="decision" value="edit">'
-        "<b>Edit the arguments (JSON), then approve</b>"
-        f'<textarea name="edited_args" rows="8">{args}</textarea>'
-        '<p><input type="text" name="reason" placeholder="why the change (optional)"></p>'
-        "<button>Approve with these arguments</button></form>"
+        f"{edit}"
         f'<form method="post" action="{action}" class="reject">{hidden}'
         '<input type="hidden" name="decision" value="reject">'
         "<b>Reject</b>"
