@@ -6,6 +6,9 @@ quorum is out of reach), and loses nothing when its worker is SIGKILLed between 
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +19,7 @@ from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from schemas.approvals import DecisionKind
 from schemas.tasks import TaskPhase, TaskResult, TaskSpec
 from tests.helpers.support import (
+    REPO,
     DevServer,
     TaskEnv,
     assert_replays,
@@ -25,6 +29,7 @@ from tests.helpers.support import (
     sigkill,
     worker_process,
 )
+from tests.test_readme import runnable_blocks
 from workflows import AgentTaskWorkflow
 
 STARTER = "alice"
@@ -191,3 +196,23 @@ async def test_a_worker_sigkilled_between_the_two_approvals_loses_nothing(
     [approval] = result.evidence.approvals
     assert [v.principal for v in approval.votes] == ["bob", "carol"]
     await assert_replays(env.client, handle.id)
+
+
+def test_the_documented_quorum_example_runs(tmp_path: Path) -> None:
+    """docs/approvals.md's runnable quorum block runs as written (its own embedded server and worker):
+    alice's approval is refused naming separation of duties, bob's leaves 1 of 2, carol's completes
+    the task with both votes in its evidence."""
+    [block] = runnable_blocks(REPO / "docs" / "approvals.md")
+    script = tmp_path / "quorum_example.py"
+    script.write_text(block)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    for name in ("TEMPORAL_ADDRESS", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        env.pop(name, None)
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    alice, bob, outcome = done.stdout.splitlines()
+    assert alice.startswith("alice: principal 'alice' started this task") and "separation of duties" in alice
+    assert bob == "bob: approve recorded: 1 of 2 approvals: bob (pending)"
+    assert outcome == "completed - ['bob', 'carol']"
