@@ -172,6 +172,25 @@ async def test_without_veto_a_rejection_counts_until_the_quorum_is_out_of_reach(
     await assert_replays(env.client, handle.id)
 
 
+async def test_an_escalated_approver_completes_the_quorum_an_earlier_approver_began(env: TaskEnv) -> None:
+    """The request's escalation applies to the whole quorum: bob's approval stays counted across it,
+    and dave, who may decide only once the request escalates to him, completes it: one write; the
+    history replays."""
+    spec = quorum_spec(approvers=["alice", "bob"])
+    spec["policy"]["rules"][0]["sla"] = {"escalate_after_seconds": 2, "escalate_to": ["dave"]}
+    handle = await env.start(spec)
+    await env.awaiting_approval(handle)
+    await decide(handle, "bob")
+    status = await env.wait_status(handle, lambda s: s.pending[0].escalated, within=60)
+    assert status.pending[0].approvers == ["alice", "bob", "dave"]
+    assert status.pending[0].progress == "1 of 2 approvals: bob"
+    assert await decide(handle, "dave") == "approve recorded: 2 of 2 approvals: bob, dave (decided)"
+    result: TaskResult = await asyncio.wait_for(handle.result(), 60)
+    assert result.phase is TaskPhase.COMPLETED and env.business().count() == 1
+    assert [v.principal for v in result.evidence.approvals[0].votes] == ["bob", "dave"]
+    await assert_replays(env.client, handle.id)
+
+
 async def test_a_worker_sigkilled_between_the_two_approvals_loses_nothing(
     client: Client, dev_server: DevServer, tmp_path: Path
 ) -> None:

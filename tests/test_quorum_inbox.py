@@ -81,11 +81,19 @@ def carol_approves(driver: Any, url: str, task_id: str, shots: Path) -> dict[str
 async def test_quorum_progress_shows_in_the_api_and_the_inbox_and_the_second_approval_writes_once(
     env: TaskEnv, api: httpx.AsyncClient, tmp_path: Path
 ) -> None:
-    """alice starts the task over the API (which records her as its starter); her approval is refused
+    """Over the API a spec naming another starter is refused (403) and one whose quorum the caller's
+    exclusion puts out of reach is invalid (422); alice starts the task (the API records her as its
+    starter); her approval is refused
     naming separation of duties; bob's is accepted with '1 of 2 approvals: bob' and the task, read
     over the API, still waits with that progress and nothing written; in Chromium carol sees the
     progress in her inbox, approves, and the task completes with one write."""
     spec = quorum_spec()
+    reply = await api.post("/v1/tasks", json={"spec": spec}, headers=as_("bob"))
+    assert reply.status_code == 403 and "started_by must be the caller, 'bob'" in reply.text
+    out_of_reach = quorum_spec(approvers=["alice", "bob"])
+    del out_of_reach["started_by"]
+    reply = await api.post("/v1/tasks", json={"spec": out_of_reach}, headers=as_("bob"))
+    assert reply.status_code == 422 and "the starter 'bob' does not count" in reply.text
     del spec["started_by"]  # the API sets it to the caller
     reply = await api.post("/v1/tasks", json={"spec": spec, "task_id": "quorum-1"}, headers=as_("alice"))
     assert reply.status_code == 201, reply.text
