@@ -39,7 +39,7 @@ from urllib.parse import quote
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, Response
 from fastapi.responses import PlainTextResponse, StreamingResponse
 from fastapi.security import HTTPBearer
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 from temporalio.client import Client
 
 from activities.grants import GrantStore
@@ -242,8 +242,15 @@ def build_api(client: Client, config: ApiConfig) -> FastAPI:
             )
         if not tenant_allowed(who, body.spec.tenant):
             raise HTTPException(403, f"{who!r} may not start tasks for tenant {body.spec.tenant!r}")
+        if body.spec.started_by not in (None, who):
+            raise HTTPException(403, f"started_by must be the caller, {who!r}, or left out")
+        try:
+            # The starter is who the API authenticated: a quorum never counts their approval.
+            spec = TaskSpec.model_validate({**body.spec.model_dump(exclude_none=True), "started_by": who})
+        except ValidationError as err:
+            raise HTTPException(422, str(err)) from None
         chosen = scoped_task_id(body.spec.tenant, body.task_id) if body.task_id else None
-        ref = await tasks.start(body.spec, chosen)
+        ref = await tasks.start(spec, chosen)
         if not ref.started:
             response.status_code = 200
         return StartResponse(task_id=ref.task_id, started=ref.started)

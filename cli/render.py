@@ -43,6 +43,7 @@ def request_lines(task_id: str, request: ApprovalRequest) -> list[str]:
         f"  {request.request_id}: {action.tool} ({action.effect.value}) "
         f"needs {' or '.join(request.approvers)}",
         f"    why:      {request.reason or '-'}",
+        *([f"    quorum:   {request.progress}"] if request.quorum else []),
         f"    version:  {request.version}",
         f"    deadline: {request.deadline.isoformat()}",
         f"    args:     {_short(json.dumps(action.arguments, sort_keys=True), 200)}",

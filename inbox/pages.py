@@ -191,7 +191,8 @@ def request_html(
         + (f'<dt>proposed by</dt><dd class="agent">{_e(action.agent)}</dd>' if action.agent else "")
         + f"<dt>why</dt><dd>{_e(request.reason or '-')}</dd>"
         f"<dt>approvers</dt><dd>{_e(', '.join(request.approvers))}</dd>"
-        f'<dt>version</dt><dd><code class="version">{_e(request.version)}</code></dd>'
+        + (f'<dt>quorum</dt><dd class="quorum">{_e(request.progress)}</dd>' if request.quorum else "")
+        + f'<dt>version</dt><dd><code class="version">{_e(request.version)}</code></dd>'
         f"<dt>requested</dt><dd>{_e(request.requested_at.isoformat(timespec='seconds'))}</dd>"
         f"<dt>deadline</dt><dd>{_e(request.deadline.isoformat(timespec='seconds'))}</dd>"
         "</dl>"
@@ -242,6 +243,17 @@ def _controls(task_id: str, request: ApprovalRequest, csrf: str) -> str:
         f'<input type="hidden" name="version" value="{_e(request.version)}">'
     )
     args = _e(_json(request.action.arguments))
+    # A quorum's approvers all approve the same version: an edit would change it (the task refuses it).
+    edit = (
+        ""
+        if request.quorum
+        else f'<form method="post" action="{action}" class="edit">{hidden}'
+        '<input type="hidden" name="decision" value="edit">'
+        "<b>Edit the arguments (JSON), then approve</b>"
+        f'<textarea name="edited_args" rows="8">{args}</textarea>'
+        '<p><input type="text" name="reason" placeholder="why the change (optional)"></p>'
+        "<button>Approve with these arguments</button></form>"
+    )
     return (
         '<div class="controls">'
         f'<form method="post" action="{action}" class="approve">{hidden}'
@@ -250,12 +262,7 @@ def _controls(task_id: str, request: ApprovalRequest, csrf: str) -> str:
         '<p><input type="text" name="reason" placeholder="note (optional)"></p>'
         f"{remember_controls()}"
         '<button class="approve">Approve</button></form>'
-        f'<form method="post" action="{action}" class="edit">{hidden}'
-        '<input type="hidden" name="decision" value="edit">'
-        "<b>Edit the arguments (JSON), then approve</b>"
-        f'<textarea name="edited_args" rows="8">{args}</textarea>'
-        '<p><input type="text" name="reason" placeholder="why the change (optional)"></p>'
-        "<button>Approve with these arguments</button></form>"
+        f"{edit}"
         f'<form method="post" action="{action}" class="reject">{hidden}'
         '<input type="hidden" name="decision" value="reject">'
         "<b>Reject</b>"

@@ -24,6 +24,8 @@ MAX_PRINCIPAL_CHARS = 256
 MAX_REASON_CHARS = 4_000
 MAX_SIGNATURE_CHARS = 512
 MAX_EDITED_ARGS_BYTES = 65_536
+# A quorum's size: more distinct approvers than this on one action is a committee, not a rule.
+MAX_QUORUM = 20
 
 
 class DecisionKind(StrEnum):
@@ -72,6 +74,34 @@ class ApprovalSla(BaseModel):
         return self
 
 
+class Quorum(BaseModel):
+    """A rule's quorum: ``required`` distinct approvers among its approvers must approve, none of them
+    the task's starter (``TaskSpec.started_by``); each approver counts once (``workflows.quorum``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    required: int = Field(
+        ge=1, le=MAX_QUORUM, description="How many distinct approvers must approve (M of the rule's N)."
+    )
+    veto: bool = Field(
+        default=True,
+        description="One rejection rejects the action; false: a rejection counts against it, and the "
+        "action is rejected once the approvers left could no longer make up the quorum.",
+    )
+
+
+class Vote(BaseModel):
+    """One approver's accepted decision on a quorum request: checked like any decision (version,
+    approver, signature), counted once."""
+
+    principal: str
+    decision: DecisionKind
+    version: str
+    via: str = "signal"
+    decided_at: datetime
+    reason: str | None = None
+
+
 class ApprovalRequest(BaseModel):
     """One action waiting for a human: who may decide, until when, and on which version."""
 
@@ -91,6 +121,11 @@ class ApprovalRequest(BaseModel):
     sla: ApprovalSla | None = Field(default=None, description="Its rule's reminders, escalation, expiry.")
     reminded: bool = Field(default=False, description="The reminder went out.")
     escalated: bool = Field(default=False, description="Escalated: escalate_to may decide too.")
+    quorum: Quorum | None = Field(default=None, description="Its rule's quorum, when it has one.")
+    votes: list[Vote] = Field(default_factory=list, description="A quorum's decisions so far.")
+    progress: str = Field(
+        default="", description="A quorum's progress for people, e.g. '1 of 2 approvals: alice'."
+    )
 
 
 class ApprovalDecision(BaseModel):
@@ -175,6 +210,11 @@ class DecisionRecord(BaseModel):
     )
     signature: str | None = Field(
         default=None, description="With a remember: the decision's signature, which its grant keeps."
+    )
+    votes: list[Vote] = Field(
+        default_factory=list,
+        description="For a quorum: every decision counted, in order; `principal` is the one that "
+        "settled it (the last approval, or the rejection).",
     )
 
 

@@ -31,6 +31,7 @@ class EventType(StrEnum):
     POLICY_DECIDED = "policy.decided"
     APPROVAL_REQUESTED = "approval.requested"
     APPROVAL_DECIDED = "approval.decided"
+    APPROVAL_COUNTED = "approval.counted"  # one vote of a quorum that does not settle it yet
     APPROVAL_IGNORED = "approval.ignored"
     APPROVAL_EXPIRED = "approval.expired"
     APPROVAL_REMINDED = "approval.reminded"

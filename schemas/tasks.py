@@ -14,7 +14,14 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from schemas.actions import ActionResult, ActionStatus, EffectClass, ProposedAction
-from schemas.approvals import ApprovalRequest, ApprovalSla, DecisionRecord, IgnoredDecision
+from schemas.approvals import (
+    MAX_PRINCIPAL_CHARS,
+    ApprovalRequest,
+    ApprovalSla,
+    DecisionRecord,
+    IgnoredDecision,
+    Quorum,
+)
 from schemas.artifacts import ArtifactRef, InputFile
 from schemas.conditions import MAX_CONDITION_CHARS, ConditionError, compile_condition
 from schemas.digests import DIGEST_PATTERN
@@ -74,6 +81,10 @@ class PolicyVerdict(StrEnum):
     DENY = "deny"
 
 
+# An approver written with this prefix names a group of ``PolicySpec.groups``.
+GROUP_PREFIX = "group:"
+
+
 class PolicyRule(BaseModel):
     """A rule matching actions by tool name, effect class and a condition. The first match wins."""
 
@@ -95,6 +106,11 @@ class PolicyRule(BaseModel):
     sla: ApprovalSla | None = Field(
         default=None, description="For 'require_approval': reminders, escalation and expiry."
     )
+    quorum: Quorum | None = Field(
+        default=None,
+        description="For 'require_approval': how many distinct approvers, none the task's starter, must "
+        "approve (default: any one of them).",
+    )
 
     @model_validator(mode="after")
     def _approvers_when_required(self) -> PolicyRule:
@@ -102,12 +118,19 @@ class PolicyRule(BaseModel):
             raise ValueError("a 'require_approval' rule needs at least one approver")
         if self.sla is not None and self.decision is not PolicyVerdict.REQUIRE_APPROVAL:
             raise ValueError("sla applies to 'require_approval' rules only")
+        if self.quorum is not None and self.decision is not PolicyVerdict.REQUIRE_APPROVAL:
+            raise ValueError("quorum applies to 'require_approval' rules only")
         if self.when is not None:
             try:
                 compile_condition(self.when)
             except ConditionError as err:
                 raise ValueError(f"condition {self.when!r}: {err}") from None
         return self
+
+    def deciders(self) -> list[str]:
+        """Everyone who may decide the rule's requests: its approvers, then its escalation group."""
+        escalated = self.sla.escalate_to if self.sla else []
+        return [*self.approvers, *(a for a in escalated if a not in self.approvers)]
 
 
 class PolicySpec(BaseModel):
@@ -156,9 +179,21 @@ class PolicySpec(BaseModel):
         description="Follow-up input that arrives while an agent turn runs: wait for the next turn, or "
         "interrupt (cancel) the running turn and start it again with the input.",
     )
+    groups: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description=f"Named groups of principals: an approver written '{GROUP_PREFIX}NAME' (in a rule's "
+        "approvers, default_approvers or an sla's escalate_to) stands for its members.",
+    )
 
     @model_validator(mode="after")
     def _signers_for_approvers(self) -> PolicySpec:
+        self._expand_groups()
+        for index, rule in enumerate(self.rules):
+            if rule.quorum is not None and rule.quorum.required > len(rule.deciders()):
+                raise ValueError(
+                    f"rules.{index}: a quorum of {rule.quorum.required} needs as many approvers; "
+                    f"it has {len(rule.deciders())} ({', '.join(rule.deciders())})"
+                )
         if self.require_signatures:
             approvers = {a for rule in self.rules for a in rule.approvers} | set(self.default_approvers)
             approvers |= {a for rule in self.rules if rule.sla for a in rule.sla.escalate_to}
@@ -166,6 +201,32 @@ class PolicySpec(BaseModel):
             if unkeyed:
                 raise ValueError(f"require_signatures needs a key in signers for: {', '.join(unkeyed)}")
         return self
+
+    def _expand_groups(self) -> None:
+        """Put each group's members in place of its ``group:NAME`` (once each, in order), so that
+        requests, the inbox and the checks only ever see principals. A spec expanded already is
+        unchanged by it (replays and continue-as-new parse it again)."""
+
+        def expand(approvers: list[str]) -> list[str]:
+            out: list[str] = []
+            for name in approvers:
+                if name.startswith(GROUP_PREFIX):
+                    group = name.removeprefix(GROUP_PREFIX)
+                    if group not in self.groups:
+                        raise ValueError(f"approver {name!r}: no group {group!r} in policy.groups")
+                    members = self.groups[group]
+                    if not members:
+                        raise ValueError(f"approver {name!r}: group {group!r} has no members")
+                else:
+                    members = [name]
+                out += [m for m in members if m not in out]
+            return out
+
+        self.default_approvers = expand(self.default_approvers)
+        for rule in self.rules:
+            rule.approvers = expand(rule.approvers)
+            if rule.sla is not None:
+                rule.sla.escalate_to = expand(rule.sla.escalate_to)
 
 
 # A thread id: short, and safe inside a visibility query (no quotes, no spaces).
@@ -283,6 +344,13 @@ class TaskSpec(BaseModel):
         description="A conversation thread: a task naming a thread whose earlier task has finished "
         "continues that task's conversation, its prompt the next user message (see workflows/threads.py).",
     )
+    started_by: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_PRINCIPAL_CHARS,
+        description="The principal who started the task (the HTTP API sets the caller). A quorum never "
+        "counts their approval (separation of duties).",
+    )
     inline_evidence: int | None = Field(
         default=None,
         ge=1,
@@ -300,6 +368,19 @@ class TaskSpec(BaseModel):
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"input names must be unique; repeated: {', '.join(duplicates)}")
+        return self
+
+    @model_validator(mode="after")
+    def _quorum_reachable_without_the_starter(self) -> TaskSpec:
+        for index, rule in enumerate(self.policy.rules):
+            if rule.quorum is None or self.started_by not in rule.deciders():
+                continue
+            others = [a for a in rule.deciders() if a != self.started_by]
+            if rule.quorum.required > len(others):
+                raise ValueError(
+                    f"policy.rules.{index}: a quorum of {rule.quorum.required} cannot be met: the "
+                    f"starter {self.started_by!r} does not count, leaving {len(others)} approver(s)"
+                )
         return self
 
 

@@ -337,7 +337,7 @@ class AgentTaskWorkflow:
             request_id=decision.request_id,
             accepted=reason is None,
             phase=self.state.phase.value,
-            detail=reason or f"{decision.decision.value} recorded",
+            detail=reason or self.approvals.recorded(decision),
         )
 
     @decide.validator
@@ -349,7 +349,14 @@ class AgentTaskWorkflow:
         assert self.spec is not None
         reason = (
             expiry_problem(decision, workflow.now())
-            or why_not(self.state.requests, decision, self.task_id, self.spec.policy, self.state.run_chain)
+            or why_not(
+                self.state.requests,
+                decision,
+                self.task_id,
+                self.spec.policy,
+                self.state.run_chain,
+                starter=self.spec.started_by,
+            )
             or remember_problem(self.context, decision)
         )
         if reason is not None:

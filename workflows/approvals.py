@@ -18,6 +18,7 @@ with workflow.unsafe.imports_passed_through():
         DecisionKind,
         DecisionRecord,
         IgnoredDecision,
+        Quorum,
     )
     from schemas.authz import AuthzRequest
     from schemas.events import EventType
@@ -36,6 +37,7 @@ from workflows.patches import (
     REOPEN_WITHOUT_REVOKED_PATCH,
     patched,
 )
+from workflows.quorum import count, progress
 
 # Ignored decisions kept in the state (and shown by ``status``); the event sink has all of them.
 IGNORED_KEPT = 100
@@ -47,10 +49,18 @@ class ApprovalDesk:
     def __init__(self, task: TaskContext) -> None:
         self.task = task
 
-    def request(self, item: BatchItem, approvers: list[str], sla: ApprovalSla | None = None) -> None:
+    def request(
+        self,
+        item: BatchItem,
+        approvers: list[str],
+        sla: ApprovalSla | None = None,
+        *,
+        quorum: Quorum | None = None,
+    ) -> None:
         """Publish an approval request for ``item`` to ``approvers``, with its deadline (the rule's
-        ``sla``'s, when it sets one) and its ``sla``."""
-        if grants.covered(self.task, item, approvers, sla):
+        ``sla``'s, when it sets one), its ``sla`` and its ``quorum`` (``workflows.quorum``). A remembered
+        grant stands in for one approver, so it never settles an action that needs a quorum."""
+        if quorum is None and grants.covered(self.task, item, approvers, sla):
             return  # a remembered grant approved it: nobody is asked
         task, state = self.task, self.task.state
         assert task.spec is not None
@@ -69,7 +79,10 @@ class ApprovalDesk:
             deadline=now + timedelta(seconds=wait),
             run_chain=state.run_chain,
             sla=sla,
+            quorum=quorum,
         )
+        if quorum is not None:
+            request.progress = progress(request)
         item.request_id = request.request_id
         state.requests.append(request)
         metrics.workflow_counter("agent_worker_approvals_requested", tool=item.action.tool)
@@ -168,7 +181,15 @@ class ApprovalDesk:
                     f"approval of {record.request_id} no longer holds: {reason}; "
                     f"no approver other than {record.principal!r} is left to decide it"
                 )
-        self.request(item, approvers, request.sla)
+        if (
+            request.quorum is not None
+            and len([a for a in approvers if a != task.spec.started_by]) < request.quorum.required
+        ):
+            raise HandOff(
+                f"approval of {record.request_id} no longer holds: {reason}; too few approvers are "
+                f"left for its quorum of {request.quorum.required}"
+            )
+        self.request(item, approvers, request.sla, quorum=request.quorum)
         return False
 
     def expired(self, decision: ApprovalDecision) -> str | None:
@@ -191,7 +212,7 @@ class ApprovalDesk:
         )
         request = find_request(self.task.state.requests, record.request_id)
         assert request is not None
-        self.request(item, request.approvers, request.sla)
+        self.request(item, request.approvers, request.sla, quorum=request.quorum)
 
     def decision_for(self, item: BatchItem) -> DecisionRecord | None:
         """The accepted decision on ``item``'s current request, if any."""
@@ -220,6 +241,7 @@ class ApprovalDesk:
                 self.task.task_id,
                 spec.policy if spec else PolicySpec(),
                 self.task.state.run_chain,
+                starter=spec.started_by if spec else None,
             )
             or grants.remember_problem(self.task, decision)
         )
@@ -229,8 +251,7 @@ class ApprovalDesk:
             self.ignore(reason, via, decision)
             return reason
         request = find_request(self.task.state.requests, decision.request_id)
-        assert request is not None
-        request.decided = True
+        assert request is not None and spec is not None
         record = DecisionRecord(
             request_id=request.request_id,
             tool=request.action.tool,
@@ -243,6 +264,18 @@ class ApprovalDesk:
             decided_at=workflow.now(),
             agent=request.action.agent,
         )
+        if request.quorum is not None and not count(request, record, spec.started_by):
+            self.task.emit(
+                EventType.APPROVAL_COUNTED,
+                request_id=request.request_id,
+                decision=decision.decision.value,
+                principal=decision.principal,
+                version=decision.version,
+                via=via,
+                progress=request.progress,
+            )
+            return None
+        request.decided = True
         self.task.state.decisions.append(record)
         grants.noted(record, decision)
         metrics.workflow_counter(
@@ -260,6 +293,14 @@ class ApprovalDesk:
             agent=request.action.agent,
         )
         return None
+
+    def recorded(self, decision: ApprovalDecision) -> str:
+        """What the ``decide`` update answers for an accepted ``decision`` (a quorum's progress)."""
+        request = find_request(self.task.state.requests, decision.request_id)
+        if request is None or request.quorum is None:
+            return f"{decision.decision.value} recorded"
+        state = "decided" if request.decided else "pending"
+        return f"{decision.decision.value} recorded: {request.progress} ({state})"
 
     def ignore(
         self, reason: str, via: str, decision: ApprovalDecision | None = None, raw: Any = None

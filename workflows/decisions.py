@@ -13,6 +13,8 @@ with workflow.unsafe.imports_passed_through():  # payload models and helpers: on
     from schemas.tasks import PolicySpec
     from security.signing import signature_problem
 
+from workflows import quorum
+
 
 def find_request(requests: Iterable[ApprovalRequest], request_id: str) -> ApprovalRequest | None:
     """The request with ``request_id``, or None."""
@@ -35,9 +37,12 @@ def why_not(
     task_id: str,
     policy: PolicySpec,
     run_chain: str | None = None,
+    *,
+    starter: str | None = None,
 ) -> str | None:
     """Why ``decision`` must be ignored, or None when it may be applied. A signature must cover
-    ``run_chain`` (the task's, None for tasks started before run chains)."""
+    ``run_chain`` (the task's, None for tasks started before run chains). A quorum request also
+    refuses what its quorum does not count, such as ``starter``'s approval (``workflows.quorum``)."""
     request = find_request(requests, decision.request_id)
     if request is None:
         return f"unknown request {decision.request_id!r}"
@@ -60,4 +65,4 @@ def why_not(
             return f"edited_args names arguments the action does not have: {', '.join(unknown)}"
     return signature_problem(
         task_id, decision, policy.signers.get(decision.principal), policy.require_signatures, run_chain
-    )
+    ) or quorum.problem(request, decision, starter)

@@ -75,6 +75,8 @@ def remember_problem(task: TaskContext, decision: ApprovalDecision) -> str | Non
         return None  # the decision's own checks name it
     if isinstance(request.action.operation, BudgetRaise):
         return "a budget extension cannot be remembered"
+    if request.quorum is not None:
+        return "a vote toward a quorum cannot be remembered: a grant stands in for one approver"
     if request.action.basis is None:
         return "this action was proposed by a worker that records no tool schema; approve without remember"
     if remember.scope == "thread" and task.spec.thread is None:

@@ -17,7 +17,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():  # payload models and helpers: one copy for all runs
     from schemas.actions import EffectClass, ProposedAction
-    from schemas.approvals import ApprovalSla
+    from schemas.approvals import ApprovalSla, Quorum
     from schemas.conditions import ConditionError, evaluate_condition
     from schemas.tasks import PolicySpec, PolicyVerdict
 
@@ -30,6 +30,7 @@ class PolicyDecision:
     approvers: tuple[str, ...]
     reason: str
     sla: ApprovalSla | None = None  # the matching rule's, for a request
+    quorum: Quorum | None = None  # the matching rule's: M distinct approvers (``workflows.quorum``)
 
 
 def evaluate(
@@ -59,11 +60,11 @@ def evaluate(
                 labels=labels or {},
             )
             if isinstance(holds, ConditionError):
-                return _fail_closed(policy, index, rule.approvers, holds)
+                return _fail_closed(policy, index, rule.approvers, holds, rule.quorum)
             if not holds:
                 continue
         reason = rule.reason or f"policy rule {index} ({rule.decision.value})"
-        return PolicyDecision(rule.decision, tuple(rule.approvers), reason, rule.sla)
+        return PolicyDecision(rule.decision, tuple(rule.approvers), reason, rule.sla, rule.quorum)
     if action.effect is EffectClass.SANDBOX:
         return PolicyDecision(PolicyVerdict.ALLOW, (), "sandbox commands are allowed by default")
     if action.effect is EffectClass.DELEGATE:
@@ -81,11 +82,21 @@ def evaluate(
 
 
 def _fail_closed(
-    policy: PolicySpec, index: int, approvers: list[str], error: ConditionError
+    policy: PolicySpec,
+    index: int,
+    approvers: list[str],
+    error: ConditionError,
+    quorum: Quorum | None = None,
 ) -> PolicyDecision:
-    """A rule whose condition could not be evaluated: a person decides, or nobody allows it."""
+    """A rule whose condition could not be evaluated: a person decides (the rule's quorum of its
+    approvers, when it has one), or nobody allows it."""
     why = f"policy rule {index}: its condition could not be evaluated ({error})"
     chosen = tuple(approvers or policy.default_approvers)
     if chosen:
-        return PolicyDecision(PolicyVerdict.REQUIRE_APPROVAL, chosen, f"{why}; approval required")
+        return PolicyDecision(
+            PolicyVerdict.REQUIRE_APPROVAL,
+            chosen,
+            f"{why}; approval required",
+            quorum=quorum if approvers else None,
+        )
     return PolicyDecision(PolicyVerdict.DENY, (), f"{why}; denied, no approver is configured")

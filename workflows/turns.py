@@ -189,7 +189,9 @@ class TurnRunner:
                 reason=decision.reason,
             )
             if decision.verdict is PolicyVerdict.REQUIRE_APPROVAL:
-                self.approvals.request(state.batch[-1], list(decision.approvers), decision.sla)
+                self.approvals.request(
+                    state.batch[-1], list(decision.approvers), decision.sla, quorum=decision.quorum
+                )
 
     async def interruptible_turn(
         self, turn_input: TurnInput, summary: str, follow_ups: int

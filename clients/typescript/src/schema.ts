@@ -315,6 +315,19 @@ export interface components {
              * @default false
              */
             escalated: boolean;
+            /** @description Its rule's quorum, when it has one. */
+            quorum?: components["schemas"]["Quorum"] | null;
+            /**
+             * Votes
+             * @description A quorum's decisions so far.
+             */
+            votes?: components["schemas"]["Vote"][];
+            /**
+             * Progress
+             * @description A quorum's progress for people, e.g. '1 of 2 approvals: alice'.
+             * @default
+             */
+            progress: string;
         };
         /**
          * ApprovalSla
@@ -689,6 +702,11 @@ export interface components {
              * @description With a remember: the decision's signature, which its grant keeps.
              */
             signature?: string | null;
+            /**
+             * Votes
+             * @description For a quorum: every decision counted, in order; `principal` is the one that settled it (the last approval, or the rejection).
+             */
+            votes?: components["schemas"]["Vote"][];
         };
         /**
          * DecisionRequest
@@ -802,7 +820,7 @@ export interface components {
          * @description Every kind of event a task emits.
          * @enum {string}
          */
-        EventType: "task.started" | "task.refused" | "phase.changed" | "turn.started" | "turn.finished" | "action.proposed" | "tool.called" | "policy.decided" | "approval.requested" | "approval.decided" | "approval.ignored" | "approval.expired" | "approval.reminded" | "approval.escalated" | "sandbox.created" | "sandbox.exec" | "sandbox.destroyed" | "sandbox.lost" | "sandbox.left" | "authz.checked" | "authz.revoked" | "grant.created" | "grant.used" | "grant.voided" | "grant.refused" | "write.attempted" | "write.confirmed" | "write.unknown" | "write.reconciled" | "write.conflict" | "write.rejected" | "tool.effect" | "delegation.started" | "delegation.finished" | "budget.exhausted" | "budget.soft_limit" | "budget.extension_requested" | "budget.extended" | "input.added" | "input.ignored" | "thread.started" | "thread.continued" | "turn.interrupted" | "task.continued_as_new" | "context.compacted" | "evidence.archived" | "dispatch.moved" | "work.taken_over" | "task.finished";
+        EventType: "task.started" | "task.refused" | "phase.changed" | "turn.started" | "turn.finished" | "action.proposed" | "tool.called" | "policy.decided" | "approval.requested" | "approval.decided" | "approval.counted" | "approval.ignored" | "approval.expired" | "approval.reminded" | "approval.escalated" | "sandbox.created" | "sandbox.exec" | "sandbox.destroyed" | "sandbox.lost" | "sandbox.left" | "authz.checked" | "authz.revoked" | "grant.created" | "grant.used" | "grant.voided" | "grant.refused" | "write.attempted" | "write.confirmed" | "write.unknown" | "write.reconciled" | "write.conflict" | "write.rejected" | "tool.effect" | "delegation.started" | "delegation.finished" | "budget.exhausted" | "budget.soft_limit" | "budget.extension_requested" | "budget.extended" | "input.added" | "input.ignored" | "thread.started" | "thread.continued" | "turn.interrupted" | "task.continued_as_new" | "context.compacted" | "evidence.archived" | "dispatch.moved" | "work.taken_over" | "task.finished";
         /**
          * Evidence
          * @description What a finished task can show. Anything missing is listed, never assumed.
@@ -1098,6 +1116,8 @@ export interface components {
             reason: string;
             /** @description For 'require_approval': reminders, escalation and expiry. */
             sla?: components["schemas"]["ApprovalSla"] | null;
+            /** @description For 'require_approval': how many distinct approvers, none the task's starter, must approve (default: any one of them). */
+            quorum?: components["schemas"]["Quorum"] | null;
         };
         /**
          * PolicySpec
@@ -1159,6 +1179,13 @@ export interface components {
              * @enum {string}
              */
             on_input: "next_turn" | "interrupt";
+            /**
+             * Groups
+             * @description Named groups of principals: an approver written 'group:NAME' (in a rule's approvers, default_approvers or an sla's escalate_to) stands for its members.
+             */
+            groups?: {
+                [key: string]: string[];
+            };
         };
         /**
          * PolicyVerdict
@@ -1204,6 +1231,24 @@ export interface components {
              * @description Grants the lookup found void for it, each 'id: why'.
              */
             voided_grants?: string[];
+        };
+        /**
+         * Quorum
+         * @description A rule's quorum: ``required`` distinct approvers among its approvers must approve, none of them
+         *     the task's starter (``TaskSpec.started_by``); each approver counts once (``workflows.quorum``).
+         */
+        Quorum: {
+            /**
+             * Required
+             * @description How many distinct approvers must approve (M of the rule's N).
+             */
+            required: number;
+            /**
+             * Veto
+             * @description One rejection rejects the action; false: a rejection counts against it, and the action is rejected once the approvers left could no longer make up the quorum.
+             * @default true
+             */
+            veto: boolean;
         };
         /**
          * Remember
@@ -1466,6 +1511,11 @@ export interface components {
              * @description A conversation thread: a task naming a thread whose earlier task has finished continues that task's conversation, its prompt the next user message (see workflows/threads.py).
              */
             thread?: string | null;
+            /**
+             * Started By
+             * @description The principal who started the task (the HTTP API sets the caller). A quorum never counts their approval (separation of duties).
+             */
+            started_by?: string | null;
             /**
              * Inline Evidence
              * @description Command records and artifact references the task carries inline. At each continue-as-new and at the end, older ones move to the artifact store (`Evidence.archived`), so the state and the result stay bounded however long the task runs. None: 20 (100, and at continue-as-new only, for a task begun before agent-worker 0.1.0 of 2026-12-04, patch `lean-evidence`).
@@ -1760,6 +1810,30 @@ export interface components {
             input?: unknown;
             /** Context */
             ctx?: Record<string, never>;
+        };
+        /**
+         * Vote
+         * @description One approver's accepted decision on a quorum request: checked like any decision (version,
+         *     approver, signature), counted once.
+         */
+        Vote: {
+            /** Principal */
+            principal: string;
+            decision: components["schemas"]["DecisionKind"];
+            /** Version */
+            version: string;
+            /**
+             * Via
+             * @default signal
+             */
+            via: string;
+            /**
+             * Decided At
+             * Format: date-time
+             */
+            decided_at: string;
+            /** Reason */
+            reason?: string | null;
         };
         /**
          * WriteEvidence
