@@ -3,7 +3,7 @@
     POST /v1/tasks                          start a task (201; 200 when the id exists already)
     GET  /v1/tasks/{id}                     its status while it runs, its result once closed
     GET  /v1/tasks/{id}/pending             the requests the caller may decide
-    POST /v1/tasks/{id}/decisions           approve / edit / reject one of them
+    POST /v1/tasks/{id}/decisions           approve / edit / reject / respond / answer one of them
     POST /v1/tasks/{id}/input               follow-up input for the agent's next turn
     POST /v1/tasks/{id}/cancel              cancel it
     POST /v1/tasks/{id}/stream-token        a short-lived token to follow it from a browser
@@ -127,6 +127,11 @@ class DecisionRequest(BaseModel):
     edited_args: dict[str, Any] | None = Field(
         default=None, description="For an edit: the arguments to change (the others stay as proposed)."
     )
+    answer: Any = Field(
+        default=None,
+        description="For 'answer': the answer to a question (ask_human): a text, one of its options, "
+        "or a JSON value its form's schema accepts. One that does not fit is refused, naming the field.",
+    )
 
 
 class InputRequest(BaseModel):
@@ -239,6 +244,8 @@ def build_api(client: Client, config: ApiConfig) -> FastAPI:
             request = next((r for r in view.decidable if r.request_id == body.request_id), None)
             proposed = request.action.arguments if request else {}
             form["edited_args"] = json.dumps({**proposed, **(body.edited_args or {})})
+        if body.answer is not None:
+            form["answer_json"] = json.dumps(body.answer)
         try:
             return await service.decide(task_id, who, form)
         except InboxError as err:

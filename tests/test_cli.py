@@ -88,7 +88,8 @@ async def test_dev_starts_the_embedded_server_with_wal_and_search_attributes(tmp
 
 
 COMMANDS = [
-    "dev", "worker", "migrate", "start", "status", "inbox", "approve", "edit", "reject", "say", "cancel",
+    "dev", "worker", "migrate", "start", "status", "inbox", "approve", "edit", "reject", "respond",
+    "answer", "say", "cancel",
     "events", "evidence", "verify", "revoke", "grant", "keys", "sandbox-image", "reap", "replay", "doctor",
     "report", "api", "demo",
 ]  # fmt: skip

@@ -33,8 +33,8 @@ PUBLIC = {
     "McpRules", "McpWrite", "ToolError", "effect_tool", "PolicyRule", "PolicySpec", "ProposedAction",
     "SandboxCommand", "TaskEnded", "TaskInput",
     "TaskNotFound", "TaskPhase", "TaskRef", "TaskResult", "TaskSpec", "TaskStatus", "WorkerUnreachable",
-    "current_turn", "delegate_tool", "first_user_text", "function_tool", "is_digest", "sandbox_tool",
-    "tool_outputs", "write_tool",
+    "ask_human", "current_turn", "delegate_tool", "first_user_text", "function_tool", "is_digest",
+    "sandbox_tool", "tool_outputs", "write_tool",
 }  # fmt: skip
 TESTING = {"ConversationModel", "Script", "assistant_message", "function_call", "local_worker"}
 
