@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,10 +18,13 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowUpdateFailedError
 
 from api import ApiConfig, build_api
-from inbox.auth import Authenticator
+from inbox import build_app, running_inbox
+from inbox.auth import COOKIE, Authenticator
+from inbox.pages import task_url
 from schemas.approvals import DecisionKind
 from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.ask_agents import SAW
+from tests.helpers.browser import fetch
 from tests.helpers.support import TEST_AGENTS, TaskEnv, assert_replays, make_config, run_cli, running_worker
 from workflows import AgentTaskWorkflow
 
@@ -184,3 +188,37 @@ async def test_respond_on_a_proposed_write_writes_nothing_and_the_model_reads_th
     assert record.decision is DecisionKind.RESPOND and record.reason == message
     assert result.usage.actions == 0
     await assert_replays(ask_env.client, handle.id)
+
+
+async def test_the_inbox_shows_a_form_question_refuses_an_answer_that_does_not_fit_and_sends_one_that_does(
+    ask_env: TaskEnv,
+) -> None:
+    """The task page shows the question, its JSON Schema and an answer box (and a respond form for no
+    action: there is none); a posted answer missing a field is refused (409) naming it, with the
+    question still open; the fitting answer is accepted and the model reads it as JSON."""
+    handle = await ask_env.start(asking("ask form"))
+    [request] = (await ask_env.awaiting_approval(handle)).pending
+    app = build_app(ask_env.client, auth="header", principal_header="X-Forwarded-User")
+    lead = {"X-Forwarded-User": "finance-lead"}
+    async with running_inbox(app, "127.0.0.1:0") as url:
+        page = await asyncio.to_thread(fetch, url + task_url(handle.id), headers=lead)
+        assert page.status == 200, page.body
+        assert "How much should we pay?" in page.body and 'class="form-schema"' in page.body
+        assert 'name="answer"' in page.body and 'class="respond"' not in page.body
+        cookie = re.search(rf"{COOKIE}=([^;]+)", page.headers["set-cookie"])
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page.body)
+        assert cookie and csrf
+        sent = {**lead, "Cookie": f"{COOKIE}={cookie.group(1)}"}
+        form = {"csrf": csrf.group(1), "request_id": request.request_id, "version": request.version}
+        form["decision"] = "answer"
+        decide = url + task_url(handle.id) + "/decide"
+        refused = await asyncio.to_thread(
+            fetch, decide, form={**form, "answer": '{"amount": 3}'}, headers=sent
+        )
+        assert refused.status == 409 and "&#x27;currency&#x27; is a required property" in refused.body
+        assert len((await ask_env.awaiting_approval(handle)).pending) == 1
+        answer = '{"amount": 3, "currency": "USD"}'
+        accepted = await asyncio.to_thread(fetch, decide, form={**form, "answer": answer}, headers=sent)
+        assert accepted.status == 200 and "Decision accepted" in accepted.body, accepted.body
+    result: TaskResult = await asyncio.wait_for(handle.result(), 60)
+    assert result.final_output == SAW + json.dumps(json.loads(answer), sort_keys=True)
