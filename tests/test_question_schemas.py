@@ -100,3 +100,39 @@ def test_a_signature_covers_the_answer_and_other_decisions_sign_what_they_signed
     assert one != other
     approve = signed_message("t", parse_decision({**base, "decision": "approve"}), "chain")
     assert b'"answer"' not in approve
+
+
+def test_a_question_always_goes_to_a_person_whatever_the_policy_allows() -> None:
+    """A rule on ask_human names who answers; with no rule the default approvers do; a rule that would
+    allow the question sends it to the default approvers, and with none it is denied saying why."""
+    from schemas.actions import ProposedAction, action_version
+    from schemas.tasks import PolicySpec, PolicyVerdict
+    from workflows.policy import evaluate
+    from workflows.questions import route
+
+    question = plan_question({"question": "who?"})
+    arguments = {"question": "who?"}
+    action = ProposedAction(
+        call_id="c",
+        tool="ask_human",
+        effect="ask",
+        arguments=arguments,
+        operation=question,
+        version=action_version("ask_human", arguments, question),
+    )
+
+    def decided(policy: dict[str, Any]) -> tuple[PolicyVerdict, tuple[str, ...]]:
+        spec = PolicySpec.model_validate(policy)
+        decision = route(evaluate(spec, action), action, spec)
+        return decision.verdict, decision.approvers
+
+    ask = {"tool": "ask_human", "decision": "require_approval", "approvers": ["ann"]}
+    assert decided({"rules": [ask]}) == (PolicyVerdict.REQUIRE_APPROVAL, ("ann",))
+    assert decided({"default_approvers": ["bob"]}) == (PolicyVerdict.REQUIRE_APPROVAL, ("bob",))
+    allow = {"effect": "ask", "decision": "allow"}
+    assert decided({"rules": [allow], "default_approvers": ["bob"]}) == (
+        PolicyVerdict.REQUIRE_APPROVAL,
+        ("bob",),
+    )
+    assert decided({"rules": [allow]}) == (PolicyVerdict.DENY, ())
+    assert decided({}) == (PolicyVerdict.DENY, ())

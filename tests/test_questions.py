@@ -222,3 +222,17 @@ async def test_the_inbox_shows_a_form_question_refuses_an_answer_that_does_not_f
         assert accepted.status == 200 and "Decision accepted" in accepted.body, accepted.body
     result: TaskResult = await asyncio.wait_for(handle.result(), 60)
     assert result.final_output == SAW + json.dumps(json.loads(answer), sort_keys=True)
+
+
+async def test_a_question_nobody_answers_expires_under_its_rules_sla_and_the_model_is_told(
+    ask_env: TaskEnv,
+) -> None:
+    """A question whose rule expires it after 2 s with `on_expiry: continue` ends unanswered: the
+    task goes on and the model reads that it expired, unanswered, naming who could have answered."""
+    rule = {**ASK_RULE, "sla": {"expire_after_seconds": 2, "on_expiry": "continue"}}
+    handle = await ask_env.start({"agent": "asker", "prompt": "ask text", "policy": {"rules": [rule]}})
+    result: TaskResult = await asyncio.wait_for(handle.result(), 90)
+    assert result.phase is TaskPhase.COMPLETED, result.reason
+    assert result.final_output is not None
+    assert result.final_output.startswith(SAW + "expired, unanswered: nobody among finance-lead decided by ")
+    assert result.evidence.approvals == []
