@@ -7,9 +7,10 @@ releases. Everything else in the distribution (``activities``, ``workflows``, ``
 
 - **Author API**: ``AgentRegistration``; the effect decorators ``sandbox_tool``, ``write_tool``,
   ``delegate_tool`` and the operations they return (``SandboxCommand``, ``BusinessWrite``,
-  ``Delegation``); ``effect_tool`` for an own function with a side effect (and ``ToolError`` for it
-  to refuse a call); ``McpRules`` and ``McpWrite`` for the tools of the agent's MCP servers; the OpenAI Agents
-  SDK's ``Agent`` and ``function_tool`` (read tools);
+  ``Delegation``); the built-in ``ask_human`` tool (the agent asks a person); ``effect_tool`` for
+  an own function with a side effect (and ``ToolError`` for it to refuse a call); ``McpRules`` and
+  ``McpWrite`` for the tools of the agent's MCP servers; the OpenAI Agents SDK's ``Agent`` and
+  ``function_tool`` (read tools);
   ``memory_tools`` for the built-in ``remember``/``recall`` tools (docs/memory.md);
   ``current_turn`` for a tool that needs the task's artifact store; ``ConversationModel`` and its
   helpers ``tool_outputs`` and ``first_user_text`` for deterministic models.
@@ -38,6 +39,7 @@ _EXPORTS: dict[str, str] = {
     "function_tool": "agents",
     "AgentRegistration": "activities.agent",
     "ConversationModel": "activities.agent",
+    "ask_human": "activities.agent",
     "current_turn": "activities.agent",
     "delegate_tool": "activities.agent",
     "first_user_text": "activities.agent",
@@ -93,6 +95,7 @@ if TYPE_CHECKING:  # what a type checker and an IDE see; at run time ``__getattr
     from activities.agent import (
         AgentRegistration,
         ConversationModel,
+        ask_human,
         current_turn,
         delegate_tool,
         first_user_text,
@@ -156,6 +159,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "Agent",
     "AgentRegistration",
+    "ask_human",
     "AgentWorkerClient",
     "AgentWorkerError",
     "AgentWorkerPlugin",

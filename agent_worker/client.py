@@ -357,14 +357,16 @@ class AgentWorkerClient:
         version: str | None = None,
         edited_args: dict[str, Any] | None = None,
         reason: str | None = None,
+        answer: Any = None,
         sign_with: Ed25519PrivateKey | None = None,
         via: Literal["update", "signal"] = "update",
         wait_seconds: float = DEFAULT_TIMEOUT,
         remember: dict[str, Any] | None = None,
     ) -> DecisionOutcome | None:
-        """Decide a pending request: ``approve``, ``edit`` (with ``edited_args``) or ``reject``
-        (with a ``reason`` the model sees). An approve with ``remember`` (``schemas.grants.Remember``
-        as JSON: ``scope``, ``when``, ``until``) is remembered as a grant (the policy must allow it).
+        """Decide a pending request: ``approve``, ``edit`` (with ``edited_args``), ``reject`` or
+        ``respond`` (with a ``reason`` the model sees), or ``answer`` a question (with ``answer``). An
+        approve with ``remember`` (``schemas.grants.Remember`` as JSON: ``scope``, ``when``,
+        ``until``) is remembered as a grant (the policy must allow it).
 
         ``version`` defaults to the pending request's; give the one that was reviewed to bind the
         decision to it. ``sign_with`` signs over the request's run chain (``security.signing``).
@@ -397,6 +399,7 @@ class AgentWorkerClient:
             "edited_args": edited_args,
             "reason": reason,
             "remember": remember,
+            "answer": answer,
         }
         if via == "update":
             raw["expires_at"] = datetime.now(UTC) + timedelta(seconds=wait_seconds)

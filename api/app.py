@@ -3,7 +3,7 @@
     POST /v1/tasks                          start a task (201; 200 when the id exists already)
     GET  /v1/tasks/{id}                     its status while it runs, its result once closed
     GET  /v1/tasks/{id}/pending             the requests the caller may decide
-    POST /v1/tasks/{id}/decisions           approve / edit / reject one of them
+    POST /v1/tasks/{id}/decisions           approve / edit / reject / respond / answer one of them
     POST /v1/tasks/{id}/input               follow-up input for the agent's next turn
     POST /v1/tasks/{id}/cancel              cancel it
     GET  /v1/grants                         the remembered grants the caller may see
@@ -149,6 +149,11 @@ class DecisionRequest(BaseModel):
         description="With an approve: remember it as a grant (scope, when, until) that approves later "
         "matching actions without asking (the task's policy must have `grants`).",
     )
+    answer: Any = Field(
+        default=None,
+        description="For 'answer': the answer to a question (ask_human): a text, one of its options, "
+        "or a JSON value its form's schema accepts. One that does not fit is refused, naming the field.",
+    )
 
 
 class InputRequest(BaseModel):
@@ -274,6 +279,8 @@ def build_api(client: Client, config: ApiConfig) -> FastAPI:
             form["edited_args"] = json.dumps({**proposed, **(body.edited_args or {})})
         if body.remember is not None:
             form["remember"] = body.remember.model_dump_json(exclude_none=True)
+        if body.answer is not None:
+            form["answer_json"] = json.dumps(body.answer)
         try:
             return await service.decide(task_id, who, form)
         except InboxError as err:

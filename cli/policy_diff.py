@@ -23,6 +23,7 @@ from cli.recorded_actions import RecordedAction, RecordedRun
 from schemas.actions import ActionStatus
 from schemas.tasks import PolicySpec, PolicyVerdict, TaskSpec
 from workflows.policy import PolicyDecision, evaluate
+from workflows.questions import route
 
 # A change of approvers only (both decisions ask for approval, by different people), and a deny whose
 # reason (what the model reads) changed.
@@ -172,10 +173,9 @@ def simulate(candidate: PolicySpec, runs: list[RecordedRun]) -> Simulation:
 
 def decide(policy: PolicySpec, spec: TaskSpec, recorded: RecordedAction) -> Decision:
     """``policy``'s decision about the action, evaluated as the workflow evaluates it
-    (``workflows.turns``: the task's agent, tenant and labels)."""
-    return Decision.of(
-        evaluate(policy, recorded.action, agent=spec.agent, tenant=spec.tenant, labels=spec.labels)
-    )
+    (``workflows.turns``: the task's agent, tenant and labels; a question routed to a person)."""
+    decision = evaluate(policy, recorded.action, agent=spec.agent, tenant=spec.tenant, labels=spec.labels)
+    return Decision.of(route(decision, recorded.action, policy))  # a question always goes to a person
 
 
 def _diff(run: RecordedRun, spec: TaskSpec, recorded: RecordedAction, candidate: PolicySpec) -> ActionDiff:

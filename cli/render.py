@@ -48,7 +48,32 @@ def request_lines(task_id: str, request: ApprovalRequest) -> list[str]:
         f"    deadline: {request.deadline.isoformat()}",
         f"    args:     {_short(json.dumps(action.arguments, sort_keys=True), 200)}",
     ]
+    question = getattr(action.operation, "question", None)
+    if question is not None and action.operation.kind == "human.ask":
+        return lines[:4] + question_lines(task_id, request)
     lines += ["    approve with:"] + [f"      {c}" for c in approve_commands(task_id, request)]
+    return lines
+
+
+def question_lines(task_id: str, request: ApprovalRequest) -> list[str]:
+    """A question the agent asked (``ask_human``): what it asks, what answer it takes, and the
+    command that answers it."""
+    question = request.action.operation
+    kind = question.answer_type.value
+    lines = [f"    question: {_short(question.question, 300)}", f"    answer:   {kind}"]
+    example = "TEXT"
+    if question.options:
+        lines.append(f"    options:  {', '.join(question.options)}")
+        example = question.options[0]
+    if question.form is not None:
+        lines.append(f"    form:     {_short(json.dumps(question.form, sort_keys=True), 300)}")
+    who = request.approvers[0]
+    answer = "--json '{...}'" if question.form is not None else shlex.quote(example)
+    lines += [
+        "    answer with:",
+        f"      agent-worker answer {shlex.quote(task_id)} --request {request.request_id} "
+        f"--version {request.version} --as {shlex.quote(who)} {answer}",
+    ]
     return lines
 
 

@@ -103,6 +103,8 @@ def register(sub: Any) -> None:
         ("approve", "approve a request"),
         ("edit", "approve with changed arguments"),
         ("reject", "reject a request"),
+        ("respond", "answer a proposed action with a message instead of running it"),
+        ("answer", "answer a question the agent asked (ask_human)"),
     ):
         p = sub.add_parser(kind, help=help_text)
         p.set_defaults(kind=kind, handler=cmd_decide)
@@ -133,6 +135,11 @@ def register(sub: Any) -> None:
             p.add_argument("--args", required=True, help="JSON object of the arguments to change")
         if kind == "approve":
             add_remember_arguments(p)
+        if kind == "respond":
+            p.add_argument("--message", required=True, help="what the model reads instead of the result")
+        if kind == "answer":
+            p.add_argument("answer", help="the answer: text, one of the options, or (--json) a JSON value")
+            p.add_argument("--json", action="store_true", help="the answer is JSON (a form's answer)")
 
     say = sub.add_parser("say", help="send a running task follow-up input (its agent's next turn sees it)")
     say.add_argument("task_id")
@@ -342,8 +349,8 @@ async def _saying_we_wait(work: Awaitable[T], task_id: str, wait_seconds: float,
 
 
 async def cmd_decide(args: argparse.Namespace, ctx: CliContext, out: TextIO | None = None) -> int:
-    """``approve`` / ``edit`` / ``reject``: by the ``decide`` update (a checked, synchronous answer)
-    or, with ``--signal``, by the durable ``submit_decision`` signal.
+    """``approve`` / ``edit`` / ``reject`` / ``respond`` / ``answer``: by the ``decide`` update (a
+    checked, synchronous answer) or, with ``--signal``, by the durable ``submit_decision`` signal.
 
     An update waits at most ``--timeout`` seconds for a worker and carries ``expires_at`` (now +
     ``--timeout``): a task that receives it later, when this command has given up, refuses it rather
@@ -363,6 +370,13 @@ async def cmd_decide(args: argparse.Namespace, ctx: CliContext, out: TextIO | No
     if args.reason:
         raw["reason"] = args.reason
     raw.update(remember_from(args))
+    if args.kind == DecisionKind.RESPOND.value:
+        raw["reason"] = args.message
+    if args.kind == DecisionKind.ANSWER.value:
+        try:
+            raw["answer"] = json.loads(args.answer) if args.json else args.answer
+        except json.JSONDecodeError as err:
+            raise CliError(f"the answer is not JSON (drop --json for text): {err}", 2) from None
     if args.kind == DecisionKind.EDIT.value:
         try:
             raw["edited_args"] = json.loads(args.args)

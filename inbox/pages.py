@@ -18,9 +18,11 @@ from typing import Any
 from urllib.parse import quote
 
 from inbox.grants import remember_controls
+from inbox.questions import question_html, respond_form
 from inbox.service import ArtifactPreview, InboxEntry, TaskView
-from schemas.actions import BusinessWrite, Delegation, SandboxCommand
+from schemas.actions import BudgetRaise, BusinessWrite, Delegation, SandboxCommand
 from schemas.approvals import ApprovalRequest, DecisionOutcome
+from schemas.questions import Question
 from schemas.tasks import BatchView, TaskResult
 
 REFRESH_SECONDS = 2
@@ -177,8 +179,11 @@ def context_html(prompt: str, batch: list[BatchView]) -> str:
 def request_html(
     task_id: str, request: ApprovalRequest, csrf: str, previews: Iterable[ArtifactPreview]
 ) -> str:
-    """One pending request: what it does, what it will write, its version, and the three controls."""
+    """One pending request: what it does, what it will write, its version, and its controls (a
+    question: what it asks, and the forms that answer it, ``inbox.questions``)."""
     action = request.action
+    if isinstance(action.operation, Question):
+        return question_html(task_url(task_id) + "/decide", request, csrf)
     rid = _e(request.request_id)
     args_rows = "".join(
         f"<tr><th>{_e(k)}</th><td><pre>{_e(_json(v))}</pre></td></tr>"
@@ -254,13 +259,19 @@ def _controls(task_id: str, request: ApprovalRequest, csrf: str) -> str:
         '<p><input type="text" name="reason" placeholder="why the change (optional)"></p>'
         "<button>Approve with these arguments</button></form>"
     )
+    # The task's own budget extension is approved or not; there is no call for a message to answer;
+    # nor for a quorum, whose approvers decide the action itself.
+    extension = isinstance(request.action.operation, BudgetRaise)
+    respond = (
+        "" if extension or request.quorum else respond_form(task_url(task_id) + "/decide", request, csrf)
+    )
     return (
         '<div class="controls">'
         f'<form method="post" action="{action}" class="approve">{hidden}'
         '<input type="hidden" name="decision" value="approve">'
         "<b>Approve as proposed</b>"
         '<p><input type="text" name="reason" placeholder="note (optional)"></p>'
-        f"{remember_controls()}"
+        f"{'' if request.quorum else remember_controls()}"
         '<button class="approve">Approve</button></form>'
         f"{edit}"
         f'<form method="post" action="{action}" class="reject">{hidden}'
@@ -268,6 +279,7 @@ def _controls(task_id: str, request: ApprovalRequest, csrf: str) -> str:
         "<b>Reject</b>"
         '<p><textarea name="reason" rows="3" required placeholder="why (the agent sees this)"></textarea></p>'
         '<button class="reject">Reject</button></form>'
+        f"{respond}"
         "</div>"
     )
 

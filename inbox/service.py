@@ -216,9 +216,10 @@ class InboxService:
     async def decide(self, task_id: str, principal: str, form: dict[str, str]) -> DecisionOutcome:
         """Check and send ``principal``'s decision from a submitted form.
 
-        The form has ``request_id``, ``version``, ``decision`` (approve / edit / reject), and
-        ``reason``, ``edited_args`` (a JSON object; only changed arguments are sent) and ``remember``
-        (a JSON object, with an approve) as needed.
+        The form has ``request_id``, ``version``, ``decision`` (approve / edit / reject / respond /
+        answer), and ``reason``, ``edited_args`` (a JSON object; only changed arguments are sent),
+        ``remember`` (a JSON object, with an approve) and the answer (``answer_json``, a JSON value, or
+        ``answer``: text, parsed as JSON for a form) as needed.
 
         Raises:
             InboxError: 403 when ``principal`` may not decide that request (checked before anything
@@ -285,6 +286,8 @@ class InboxService:
             raw["reason"] = reason
         if kind == DecisionKind.REJECT.value and not reason:
             raise InboxError("a rejection needs a reason: the agent sees it", 400)
+        if kind == DecisionKind.RESPOND.value and not reason:
+            raise InboxError("a respond needs a message: the agent reads it instead of the result", 400)
         if kind == DecisionKind.EDIT.value:
             raw["edited_args"] = edited_arguments(request.action.arguments, form.get("edited_args", ""))
         if form.get("remember"):
@@ -295,6 +298,8 @@ class InboxService:
             remember = remember_from_form(form)
             if remember is not None:
                 raw["remember"] = remember
+        if kind == DecisionKind.ANSWER.value:
+            raw["answer"] = submitted_answer(request, form)
         try:
             return parse_decision(raw)
         except InvalidPayload as err:
@@ -336,6 +341,32 @@ def remembered(text: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise InboxError("remember must be a JSON object", 400)
     return value
+
+
+def submitted_answer(request: ApprovalRequest, form: dict[str, str]) -> Any:
+    """The answer a form carries: ``answer_json`` (the API's, any JSON value), or ``answer`` as
+    typed (a form question's parsed as JSON). Whether it fits the question, the task decides.
+
+    Raises:
+        InboxError: (400) no answer, or one that is not JSON where JSON is needed.
+    """
+    from schemas.questions import AnswerType, Question
+
+    text, is_json = form.get("answer_json"), True
+    if text is None:
+        question = request.action.operation
+        text = form.get("answer", "")
+        is_json = isinstance(question, Question) and question.answer_type is AnswerType.FORM
+    if not is_json:
+        if not text.strip():
+            raise InboxError("an answer is required", 400)
+        return text
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InboxError(
+            f"the answer is not valid JSON (line {err.lineno}, column {err.colno}: {err.msg})", 400
+        ) from None
 
 
 def edited_arguments(proposed: dict[str, Any], text: str) -> dict[str, Any]:

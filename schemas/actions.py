@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 
 from schemas.digests import DIGEST_PATTERN, digest_json
 from schemas.grants import ActionBasis, Grant
+from schemas.questions import Question
 
 
 class EffectClass(StrEnum):
@@ -24,13 +25,15 @@ class EffectClass(StrEnum):
     workflow: ``sandbox`` as a command in the task's sandbox (or a sandbox-class MCP tool),
     ``write`` as an idempotent write keyed by an operation key (a business write, an own function
     declared with ``effect_tool``, a write-class MCP tool), ``delegate`` as a sub-task (a child
-    ``AgentTask`` workflow).
+    ``AgentTask`` workflow), ``ask`` as a question to a person (the built-in ``ask_human`` tool,
+    ``schemas.questions``), answered like an approval.
     """
 
     READ = "read"
     SANDBOX = "sandbox"
     WRITE = "write"
     DELEGATE = "delegate"
+    ASK = "ask"
 
 
 class SandboxCommand(BaseModel):
@@ -117,7 +120,7 @@ class BudgetRaise(BaseModel):
 
 
 Operation = Annotated[
-    SandboxCommand | BusinessWrite | Delegation | FunctionCall | McpCall | BudgetRaise,
+    SandboxCommand | BusinessWrite | Delegation | FunctionCall | McpCall | BudgetRaise | Question,
     Field(discriminator="kind"),
 ]
 
@@ -175,6 +178,8 @@ class ActionStatus(StrEnum):
     FAILED = "failed"  # the effect ran and failed for good
     NOT_RUN = "not_run"  # the task ended before the action could run
     EXPIRED = "expired"  # nobody decided by the request's deadline; it did not run (never "rejected")
+    ANSWERED = "answered"  # a question a person answered: the answer is the output
+    RESPONDED = "responded"  # an approver answered with a message instead of running it; it did not run
 
 
 class ActionResult(BaseModel):
@@ -196,7 +201,7 @@ class ActionResult(BaseModel):
 # The outcomes of actions that ran: the model sees such a result as its tool's output (any other is a
 # refusal of the call), read whole by its ``output_ref`` when it has one (``activities.agent.turn``),
 # so the preview in ``output`` is not read.
-RAN = frozenset({ActionStatus.EXECUTED, ActionStatus.EDITED, ActionStatus.FAILED})
+RAN = frozenset({ActionStatus.EXECUTED, ActionStatus.EDITED, ActionStatus.FAILED, ActionStatus.ANSWERED})
 
 
 def without_preview(result: ActionResult) -> ActionResult:

@@ -16,6 +16,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validato
 from schemas.actions import ProposedAction
 from schemas.digests import DIGEST_PATTERN
 from schemas.grants import Remember
+from schemas.questions import MAX_ANSWER_BYTES
 
 # Bounds on what a client may send in a decision: a decision is kept in the task's state and copied
 # into events and evidence, so an unbounded field would grow every payload after it.
@@ -34,6 +35,8 @@ class DecisionKind(StrEnum):
     APPROVE = "approve"
     EDIT = "edit"  # approve with changed arguments
     REJECT = "reject"
+    RESPOND = "respond"  # do not run the action; the model reads ``reason`` as its result
+    ANSWER = "answer"  # answer a question (``ask_human``) with ``answer``
 
 
 class ApprovalSla(BaseModel):
@@ -143,7 +146,12 @@ class ApprovalDecision(BaseModel):
     reason: str | None = Field(
         default=None,
         max_length=MAX_REASON_CHARS,
-        description="Why; for a rejection, the message the model will see.",
+        description="Why; for a rejection or a respond, the message the model will see.",
+    )
+    answer: Any = Field(
+        default=None,
+        description="For 'answer': the answer to a question, a JSON value that must fit its type "
+        f"(text, one of the options, or the form's JSON Schema); at most {MAX_ANSWER_BYTES:,} bytes.",
     )
     signature: str | None = Field(default=None, max_length=MAX_SIGNATURE_CHARS)
     expires_at: AwareDatetime | None = Field(
@@ -165,6 +173,18 @@ class ApprovalDecision(BaseModel):
             raise ValueError("edited_args is only allowed when decision is 'edit'")
         if self.remember is not None and self.decision is not DecisionKind.APPROVE:
             raise ValueError("remember goes with an 'approve' only")
+        if (self.decision is DecisionKind.ANSWER) != (self.answer is not None):
+            raise ValueError("answer is required with decision 'answer', and only allowed with it")
+        if self.decision is DecisionKind.RESPOND and not (self.reason or "").strip():
+            raise ValueError(
+                "reason is required when decision is 'respond': it is the message the model reads"
+            )
+        if self.answer is not None:
+            size = len(json.dumps(self.answer, separators=(",", ":"), default=str))
+            if size > MAX_ANSWER_BYTES:
+                raise ValueError(
+                    f"answer is {size:,} bytes as JSON, more than the {MAX_ANSWER_BYTES:,} allowed"
+                )
         if self.edited_args is not None:
             size = len(json.dumps(self.edited_args, separators=(",", ":"), default=str))
             if size > MAX_EDITED_ARGS_BYTES:
@@ -185,6 +205,7 @@ class DecisionRecord(BaseModel):
     edited_version: str | None = None
     edited_args: dict[str, Any] | None = None
     reason: str | None = None
+    answer: Any = Field(default=None, description="For 'answer': the answer the model was given.")
     via: str = "signal"
     decided_at: datetime
     revoked_at: datetime | None = Field(

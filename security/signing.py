@@ -2,11 +2,12 @@
 
 The signed message binds the task id, its run chain (``first_execution_run_id``, carried by every
 ``ApprovalRequest`` as ``run_chain``), the request id, the action version, the decision, the
-principal, any edited arguments and the reason (which the model sees on a rejection), as canonical
-JSON with a domain prefix. So a signature cannot be moved to another task, to a later task that
-reuses the id (a new run chain), to another request (a re-opened one included), another version of
-the action, or other arguments; a decision sent twice finds its request already decided. Tasks
-started before run chains existed (``run_chain`` None) verify the earlier message, without it.
+principal, any edited arguments, the answer to a question and the reason (which the model sees on a
+rejection or a respond), as canonical JSON with a domain prefix. So a signature cannot be moved to
+another task, to a later task that reuses the id (a new run chain), to another request (a re-opened
+one included), another version of the action, or other arguments; a decision sent twice finds its
+request already decided. Tasks started before run chains existed (``run_chain`` None) verify the
+earlier message, without it.
 
 A task's policy registers each principal's public key (``policy.signers``) and may require
 signatures (``policy.require_signatures``). Verification is deterministic (``security.ed25519``,
@@ -53,6 +54,10 @@ def signed_message(task_id: str, decision: Any, run_chain: str | None = None) ->
         # Approve-and-remember: the grant's scope is signed too (absent otherwise, so signatures made
         # before grants verify as they did).
         fields["remember"] = remember.model_dump(mode="json")
+    answer = getattr(decision, "answer", None)
+    if answer is not None:
+        # Only when there is one: a decision of any other kind signs the message it always signed.
+        fields["answer"] = answer
     if run_chain is None:
         return DOMAIN + canonical_json(fields)
     return CHAIN_DOMAIN + canonical_json({**fields, "run_chain": run_chain})

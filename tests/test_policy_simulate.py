@@ -256,6 +256,29 @@ async def test_the_running_policy_as_candidate_changes_nothing_and_a_whole_spec_
     assert len(rows) == 1 and rows[0].startswith("require_approval -> allow") and '"5000"' in rows[0]
 
 
+async def test_a_question_is_simulated_as_routed_to_a_person_as_the_workflow_routes_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An ask_human question a candidate allows is routed as a task routes it: to the candidate's
+    default approvers, or denied when it names none (never allowed with nobody to answer)."""
+    run = HISTORIES / "test_a_choice_question_is_answered_from_the_cli_and_only_with_one_of_its_options.json"
+    policy = tmp_path / "p.yaml"
+    policy.write_text("rules: [{tool: ask_human, decision: allow}]\ndefault_approvers: [ops-lead]\n")
+    code, out, err = await simulate(capsys, "--policy", str(policy), str(run), "--json")
+    assert code == 0, err
+    [question] = [a for a in json.loads(out)["actions"] if a["tool"] == "ask_human"]
+    assert question["candidate"]["verdict"] == "require_approval"
+    assert question["candidate"]["approvers"] == ["ops-lead"]
+    assert question["recorded"]["verdict"] == "require_approval"
+
+    policy.write_text("rules: [{tool: ask_human, decision: allow}]\n")
+    code, out, err = await simulate(capsys, "--policy", str(policy), str(run), "--json")
+    [question] = [a for a in json.loads(out)["actions"] if a["tool"] == "ask_human"]
+    assert (
+        question["candidate"]["verdict"] == "deny" and "nobody may answer" in question["candidate"]["reason"]
+    )
+
+
 async def test_a_history_whose_outcome_contradicts_its_policy_is_flagged(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

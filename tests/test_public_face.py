@@ -34,8 +34,8 @@ PUBLIC = {
     "ProposedAction", "ScheduleExists", "ScheduleNotFound", "ScheduleView", "TaskSchedule",
     "SandboxCommand", "TaskEnded", "TaskInput",
     "TaskNotFound", "TaskPhase", "TaskRef", "TaskResult", "TaskSpec", "TaskStatus", "WorkerUnreachable",
-    "current_turn", "delegate_tool", "first_user_text", "function_tool", "is_digest", "sandbox_tool",
-    "tool_outputs", "write_tool", "memory_tools",
+    "ask_human", "current_turn", "delegate_tool", "first_user_text", "function_tool", "is_digest",
+    "sandbox_tool", "tool_outputs", "write_tool", "memory_tools",
 }  # fmt: skip
 TESTING = {"ConversationModel", "Script", "assistant_message", "function_call", "local_worker"}
 

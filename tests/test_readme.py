@@ -1,5 +1,5 @@
-"""The code blocks marked runnable (```python runnable) in the README and in "Writing an agent" run
-as written, each in its own Python process with only the repository on the import path."""
+"""The code blocks marked runnable (```python runnable) in the README, in "Writing an agent" and in
+"Approvals" run as written, each in its own Python process with only the repository on the import path."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ RUNNABLE = re.compile(r"^```python runnable\n(.*?)^```$", re.MULTILINE | re.DOTA
 README_IMPORTS = {"agent_worker", "asyncio"}
 GUIDE_IMPORTS = README_IMPORTS | {"agents", "sys", "examples", "http", "json", "threading"}
 GUIDE = REPO / "docs" / "writing-an-agent.md"
+APPROVALS = REPO / "docs" / "approvals.md"
 
 
 def runnable_blocks(path: Path = REPO / "README.md") -> list[str]:
@@ -28,7 +29,8 @@ def runnable_blocks(path: Path = REPO / "README.md") -> list[str]:
 
 
 def all_blocks() -> list[tuple[str, str]]:
-    return [("README", b) for b in runnable_blocks()] + [("guide", b) for b in runnable_blocks(GUIDE)]
+    guides = [*runnable_blocks(GUIDE), *runnable_blocks(APPROVALS)]
+    return [("README", b) for b in runnable_blocks()] + [("guide", b) for b in guides]
 
 
 def test_the_readme_has_a_runnable_minimal_agent_that_imports_only_the_public_face() -> None:

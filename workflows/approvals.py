@@ -37,6 +37,7 @@ from workflows.patches import (
     REOPEN_WITHOUT_REVOKED_PATCH,
     patched,
 )
+from workflows.questions import SETTLE_WITHOUT_RUNNING
 from workflows.quorum import count, progress
 
 # Ignored decisions kept in the state (and shown by ``status``); the event sink has all of them.
@@ -130,6 +131,8 @@ class ApprovalDesk:
         record = self.decision_for(item)
         if record is None or record.decision is DecisionKind.REJECT or item.authorized:
             return None
+        if record.decision in SETTLE_WITHOUT_RUNNING:
+            return None  # an answer or a respond runs nothing: there is no effect to guard
         # Tasks that started before re-authorization existed keep running as they began.
         if not patched(REAUTHORIZE_PATCH):
             return None
@@ -260,6 +263,7 @@ class ApprovalDesk:
             version=decision.version,
             edited_args=decision.edited_args,
             reason=decision.reason,
+            answer=decision.answer,
             via=via,
             decided_at=workflow.now(),
             agent=request.action.agent,

@@ -14,6 +14,7 @@ with workflow.unsafe.imports_passed_through():  # payload models and helpers: on
     from security.signing import signature_problem
 
 from workflows import quorum
+from workflows.questions import decision_problem
 
 
 def find_request(requests: Iterable[ApprovalRequest], request_id: str) -> ApprovalRequest | None:
@@ -58,6 +59,9 @@ def why_not(
             f"principal {decision.principal!r} may not decide request {request.request_id} "
             f"(allowed: {', '.join(request.approvers)})"
         )
+    problem = decision_problem(request, decision)  # questions and respond (``workflows.questions``)
+    if problem is not None:
+        return problem
     if decision.decision is DecisionKind.EDIT:
         assert decision.edited_args is not None
         unknown = sorted(set(decision.edited_args) - set(request.action.arguments))

@@ -38,6 +38,7 @@ from workflows.delegation_effects import DelegationEffects
 from workflows.handoff import HandOff
 from workflows.patches import CHECK_EDITS_PATCH, patched
 from workflows.placement import Placement
+from workflows.questions import settled
 from workflows.sandbox_effects import SandboxEffects
 from workflows.tool_effects import ToolEffects
 from workflows.write_effects import WriteEffects, WriteRevoked
@@ -71,6 +72,9 @@ class EffectRunner:
         if record is not None and record.decision is DecisionKind.REJECT:
             message = f"rejected by {record.principal}: {record.reason or 'no reason given'}"
             return _result(action, ActionStatus.REJECTED, message)
+        answered = settled(action, record)  # a question's answer, a respond: nothing runs
+        if answered is not None:
+            return answered
         if isinstance(action.operation, BudgetRaise):
             return self.budget.extend(item, record)  # the task's own request, not a model's call
         operation, arguments, status = action.operation, action.arguments, ActionStatus.EXECUTED

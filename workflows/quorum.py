@@ -31,6 +31,11 @@ def problem(request: ApprovalRequest, decision: ApprovalDecision, starter: str |
             f"request {request.request_id} needs a quorum: approve or reject it; an edit would change "
             "what the other approvers approve"
         )
+    if decision.decision is DecisionKind.RESPOND:
+        return (
+            f"request {request.request_id} needs a quorum: approve or reject it; one approver cannot "
+            "answer for the others"
+        )
     if decision.decision is DecisionKind.APPROVE and starter is not None and decision.principal == starter:
         return (
             f"principal {decision.principal!r} started this task: their approval does not count toward "

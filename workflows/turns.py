@@ -28,6 +28,7 @@ from workflows.handoff import HandOff
 from workflows.patches import INTERRUPT_PATCH, LEAN_EVIDENCE_PATCH, MCP_UNAVAILABLE_PATCH, patched
 from workflows.placement import Placement
 from workflows.policy import evaluate
+from workflows.questions import route
 from workflows.takeover import record_takeover
 
 
@@ -179,6 +180,7 @@ class TurnRunner:
                 agent=action.agent,
             )
             decision = evaluate(spec.policy, action, agent=spec.agent, tenant=spec.tenant, labels=spec.labels)
+            decision = route(decision, action, spec.policy)  # a question always goes to a person
             state.batch.append(
                 BatchItem(action=action, verdict=decision.verdict, policy_reason=decision.reason)
             )

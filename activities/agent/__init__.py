@@ -1,5 +1,6 @@
 """The agent kernel: OpenAI Agents SDK turns as activities, effectful tools, registries, models."""
 
+from activities.agent.ask import ask_human
 from activities.agent.models import ConversationModel, first_user_text, tool_outputs
 from activities.agent.registry import AgentRegistration, AgentRegistry
 from activities.agent.tools import current_turn, delegate_tool, sandbox_tool, write_tool
@@ -10,6 +11,7 @@ __all__ = [
     "AgentRegistration",
     "AgentRegistry",
     "ConversationModel",
+    "ask_human",
     "current_turn",
     "delegate_tool",
     "first_user_text",

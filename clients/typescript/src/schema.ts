@@ -263,7 +263,13 @@ export interface components {
          * @description What became of a proposed action.
          * @enum {string}
          */
-        ActionStatus: "executed" | "edited" | "rejected" | "denied" | "failed" | "not_run" | "expired";
+        ActionStatus: "executed" | "edited" | "rejected" | "denied" | "failed" | "not_run" | "expired" | "answered" | "responded";
+        /**
+         * AnswerType
+         * @description What kind of answer a question takes.
+         * @enum {string}
+         */
+        AnswerType: "text" | "choice" | "form";
         /**
          * ApprovalRequest
          * @description One action waiting for a human: who may decide, until when, and on which version.
@@ -617,7 +623,7 @@ export interface components {
          * @description What a principal decided about an approval request.
          * @enum {string}
          */
-        DecisionKind: "approve" | "edit" | "reject";
+        DecisionKind: "approve" | "edit" | "reject" | "respond" | "answer";
         /**
          * DecisionOutcome
          * @description The update ``decide``'s answer.
@@ -657,6 +663,11 @@ export interface components {
             } | null;
             /** Reason */
             reason?: string | null;
+            /**
+             * Answer
+             * @description For 'answer': the answer the model was given.
+             */
+            answer?: unknown;
             /**
              * Via
              * @default signal
@@ -729,6 +740,11 @@ export interface components {
             } | null;
             /** @description With an approve: remember it as a grant (scope, when, until) that approves later matching actions without asking (the task's policy must have `grants`). */
             remember?: components["schemas"]["Remember"] | null;
+            /**
+             * Answer
+             * @description For 'answer': the answer to a question (ask_human): a text, one of its options, or a JSON value its form's schema accepts. One that does not fit is refused, naming the field.
+             */
+            answer?: unknown;
         };
         /**
          * Delegation
@@ -776,10 +792,11 @@ export interface components {
          *     workflow: ``sandbox`` as a command in the task's sandbox (or a sandbox-class MCP tool),
          *     ``write`` as an idempotent write keyed by an operation key (a business write, an own function
          *     declared with ``effect_tool``, a write-class MCP tool), ``delegate`` as a sub-task (a child
-         *     ``AgentTask`` workflow).
+         *     ``AgentTask`` workflow), ``ask`` as a question to a person (the built-in ``ask_human`` tool,
+         *     ``schemas.questions``), answered like an approval.
          * @enum {string}
          */
-        EffectClass: "read" | "sandbox" | "write" | "delegate";
+        EffectClass: "read" | "sandbox" | "write" | "delegate" | "ask";
         /**
          * Event
          * @description One thing that happened to a task.
@@ -1208,7 +1225,7 @@ export interface components {
                 [key: string]: unknown;
             };
             /** Operation */
-            operation: components["schemas"]["SandboxCommand"] | components["schemas"]["BusinessWrite"] | components["schemas"]["Delegation"] | components["schemas"]["FunctionCall"] | components["schemas"]["McpCall"] | components["schemas"]["BudgetRaise"];
+            operation: components["schemas"]["SandboxCommand"] | components["schemas"]["BusinessWrite"] | components["schemas"]["Delegation"] | components["schemas"]["FunctionCall"] | components["schemas"]["McpCall"] | components["schemas"]["BudgetRaise"] | components["schemas"]["Question"];
             /** Version */
             version: string;
             /**
@@ -1231,6 +1248,33 @@ export interface components {
              * @description Grants the lookup found void for it, each 'id: why'.
              */
             voided_grants?: string[];
+        };
+        /**
+         * Question
+         * @description A question for a person, planned from an ``ask_human`` call.
+         */
+        Question: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "human.ask";
+            /** Question */
+            question: string;
+            /** @default text */
+            answer_type: components["schemas"]["AnswerType"];
+            /**
+             * Options
+             * @description For 'choice': the answers allowed.
+             */
+            options?: string[];
+            /**
+             * Form
+             * @description For 'form': the JSON Schema the answer must satisfy.
+             */
+            form?: {
+                [key: string]: unknown;
+            } | null;
         };
         /**
          * Quorum
