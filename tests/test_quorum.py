@@ -134,9 +134,10 @@ async def test_a_two_of_three_quorum_ignores_the_starter_and_writes_once_on_the_
     await assert_replays(env.client, handle.id)
 
 
-async def test_a_vote_toward_a_quorum_cannot_be_remembered_as_a_grant(env: TaskEnv) -> None:
+async def test_a_vote_toward_a_quorum_cannot_be_remembered_nor_answered_by_a_respond(env: TaskEnv) -> None:
     """Under a policy that allows remembered grants, bob's approval with a remember on a quorum
-    request is refused whole (a grant stands in for one approver), and counts for nothing."""
+    request is refused whole (a grant stands in for one approver), and so is a respond (one approver
+    cannot answer for the others); neither counts."""
     spec = quorum_spec()
     spec["policy"]["grants"] = {}
     handle = await env.start(spec)
@@ -144,6 +145,9 @@ async def test_a_vote_toward_a_quorum_cannot_be_remembered_as_a_grant(env: TaskE
     with pytest.raises(WorkflowUpdateFailedError) as caught:
         await decide(handle, "bob", remember={"scope": "agent"})
     assert "quorum cannot be remembered" in str(caught.value.cause)
+    with pytest.raises(WorkflowUpdateFailedError) as caught:
+        await decide(handle, "bob", "respond", reason="use last month's figure")
+    assert "needs a quorum" in str(caught.value.cause)
     [request] = (await handle.query(AgentTaskWorkflow.status)).pending
     assert request.votes == []
     await handle.cancel()
@@ -236,7 +240,7 @@ def test_the_documented_quorum_example_runs(tmp_path: Path) -> None:
     """docs/approvals.md's runnable quorum block runs as written (its own embedded server and worker):
     alice's approval is refused naming separation of duties, bob's leaves 1 of 2, carol's completes
     the task with both votes in its evidence."""
-    [block] = runnable_blocks(REPO / "docs" / "approvals.md")
+    [block] = [b for b in runnable_blocks(REPO / "docs" / "approvals.md") if '"quorum"' in b]
     script = tmp_path / "quorum_example.py"
     script.write_text(block)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
