@@ -46,8 +46,8 @@ def test_the_readme_has_a_runnable_minimal_agent_that_imports_only_the_public_fa
 
 @pytest.mark.parametrize("index", range(len(all_blocks())))
 def test_each_runnable_readme_block_runs_an_agent_to_completion(index: int, tmp_path: Path) -> None:
-    """The block exits 0 and its last line reports a completed task: a real embedded Temporal server and worker,
-    the scripted model or a provider the block serves on loopback, no other network."""
+    """The block exits 0 and its last line reports a completed task: a real embedded Temporal server
+    and worker, the scripted model or a provider the block serves on loopback, no other network."""
     script = tmp_path / f"readme_block_{index}.py"
     script.write_text(all_blocks()[index][1])
     env = {**os.environ, "PYTHONPATH": str(REPO)}
