@@ -165,17 +165,22 @@ class AgentWorkerClient:
 
     async def start(self, spec: TaskSpec | TaskInput | dict[str, Any], task_id: str | None = None) -> TaskRef:
         """Start a task, unless one with ``task_id`` exists (running or closed): the id is the task.
+        It begins on the current release line (``TaskInput.release``, docs/upgrading.md) unless
+        ``spec`` is a TaskInput that names one.
 
         Raises:
             pydantic.ValidationError: ``spec`` is not a valid TaskSpec (naming the field).
             InvalidPayload: ``task_id`` is not a valid task id (``schemas.tasks.TASK_ID_PATTERN``:
                 no spaces, control characters or line breaks); nothing is started.
         """
-        from schemas.tasks import TaskInput, TaskResult, TaskSpec
+        from schemas.tasks import CURRENT_RELEASE, TaskInput, TaskResult, TaskSpec
         from schemas.validation import check_task_id
 
         task_id = check_task_id(task_id) if task_id is not None else f"task-{uuid.uuid4().hex[:12]}"
         task = spec if isinstance(spec, TaskInput) else TaskInput(spec=TaskSpec.model_validate(spec))
+        if "release" not in task.model_fields_set:
+            # The task begins on this release line (docs/upgrading.md); a TaskInput naming one keeps it.
+            task = task.model_copy(update={"release": CURRENT_RELEASE})
         try:
             handle = await self.temporal.start_workflow(
                 WORKFLOW_TYPE,
