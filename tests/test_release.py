@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import tomllib
 from pathlib import Path
 from typing import get_args
@@ -99,6 +100,12 @@ async def test_a_raw_start_without_a_release_asks_its_patches_as_on_0_1(env: Tas
     later = len(set(patches.PATCHES_AT_START) - patches.ONE_MARKER_COVERS)
     assert patch_markers(history).count("marker") == 1 + later
     await assert_replays(env.client, handle.id)
+    # docs/upgrading.md's query for the tasks still on 0.1 finds it (visibility catches up shortly).
+    query = f"WorkflowId = '{handle.id}' AND TemporalChangeVersion = '{patches.ONE_MARKER_PATCH}'"
+    deadline = time.monotonic() + 30
+    while (await env.client.count_workflows(query)).count != 1:
+        assert time.monotonic() < deadline, f"visibility never found {query!r}"
+        await asyncio.sleep(0.5)
 
 
 async def test_continue_as_new_runs_and_sub_tasks_of_a_0_2_task_stay_on_0_2(env: TaskEnv) -> None:
