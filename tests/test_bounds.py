@@ -27,7 +27,10 @@ from workflows.bounds import MAX_PAYLOAD_BYTES, MAX_SPEC_BYTES
 from workflows.inputs import MAX_PENDING_FOLLOW_UP_BYTES
 
 STALE = "sha256:" + "0" * 64
-TIMED_OUT = {RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED}
+# Answers that say "ask again": a server that gave up waiting for a busy worker, and (resource
+# exhausted, "workflow is closing") a run that is continuing as new right then, which 10,000 signals'
+# history makes it do: the next ask reaches the new run.
+TIMED_OUT = {RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.RESOURCE_EXHAUSTED}
 T = TypeVar("T")
 
 
