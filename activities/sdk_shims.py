@@ -18,7 +18,8 @@ something the SDK has no public way to do, and each has a contract test in
     off and runs activations inline on the event loop: not for production). A signal backlog (a
     flood of decisions) is CPU work in the SDK that can take longer on a starved worker, and its
     retry replays the same backlog, so the window is widened for workers (and replayers) built with
-    this runner, through the one function ``_widen_deadlock_window``.
+    this runner, through the one function ``_widen_deadlock_window``; ``deadlock_window_seconds``
+    reads back the window a worker runs with (the worker logs it at start).
 
 - ``handoff_agent``: the agent an Agents SDK ``Handoff`` (from ``handoff()``) leads to. The SDK holds
   it by a weak reference with no public accessor (``Handoff.agent_name`` is only its name).
@@ -41,7 +42,7 @@ from temporalio.worker import _workflow as sdk_workflow_worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from temporalio.worker.workflow_sandbox import _runner as sdk_runner
 
-__all__ = ["AgentWorkflowRunner", "handoff_agent", "sdk_instance_class"]
+__all__ = ["AgentWorkflowRunner", "deadlock_window_seconds", "handoff_agent", "sdk_instance_class"]
 
 # The name the SDK's runner gives the sandboxed instance in its globals (temporalio 1.x).
 _IN_SANDBOX = "__temporal_in_sandbox"
@@ -103,6 +104,22 @@ def _widen_deadlock_window(workflow_worker: Any, runner: Any) -> None:
         raise RuntimeError("temporalio changed: its workflow worker has no deadlock window to set")
     if workflow_worker._deadlock_timeout_seconds is not None:  # None: debug mode, no detection
         workflow_worker._deadlock_timeout_seconds = window.total_seconds()
+
+
+def deadlock_window_seconds(worker: Any) -> float | None:
+    """The deadlock window, in seconds, that ``worker`` (a ``temporalio.worker.Worker``) runs workflow
+    activations with: what the worker logs at start, so that a run's log shows the window in force.
+    None when it runs no workflows or detection is off (debug mode).
+
+    Raises:
+        RuntimeError: the SDK no longer has the attribute it reads the window from.
+    """
+    workflow_worker = getattr(worker, "_workflow_worker", None)
+    if workflow_worker is None:
+        return None
+    if not hasattr(workflow_worker, "_deadlock_timeout_seconds"):
+        raise RuntimeError("temporalio changed: its workflow worker has no deadlock window to read")
+    return workflow_worker._deadlock_timeout_seconds
 
 
 def _install() -> None:

@@ -130,9 +130,12 @@ class AwaitingTask:
 def workflow_input(spec: TaskSpec | TaskInput | dict[str, Any]) -> dict[str, Any]:
     """The ``AgentTask`` input for ``spec`` as plain JSON, as ``start`` and each scheduled run send it
     (raises pydantic's ValidationError, naming the field, for an invalid spec)."""
-    from schemas.tasks import TaskInput, TaskSpec
+    from schemas.tasks import CURRENT_RELEASE, TaskInput, TaskSpec
 
     task = spec if isinstance(spec, TaskInput) else TaskInput(spec=TaskSpec.model_validate(spec))
+    if "release" not in task.model_fields_set:
+        # The task begins on this release line (docs/upgrading.md); a TaskInput naming one keeps it.
+        task = task.model_copy(update={"release": CURRENT_RELEASE})
     return task.model_dump(mode="json", exclude_none=True)
 
 
@@ -174,6 +177,8 @@ class AgentWorkerClient:
 
     async def start(self, spec: TaskSpec | TaskInput | dict[str, Any], task_id: str | None = None) -> TaskRef:
         """Start a task, unless one with ``task_id`` exists (running or closed): the id is the task.
+        It begins on the current release line (``TaskInput.release``, docs/upgrading.md) unless
+        ``spec`` is a TaskInput that names one.
 
         Raises:
             pydantic.ValidationError: ``spec`` is not a valid TaskSpec (naming the field).

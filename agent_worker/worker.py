@@ -29,6 +29,7 @@ from temporalio.worker import Worker, WorkerDeploymentConfig
 
 from activities.artifacts import ArtifactStore
 from activities.errors import ArtifactUnavailable
+from activities.sdk_shims import deadlock_window_seconds
 from activities.stores import state as state_stores
 from activities.stores.artifacts import build_artifact_store
 from agent_worker.backends import (
@@ -202,6 +203,10 @@ async def run_worker(
         business=config.business_writer or config.business_backend,
         metrics=f"http://{config.metrics_bind}/metrics" if config.metrics_bind else "off",
         pid=os.getpid(),
+        # The window in force, as the SDK holds it (tests/test_bounds.py's flood reads it here).
+        deadlock_window_seconds=next(
+            (w for w in map(deadlock_window_seconds, workers) if w is not None), None
+        ),
     )
     try:
         async with contextlib.AsyncExitStack() as running:

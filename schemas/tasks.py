@@ -561,13 +561,35 @@ class TaskState(BaseModel):
     )
 
 
+# The release line a run began on (``TaskInput.release``): the one its code behaves as, for its whole
+# run chain and its sub-tasks. A run begun on 0.2 takes every patch that release folded
+# (``workflows.patches.FOLDED``) as base behaviour, without a marker; an input that names no release
+# began on 0.1 (every history recorded before 0.2.0 has such an input), and its run asks each patch as
+# it always did. docs/upgrading.md says what this means for an upgrade.
+Release = Literal["0.1", "0.2"]
+FIRST_RELEASE: Release = "0.1"
+CURRENT_RELEASE: Release = "0.2"
+
+
 class TaskInput(BaseModel):
-    """The workflow input: the spec, and the state when continuing as new."""
+    """The workflow input: the spec, the release line it begins on, and the state when continuing as
+    new."""
 
     model_config = ConfigDict(extra="forbid")
 
     spec: TaskSpec
     state: TaskState | None = None
+    release: Release | None = Field(
+        default=None,
+        # Left out when unset, so a 0.1 run's continue-as-new and sub-task inputs stay what they were
+        # (a 0.1 worker, which knows no such field, still reads them).
+        exclude_if=lambda release: release is None,
+        description="The release line the task begins on; its continue-as-new runs and sub-tasks keep "
+        "it. '0.2' (what agent-worker's client, CLI and API send): every behaviour of 0.2.0 is the "
+        "base, with no patch markers in the history. Omitted (a raw start with the bare TaskSpec or "
+        "{\"spec\": ...}): '0.1', each change since 0.1.0 recorded as a patch marker, as 0.1.x workers "
+        "did. A 0.1 worker refuses an input that names a release (docs/upgrading.md).",
+    )
 
 
 class Evidence(BaseModel):

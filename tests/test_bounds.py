@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import time
 from collections.abc import Awaitable, Callable
@@ -17,6 +18,7 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowUpda
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.events import JsonlEventSink
+from agent_worker.plugin import DEADLOCK_WINDOW
 from schemas.approvals import MAX_EDITED_ARGS_BYTES, MAX_PRINCIPAL_CHARS, DecisionOutcome
 from schemas.tasks import TaskPhase
 from tests.helpers.support import TaskEnv, assert_replays, spawn_worker
@@ -25,7 +27,10 @@ from workflows.bounds import MAX_PAYLOAD_BYTES, MAX_SPEC_BYTES
 from workflows.inputs import MAX_PENDING_FOLLOW_UP_BYTES
 
 STALE = "sha256:" + "0" * 64
-TIMED_OUT = {RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED}
+# Answers that say "ask again": a server that gave up waiting for a busy worker, and (resource
+# exhausted, "workflow is closing") a run that is continuing as new right then, which 10,000 signals'
+# history makes it do: the next ask reaches the new run.
+TIMED_OUT = {RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.RESOURCE_EXHAUSTED}
 T = TypeVar("T")
 
 
@@ -89,6 +94,13 @@ async def test_ten_thousand_bogus_decisions_neither_wedge_the_task_nor_hide_the_
     finally:
         os.killpg(worker.pid, signal.SIGKILL)
         worker.wait()
+    # The worker ran its activations with our deadlock window, as the SDK held it (the worker logs
+    # it at start, read through activities.sdk_shims.deadlock_window_seconds), not the SDK's 2 s.
+    window = DEADLOCK_WINDOW.total_seconds()
+    started = [
+        line for line in (tmp_path / "worker.log").read_text().splitlines() if "worker started" in line
+    ]
+    assert started and re.search(rf"deadlock_window_seconds\W+{window:g}(\.0)?\b", started[0]), started
 
 
 async def flood_then_approve(env: TaskEnv) -> None:

@@ -58,3 +58,20 @@ def test_every_patch_id_is_a_constant_of_workflows_patches_and_used_by_name() ->
     earlier = {vars(patches)[n] for n in declared if f"\n{n} = " in before}
     assert len(earlier) >= 20 and earlier < everything - {patches.ONE_MARKER_PATCH}
     assert patches.ONE_MARKER_COVERS == earlier
+
+
+def test_release_0_2_folds_every_patch_declared_by_0_2_0_and_later_ones_are_asked_again() -> None:
+    """Every declared patch id is in exactly one of ``FOLDED_AT_0_2`` (taken without a marker by runs
+    begun on 0.2) and ``AFTER_0_2`` (asked with a marker by every run): a patch added later must say
+    which, and the fold set is the explicit list, not derived from the ids declared."""
+    declared = {vars(patches)[name] for name in patches.__all__ if name.endswith("_PATCH")}
+    assert len(declared) >= 25
+    assert patches.FOLDED_AT_0_2 | patches.AFTER_0_2 == declared
+    assert not patches.FOLDED_AT_0_2 & patches.AFTER_0_2
+    source = (WORKFLOWS / "patches.py").read_text()
+    listing = source.split("\nFOLDED_AT_0_2 = frozenset(")[1].split("\n)")[0]
+    assert "*" not in listing and len(re.findall(r"^\s+[A-Z_]+_PATCH,$", listing, re.M)) == len(
+        patches.FOLDED_AT_0_2
+    )
+    # 0.1 folds nothing (its runs ask each patch, as their histories recorded), 0.2 all of the above.
+    assert patches.FOLDED == {"0.1": frozenset(), "0.2": patches.FOLDED_AT_0_2}

@@ -12,6 +12,7 @@ import pytest
 
 from tests.helpers.matrix import Record, record
 from tests.helpers.support import HISTORY_IDS, replay_committed
+from workflows.patches import FOLDED_AT_0_2
 
 HISTORIES = Path(__file__).parent / "histories"
 EXPECTED = {
@@ -45,6 +46,7 @@ def test_the_committed_histories_are_all_there() -> None:
         HISTORIES / "pre-packed-events",
         HISTORIES / "pre-local-delivery",
         HISTORIES / "pre-lean-evidence",
+        HISTORIES / "pre-release-0.2",
     ):
         assert EXPECTED <= {p.stem for p in folder.glob("*.json")}, folder
 
@@ -97,6 +99,34 @@ def test_every_patch_has_histories_from_both_sides() -> None:
     for patch in sorted(declared):
         assert any(patch in m for m in markers), f"no committed history has patch {patch!r}"
         assert any(patch not in m for m in markers), f"no committed history predates patch {patch!r}"
+
+
+def started_release(history_file: Path) -> str | None:
+    """The release line a committed history's run began on (``TaskInput.release``; None: 0.1)."""
+    started = json.loads(history_file.read_text())["events"][0]["workflowExecutionStartedEventAttributes"]
+    raw = json.loads(base64.b64decode(started["input"]["payloads"][0]["data"]))
+    return raw.get("release") if isinstance(raw, dict) else None
+
+
+def is_task(history_file: Path) -> bool:
+    """Whether a committed history is an ``AgentTask`` run (not the doctor's or the reaper's)."""
+    started = json.loads(history_file.read_text())["events"][0]["workflowExecutionStartedEventAttributes"]
+    return started["workflowType"]["name"] == "AgentTask"
+
+
+def test_histories_of_the_current_code_are_0_2_runs_without_a_folded_patch_s_marker() -> None:
+    """The histories at the top of tests/histories/ are runs begun on 0.2 (what ``make histories``
+    records now) that carry no marker of a patch 0.2 folded; those recorded before 0.2.0
+    (``pre-release-0.2/``, the 0.1.x runs) name no release and carry the markers they always did,
+    and replay below as they are."""
+    current = [p for p in HISTORY_FILES if p.parent == HISTORIES and is_task(p)]
+    assert len(current) >= len(EXPECTED)
+    for path in current:
+        assert started_release(path) == "0.2", path.name
+        assert not patch_ids(path) & FOLDED_AT_0_2, path.name
+    before = [p for p in HISTORY_FILES if p.parent.name == "pre-release-0.2" and is_task(p)]
+    assert before and all(started_release(p) is None for p in before)
+    assert all(patch_ids(p) for p in before), "every 0.1.x run asked its patches"
 
 
 # tests/histories/ holds histories of the current code; each subfolder, those recorded before a

@@ -21,6 +21,7 @@ from temporalio.worker.workflow_sandbox import SandboxRestrictions
 from activities.sdk_shims import (
     AgentWorkflowRunner,
     _DirectContextInstance,
+    deadlock_window_seconds,
     handoff_agent,
     sdk_instance_class,
 )
@@ -138,3 +139,7 @@ async def test_the_workers_the_cli_builds_run_with_the_deadlock_window(
     workers = build_workers(client, make_config(tmp_path / "data"))
     assert workers[0].config(active_config=True)["workflows"]
     assert workers[0]._workflow_worker._deadlock_timeout_seconds == DEADLOCK_WINDOW.total_seconds()
+    # What the worker logs at start (the flood test reads it there) is the window the SDK holds.
+    assert deadlock_window_seconds(workers[0]) == DEADLOCK_WINDOW.total_seconds()
+    plain = Worker(client, task_queue=f"tq-{uuid.uuid4().hex[:10]}", workflows=[SlowActivation])
+    assert deadlock_window_seconds(plain) == 2.0  # the SDK's own, read from the same place

@@ -22,7 +22,16 @@ with workflow.unsafe.imports_passed_through():
     from schemas.actions import ActionResult, ActionStatus
     from schemas.approvals import ApprovalRequest, DecisionKind, DecisionOutcome
     from schemas.events import EventType
-    from schemas.tasks import TaskInput, TaskPhase, TaskResult, TaskSpec, TaskState, TaskStatus
+    from schemas.tasks import (
+        FIRST_RELEASE,
+        Release,
+        TaskInput,
+        TaskPhase,
+        TaskResult,
+        TaskSpec,
+        TaskState,
+        TaskStatus,
+    )
     from schemas.tenants import ReleaseInput
     from schemas.validation import InvalidPayload, parse_decision, parse_follow_up, parse_task_input
     from telemetry import metrics
@@ -89,7 +98,10 @@ class AgentTaskWorkflow:
             task = None
         self.spec: TaskSpec | None = task.spec if task else None
         self.state: TaskState = (task.state if task and task.state else None) or TaskState()
-        if task is not None and task.state is None and patched(RUN_CHAIN_PATCH):
+        # The release line this run began on: ``workflows.patches.patched`` reads it here, so a run
+        # begun on 0.2 takes every patch 0.2 folded without a marker, and one begun on 0.1 asks each.
+        self.release: Release = (task.release if task else None) or FIRST_RELEASE
+        if task is not None and task.state is None and patched(RUN_CHAIN_PATCH, release=self.release):
             # Decided once, at the chain's start, and carried by continue-as-new: a chain that began
             # before run chains keeps the task id alone (its sandbox, signatures, keys) to its end.
             self.state.run_chain = workflow.info().first_execution_run_id
@@ -106,6 +118,7 @@ class AgentTaskWorkflow:
             emit=self.events.emit,
             emit_ignored=self.events.emit_ignored,
             set_phase=self.visibility.set_phase,
+            release=self.release,
         )
         self.context = context
         self.placement = Placement(context)
@@ -237,7 +250,9 @@ class AgentTaskWorkflow:
         )
         self.state.usage.runs += 1
         await self.events.deliver_events()
-        workflow.continue_as_new(TaskInput(spec=self.spec, state=self.state))
+        workflow.continue_as_new(
+            TaskInput(spec=self.spec, state=self.state, release=self.context.input_release)
+        )
 
     # ---- turns ---------------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():  # payload models and helpers: one copy for all runs
     from schemas.events import EventType
-    from schemas.tasks import TaskPhase, TaskSpec, TaskState
+    from schemas.tasks import FIRST_RELEASE, Release, TaskPhase, TaskSpec, TaskState
 
 
 class Emit(Protocol):
@@ -35,6 +35,8 @@ class TaskContext:
         emit: Records an event in the state's tail.
         emit_ignored: Records ignored input, bounded per delivery (``EventLog.emit_ignored``).
         set_phase: Enters a phase (and publishes it to visibility).
+        release: The release line the task's run chain began on (``TaskInput.release``; 0.1 when its
+            input named none).
     """
 
     task_id: str
@@ -44,12 +46,19 @@ class TaskContext:
     emit: Emit
     emit_ignored: Emit
     set_phase: Callable[[TaskPhase], None]
+    release: Release = FIRST_RELEASE
 
     @property
     def valid_spec(self) -> TaskSpec:
         """The task's spec (only a task whose input was valid runs effects, approvals or evidence)."""
         assert self.spec is not None
         return self.spec
+
+    @property
+    def input_release(self) -> Release | None:
+        """The release the inputs this task sends on (continue-as-new, sub-tasks) carry: its own, and
+        none for 0.1, whose inputs never named one (so a 0.1 worker still reads them)."""
+        return None if self.release == FIRST_RELEASE else self.release
 
 
 __all__ = ["Emit", "TaskContext"]

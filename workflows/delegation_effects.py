@@ -65,11 +65,13 @@ class DelegationEffects:
             **self.budget.reserved(action.call_id),
         )
         if patched(BOUNDED_PATCH):
-            bounds.check(f"sub-task {child_id}'s input", TaskInput(spec=child))
+            bounds.check(
+                f"sub-task {child_id}'s input", TaskInput(spec=child, release=self.task.input_release)
+            )
         try:
             result = await workflow.execute_child_workflow(
                 "AgentTask",
-                TaskInput(spec=child),
+                TaskInput(spec=child, release=self.task.input_release),
                 id=child_id,
                 task_queue=workflow.info().task_queue,
                 result_type=TaskResult,

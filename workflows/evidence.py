@@ -211,7 +211,11 @@ class EvidenceKeeper:
             HandOff: the state is over ``MAX_CARRIED_BYTES`` even with its older evidence archived.
         """
         state = self.task.state
-        size = len(TaskInput(spec=self.task.valid_spec, state=state).model_dump_json())
+        size = len(
+            TaskInput(
+                spec=self.task.valid_spec, state=state, release=self.task.input_release
+            ).model_dump_json()
+        )
         if size > MAX_CARRIED_BYTES:
             raise HandOff(
                 f"the task's state is {size / 1e6:.2f} MB, more than the {MAX_CARRIED_BYTES / 1e6:.1f} MB "

@@ -5,11 +5,23 @@ workflow takes the patched branch on replay only where that marker is. So an id 
 never reused, and a removed patch needs a versioned migration and a replay test. Each id names the
 change it guards and when it came (package version, date, commit). ``tests/test_replay.py`` replays a
 committed history from each side of every id declared here (it reads the ``NAME_PATCH = "id"`` lines).
+
+A release folds the patches before it (``FOLDED``): a run begun on 0.2 (``TaskInput.release``) takes
+every patch of ``FOLDED_AT_0_2`` as base behaviour and records no marker for it; a run begun on 0.1
+(an input without a release: every history recorded before 0.2.0) asks each patch as before, so its
+history replays unchanged. The run's release is the workflow's own ``release`` attribute, read through
+``workflow.instance()``: never module state, which every run on a worker shares.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+
 from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from schemas.tasks import FIRST_RELEASE
 
 # Event delivery to the sink (``events.publish`` between steps and at the end). 0.1.0, 2026-11-29, 91bdf22.
 DELIVER_EVENTS_PATCH = "deliver-events"
@@ -168,12 +180,73 @@ PATCHES_AT_START = (
 ONE_MARKER_COVERS = frozenset({*_BEFORE_ONE_MARKER, MINIMUM_ROUND_TRIPS_PATCH})
 
 
-def patched(patch: str) -> bool:
+# Every patch id declared by release 0.2.0: a run begun on 0.2 takes each one's branch, with no marker.
+# Frozen: a patch declared after 0.2.0 goes to ``AFTER_0_2`` instead, and records its marker again
+# (``tests/test_patches.py`` pins that every declared id is in exactly one of the two).
+FOLDED_AT_0_2 = frozenset(
+    {
+        DELIVER_EVENTS_PATCH,
+        REAUTHORIZE_PATCH,
+        ARCHIVE_EVIDENCE_PATCH,
+        TENANT_ADMISSION_PATCH,
+        REBUILD_SANDBOX_PATCH,
+        ROLE_QUEUES_PATCH,
+        BOUNDED_PATCH,
+        RUN_CHAIN_PATCH,
+        CHECK_EDITS_PATCH,
+        SETTLE_CANCELLED_WRITE_PATCH,
+        REOPEN_WITHOUT_REVOKED_PATCH,
+        DECISION_EXPIRY_PATCH,
+        PARALLEL_BATCH_PATCH,
+        THREADS_PATCH,
+        INTERRUPT_PATCH,
+        MCP_UNAVAILABLE_PATCH,
+        SANDBOX_HOME_PATCH,
+        MINIMUM_ROUND_TRIPS_PATCH,
+        APPROVAL_SLA_PATCH,
+        BUDGET_TREE_PATCH,
+        ONE_MARKER_PATCH,
+        EXEC_HERE_PATCH,
+        PACKED_EVENTS_PATCH,
+        LOCAL_DELIVERY_PATCH,
+        LEAN_EVIDENCE_PATCH,
+    }
+)
+# The patches declared after 0.2.0 (asked with a marker by every run, until a later release folds them).
+AFTER_0_2: frozenset[str] = frozenset()
+# What each release takes without asking: its own folded patches and those of every release before it.
+FOLDED: Mapping[str, frozenset[str]] = MappingProxyType({FIRST_RELEASE: frozenset(), "0.2": FOLDED_AT_0_2})
+
+
+def run_release() -> str:
+    """The release line this run began on (workflow code): the ``release`` of the running workflow
+    object, 0.1 for a workflow that has none.
+
+    Raises:
+        RuntimeError: called while the workflow object is being built (its ``__init__``), when the SDK
+            has no instance to read yet: pass ``release=`` to ``patched`` there.
+    """
+    instance = workflow.instance()
+    if instance is None:
+        raise RuntimeError("patched() in a workflow's __init__ needs the run's release (release=...)")
+    return getattr(instance, "release", None) or FIRST_RELEASE
+
+
+def patched(patch: str, *, release: str | None = None) -> bool:
     """Whether this run takes ``patch``'s branch (workflow code; every workflow asks its patches here,
     never ``workflow.patched`` itself: ``scripts/check_workflows.py`` refuses that).
 
-    A run that began with ``ONE_MARKER_PATCH`` takes each patch it covers without a marker of its own;
-    any other run asks the patch, as before. The SDK remembers each answer for the rest of the run."""
+    A run begun on a release that folded ``patch`` takes it without a marker. A run that began with
+    ``ONE_MARKER_PATCH`` takes each patch it covers without a marker of its own; any other run asks
+    the patch, as before. The SDK remembers each answer for the rest of the run.
+
+    Args:
+        patch: The patch id.
+        release: The run's release, given only where the workflow object is not built yet (its
+            ``__init__``); elsewhere it is read from the running workflow (``run_release``).
+    """
+    if patch in FOLDED[release or run_release()]:
+        return True
     if patch in ONE_MARKER_COVERS and workflow.patched(ONE_MARKER_PATCH):
         return True
     return workflow.patched(patch)
@@ -187,6 +260,7 @@ def ask_patches_at_start() -> None:
 
 __all__ = [
     "APPROVAL_SLA_PATCH",
+    "AFTER_0_2",
     "ARCHIVE_EVIDENCE_PATCH",
     "BOUNDED_PATCH",
     "BUDGET_TREE_PATCH",
@@ -194,6 +268,8 @@ __all__ = [
     "DECISION_EXPIRY_PATCH",
     "DELIVER_EVENTS_PATCH",
     "EXEC_HERE_PATCH",
+    "FOLDED",
+    "FOLDED_AT_0_2",
     "INTERRUPT_PATCH",
     "LEAN_EVIDENCE_PATCH",
     "LOCAL_DELIVERY_PATCH",
@@ -215,4 +291,5 @@ __all__ = [
     "THREADS_PATCH",
     "ask_patches_at_start",
     "patched",
+    "run_release",
 ]

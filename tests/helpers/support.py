@@ -35,7 +35,7 @@ from schemas import visibility
 from schemas.approvals import ApprovalRequest
 from schemas.config import EXAMPLE_AGENT, WorkerConfig
 from schemas.payloads import DATA_CONVERTER
-from schemas.tasks import TaskPhase, TaskResult, TaskStatus
+from schemas.tasks import CURRENT_RELEASE, TaskPhase, TaskResult, TaskStatus
 from worker import build_workers
 from workflows import AgentTaskWorkflow, FleetDoctorWorkflow, SandboxReaperWorkflow
 
@@ -144,8 +144,13 @@ class TaskEnv:
         return env
 
     async def start(
-        self, spec: dict[str, Any], task_id: str | None = None
+        self, spec: Any, task_id: str | None = None, *, release: str | None = CURRENT_RELEASE
     ) -> WorkflowHandle[Any, TaskResult]:
+        """Start a task from a raw ``spec`` (a TaskSpec or ``{"spec": ...}`` object, or anything a
+        test sends as bad input), on ``release`` as ``AgentWorkerClient.start`` does (None: the input
+        names no release, as a raw JSON start's, so the task runs as on 0.1)."""
+        if isinstance(spec, dict) and release is not None:
+            spec = {**spec, "release": release} if "spec" in spec else {"spec": spec, "release": release}
         return await self.client.start_workflow(
             AgentTaskWorkflow.run,
             spec,
