@@ -241,7 +241,8 @@ async def test_the_running_policy_as_candidate_changes_nothing_and_a_whole_spec_
         HISTORIES / f"test_an_argument_condition_{name}.json"
         for name in ("allows_a_small_write_without_asking", "sends_a_large_write_for_approval")
     ]
-    task_spec = json.loads(base64.b64decode(start_payload(json.loads(runs[0].read_text()))["data"]))
+    task_input = json.loads(base64.b64decode(start_payload(json.loads(runs[0].read_text()))["data"]))
+    task_spec = task_input.get("spec", task_input)  # a run begun on 0.2 has a TaskInput
     policy = tmp_path / "task.json"
     policy.write_text(json.dumps(task_spec))
     code, out, err = await simulate(capsys, "--policy", str(policy), *map(str, runs), "--fail-on-change")
@@ -286,9 +287,9 @@ async def test_a_history_whose_outcome_contradicts_its_policy_is_flagged(
     that decided differently would leave), is reported inconsistent rather than trusted."""
     history = json.loads((HISTORIES / "test_a_deny_rules_reason_reaches_the_model.json").read_text())
     payload = start_payload(history)
-    spec = json.loads(base64.b64decode(payload["data"]))
-    spec["policy"]["rules"] = [{"tool": "record_value", "decision": "allow"}]
-    payload["data"] = base64.b64encode(json.dumps(spec).encode()).decode()
+    task_input = json.loads(base64.b64decode(payload["data"]))
+    task_input.get("spec", task_input)["policy"]["rules"] = [{"tool": "record_value", "decision": "allow"}]
+    payload["data"] = base64.b64encode(json.dumps(task_input).encode()).decode()
     path = tmp_path / "altered.json"
     path.write_text(json.dumps(history))
     policy = tmp_path / "p.yaml"
