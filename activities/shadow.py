@@ -149,12 +149,19 @@ class ShadowActivities:
     @activity_boundary
     async def score(self, input: ShadowScoreInput) -> ShadowScoreResult:
         """The scorer on (prompt, recorded answer, candidate answer): a number, or the error it raised
-        (a scorer's failure is reported, never retried: it is user code)."""
+        (a scorer's failure is reported, never retried: it is user code). A scorer with a ``config``
+        parameter gets the worker's configuration (``activities.shadow_judge``)."""
         try:
             scorer = load_object(input.scorer, "scorer")
-            value = scorer(
-                task_id=input.task_id, prompt=input.prompt, recorded=input.recorded, candidate=input.candidate
-            )
+            given = {
+                "task_id": input.task_id,
+                "prompt": input.prompt,
+                "recorded": input.recorded,
+                "candidate": input.candidate,
+            }
+            if "config" in inspect.signature(scorer).parameters:  # e.g. the LLM judge
+                given["config"] = self.config
+            value = scorer(**given)
             if inspect.isawaitable(value):
                 value = await value
             score, detail = value if isinstance(value, tuple) else (value, "")

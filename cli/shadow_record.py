@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from schemas.actions import ActionResult, ProposedAction
+from schemas.artifacts import ArtifactRef
 from schemas.shadow import RecordedAction, RecordedTask
 from schemas.validation import InvalidPayload, parse_task_input
 from schemas.visibility import WORKFLOW_TYPE
@@ -107,7 +108,8 @@ async def _read_turns(events: list[Any], converter: DataConverter, task: Recorde
             if not isinstance(turn_input, dict):
                 continue
             if first:
-                task.inputs = turn_input.get("inputs") or []
+                inputs = turn_input.get("inputs") or []
+                task.inputs = [_model(ArtifactRef, i, "a turn's input") for i in inputs]
                 first = False
             for raw in turn_input.get("results") or []:
                 recorded = waiting.pop(str(raw.get("call_id")), None) if isinstance(raw, dict) else None

@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 
 from cli.main import main as cli_main
+from schemas.config import EXAMPLE_AGENT
 from schemas.tasks import TaskPhase
 from tests.helpers.shadow_agents import DIVERGING, SCORE_LOG_ENV
-from tests.helpers.support import TaskEnv, assert_replays
+from tests.helpers.support import TaskEnv, assert_replays, example_spec
 
 CANDIDATE = "tests.helpers.shadow_agents:candidate"
 SCORER = "tests.helpers.shadow_agents:score"
@@ -193,3 +194,32 @@ async def test_shadow_from_exported_histories_for_ci_fails_on_divergence(
     )  # fmt: skip
     assert code == 0, err
     assert "1 tasks: 0 diverged" in out
+
+
+async def test_the_documented_example_replays_the_monthly_report_with_every_action_the_same(
+    cli_env: TaskEnv, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/shadow.md's example: the bundled monthly report, approved and filed, replayed with its own
+    agent as the candidate and the bundled scorer: its sandbox commands run again in a shadow sandbox
+    (making the same report, so the filing has the recorded version), the approval and the receipt
+    come from the record, nothing diverges, the answer is the recorded one, and no row is added."""
+    env = cli_env
+    handle = await env.start(example_spec(), task_id=f"report-{env.task_queue}")
+    await env.approve(handle)
+    result = await asyncio.wait_for(handle.result(), 120)
+    assert result.phase is TaskPhase.COMPLETED, result.reason
+    assert env.business().count() == 1
+
+    code, out, err = await shadow(
+        capsys, env, "--agent", "monthly-report", "--candidate", EXAMPLE_AGENT, "--since", "1h",
+        "--scorer", "examples.shadow_scorer:same_answer", "--out", str(tmp_path / "report"),
+    )  # fmt: skip
+    assert code == 0, err
+    report = json.loads((tmp_path / "report" / "shadow-report.json").read_text())
+    [task] = [t for t in report["tasks"] if t["task_id"] == handle.id]
+    assert not task["diverged"] and task["different_actions"] == 0 and task["missing_actions"] == 0
+    assert task["exact_match"] and task["score"]["score"] == 1.0
+    outcomes = {a["tool"]: a["outcome"] for a in task["actions"]}
+    assert outcomes["submit_report"] == "answered from the record (executed)"
+    assert any(o == "ran in the shadow sandbox (recorded: executed)" for o in outcomes.values())
+    assert env.business().count() == 1
