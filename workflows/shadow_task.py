@@ -26,7 +26,14 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from schemas.actions import ActionResult, ActionStatus, EffectClass, ProposedAction, SandboxCommand
+    from schemas.actions import (
+        ActionResult,
+        ActionStatus,
+        EffectClass,
+        ProposedAction,
+        SandboxCommand,
+        without_preview,
+    )
     from schemas.sandbox import (
         CommandRecord,
         CreateSandboxInput,
@@ -62,6 +69,8 @@ ANSWERED = "answered from the record"
 RAN_HERE = "ran in the shadow sandbox"
 DENIED = "denied by policy"
 DIVERGED = "diverged: not executed"
+# A recorded result's output is kept in the task's shadow result up to this many characters.
+RECORDED_PREVIEW_CHARS = 500
 
 
 @workflow.defn(name="ShadowTask")
@@ -159,8 +168,8 @@ class ShadowTaskWorkflow:
             for action in out.actions:
                 if action.recorded_index is not None:
                     matched.append(action.recorded_index)
-                answers.append(await self._answer(action, header))
-                result.actions.append(action)
+                answers.append(without_preview(await self._answer(action, header)))
+                result.actions.append(_bounded(action))
             turn_input = turn_input.model_copy(
                 update={
                     "prompt": "",
@@ -283,6 +292,15 @@ class ShadowTaskWorkflow:
             )
         except ActivityError:
             workflow.logger.warning("shadow sandbox %s left to the reaper", sandbox.sandbox_id)
+
+
+def _bounded(action: ShadowAction) -> ShadowAction:
+    """``action`` as the task's result keeps it: the recorded output cut to a preview (the whole is
+    in the artifact store by ``output_ref`` when it was long), so a result stays a small payload."""
+    if action.recorded is None or len(action.recorded.output) <= RECORDED_PREVIEW_CHARS:
+        return action
+    cut = action.recorded.output[:RECORDED_PREVIEW_CHARS] + "…"
+    return action.model_copy(update={"recorded": action.recorded.model_copy(update={"output": cut})})
 
 
 def _queue(suffix: str) -> str:
