@@ -15,12 +15,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.client import Client
 
 from cli.main import main as cli_main
 from schemas.config import EXAMPLE_AGENT
 from schemas.tasks import TaskPhase
+from tests.helpers.openai_stub import OpenAIStub
 from tests.helpers.shadow_agents import DIVERGING, SCORE_LOG_ENV
-from tests.helpers.support import TaskEnv, assert_replays, example_spec
+from tests.helpers.support import (
+    DevServer,
+    TaskEnv,
+    assert_replays,
+    example_spec,
+    make_config,
+    running_worker,
+)
 
 CANDIDATE = "tests.helpers.shadow_agents:candidate"
 SCORER = "tests.helpers.shadow_agents:score"
@@ -223,3 +232,41 @@ async def test_the_documented_example_replays_the_monthly_report_with_every_acti
     assert outcomes["submit_report"] == "answered from the record (executed)"
     assert any(o == "ran in the shadow sandbox (recorded: executed)" for o in outcomes.values())
     assert env.business().count() == 1
+
+
+async def test_model_replaces_the_candidate_s_model_and_cost_is_reported_against_the_original(
+    client: Client, dev_server: DevServer, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """With a real provider (an OpenAI-shaped HTTP server on loopback) and prices configured, a task
+    recorded on the worker's model is replayed with ``--model gpt-candidate``: the candidate's model
+    calls name that model, the candidate is found by the recorded agent's name in a list of
+    registrations, and the report gives its cost beside the original's, both real figures."""
+    with OpenAIStub() as stub:
+        stub.always(text="hello there")
+        config = make_config(
+            tmp_path / "data", **stub.settings(), price_input_per_mtok=20.0, price_output_per_mtok=40.0
+        )
+        env = TaskEnv(client=client, config=config, address=dev_server.address)
+        monkeypatch.setenv("AGENT_WORKER_DATA_DIR", str(config.data_dir))
+        monkeypatch.setenv("AGENT_WORKER_TASK_QUEUE", config.task_queue)
+        async with running_worker(client, config):
+            handle = await env.start({"agent": "plain", "prompt": "say hello"})
+            recorded = await asyncio.wait_for(handle.result(), 60)
+            assert recorded.phase is TaskPhase.COMPLETED and recorded.usage.cost_usd > 0
+            assert {r.body["model"] for r in stub.requests} == {"gpt-test"}
+            tasks_file = tmp_path / "tasks.txt"
+            tasks_file.write_text(handle.id)
+            code, out, err = await shadow(
+                capsys, env, "--agent", "plain", "--candidate", "tests.helpers.agents:registrations",
+                "--model", "gpt-candidate", "--tasks", str(tasks_file), "--out", str(tmp_path / "report"),
+            )  # fmt: skip
+        assert code == 0, err
+        assert stub.requests[-1].body["model"] == "gpt-candidate"
+    report = json.loads((tmp_path / "report" / "shadow-report.json").read_text())
+    [task] = report["tasks"]
+    assert report["model"] == "gpt-candidate" and task["exact_match"] and not task["diverged"]
+    assert task["recorded_cost_usd"] == pytest.approx(recorded.usage.cost_usd)
+    assert task["cost_usd"] == pytest.approx(recorded.usage.cost_usd)  # the same calls, the same prices
+    assert report["summary"]["cost_usd"] == pytest.approx(task["cost_usd"]) and task["cost_usd"] > 0
+    assert f"cost ${task['cost_usd']:.4f} (recorded ${task['recorded_cost_usd']:.4f})" in out
