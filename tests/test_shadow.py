@@ -26,10 +26,12 @@ from tests.helpers.support import (
     DevServer,
     TaskEnv,
     assert_replays,
+    decision,
     example_spec,
     make_config,
     running_worker,
 )
+from workflows import AgentTaskWorkflow
 
 CANDIDATE = "tests.helpers.shadow_agents:candidate"
 SCORER = "tests.helpers.shadow_agents:score"
@@ -270,3 +272,48 @@ async def test_model_replaces_the_candidate_s_model_and_cost_is_reported_against
     assert task["cost_usd"] == pytest.approx(recorded.usage.cost_usd)  # the same calls, the same prices
     assert report["summary"]["cost_usd"] == pytest.approx(task["cost_usd"]) and task["cost_usd"] > 0
     assert f"cost ${task['cost_usd']:.4f} (recorded ${task['recorded_cost_usd']:.4f})" in out
+
+
+async def test_recorded_rejections_and_edits_answer_the_candidate_s_matching_proposals(
+    cli_env: TaskEnv, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A recorded write that finance rejected, and one finance edited, are answered from those
+    decisions when the candidate proposes the same version: the rejection's message and the edited
+    write's receipt reach the candidate, its answers are the recorded ones, nobody is asked again
+    and nothing is written."""
+    env = cli_env
+    decisions = {
+        "item-00": {"kind": "reject", "reason": "not this month"},
+        "item-01": {"kind": "edit", "edited_args": {"value": "item-01-fixed"}},
+    }
+    ids = {}
+    for item, how in decisions.items():
+        handle = await env.start(item_spec(item), task_id=f"rec-{item}-{env.task_queue}")
+        [request] = (await env.awaiting_approval(handle)).pending
+        fields = {k: v for k, v in how.items() if k != "kind"}
+        outcome = await handle.execute_update(
+            AgentTaskWorkflow.decide, decision(request, str(how["kind"]), "finance-lead", **fields)
+        )
+        assert outcome.accepted
+        await asyncio.wait_for(handle.result(), 60)
+        ids[item] = handle.id
+    rows = env.business().count()
+    tasks_file = tmp_path / "tasks.txt"
+    tasks_file.write_text("\n".join(ids.values()))
+
+    code, out, err = await shadow(
+        capsys, env, "--agent", "recorder", "--candidate", CANDIDATE, "--tasks", str(tasks_file),
+        "--out", str(tmp_path / "report"),
+    )  # fmt: skip
+    assert code == 0, err
+    tasks = {
+        t["task_id"]: t for t in json.loads((tmp_path / "report" / "shadow-report.json").read_text())["tasks"]
+    }
+    rejected, edited = tasks[ids["item-00"]], tasks[ids["item-01"]]
+    assert rejected["actions"][1]["outcome"] == "answered from the record (rejected)"
+    assert "not this month" in rejected["final_output"]
+    assert edited["actions"][1]["outcome"] == "answered from the record (edited)"
+    assert edited["actions"][1]["recorded"]["edited_arguments"] == {"value": "item-01-fixed"}
+    for task in (rejected, edited):
+        assert not task["diverged"] and task["exact_match"]
+    assert env.business().count() == rows
