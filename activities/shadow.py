@@ -29,6 +29,7 @@ from activities.artifacts import ArtifactStore
 from activities.errors import AgentError, activity_boundary
 from activities.loading import load_object
 from activities.shadow_report import render_markdown, report_document, summarize
+from schemas.actions import ActionResult
 from schemas.config import WorkerConfig
 from schemas.shadow import (
     DIFFERENT,
@@ -96,6 +97,7 @@ class ShadowActivities:
         """One candidate turn; each proposed action compared with the recorded ones."""
         agents, name = self._candidate(input.candidate, input.model, input.agent)
         recorded = await asyncio.to_thread(self._recorded_task, input.recorded_ref)
+        results = await asyncio.to_thread(lambda: [self._readable(r) for r in input.results])
         result = await agents.turn(
             TurnInput(
                 task_id=input.shadow_id,
@@ -104,7 +106,7 @@ class ShadowActivities:
                 prompt=input.prompt or "(continued)",
                 inputs=input.inputs,
                 run_state_ref=input.run_state_ref,
-                results=input.results,
+                results=results,
                 conversation_ref=input.conversation_ref,
                 run_chain=input.run_chain,
                 tenant=input.tenant,
@@ -192,6 +194,14 @@ class ShadowActivities:
         json_ref = self.store.put(json.dumps(document, indent=2, sort_keys=True).encode("utf-8"))
         markdown_ref = self.store.put(render_markdown(document).encode("utf-8"))
         return ShadowReportResult(summary=summary, json_ref=json_ref, markdown_ref=markdown_ref)
+
+    def _readable(self, result: ActionResult) -> ActionResult:
+        """``result``, or, when the recorded output it names is not in this artifact store (histories
+        exported from another deployment, replayed in CI), its inline text with a note instead."""
+        if result.output_ref is None or self.store.exists(result.output_ref):
+            return result
+        note = f"(the recorded output {result.output_ref} is not in this artifact store)"
+        return result.model_copy(update={"output_ref": None, "output": result.output or note})
 
     def _recorded_task(self, ref: str) -> RecordedTask:
         if ref not in self._recorded:

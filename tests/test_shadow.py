@@ -17,7 +17,10 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
+from activities.shadow import ShadowActivities
+from activities.stores.artifacts import build_artifact_store
 from cli.main import main as cli_main
+from schemas.actions import ActionResult, ActionStatus
 from schemas.config import EXAMPLE_AGENT
 from schemas.tasks import TaskPhase
 from tests.helpers.openai_stub import OpenAIStub
@@ -172,11 +175,12 @@ async def test_shadow_of_20_recorded_tasks_names_exactly_the_diverged_ones_and_w
 
 
 async def test_shadow_from_exported_histories_for_ci_fails_on_divergence(
-    cli_env: TaskEnv, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    cli_env: TaskEnv, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Exported history files (as `temporal workflow show -o json` writes them) are replayed just as
     tasks read from the cluster are, other agents' histories skipped; with --fail-on-diverge the
-    command exits 1 when a task diverged, and 0 when none did."""
+    command exits 1 when a task diverged, and 0 when none did, also on another deployment with an
+    artifact store of its own (a CI job's)."""
     env = cli_env
     ids = await record_tasks(env, ["item-03", "item-04"])
     exported = tmp_path / "exported"
@@ -198,13 +202,28 @@ async def test_shadow_from_exported_histories_for_ci_fails_on_divergence(
     assert report["summary"]["tasks"] == 2 and report["summary"]["diverged_tasks"] == [ids["item-03"]]
     await assert_replays(env.client, f"shadow-ci-{env.task_queue}/{ids['item-04']}")
 
+    # CI: another deployment (its own queue, worker and artifact store) replays the committed file.
     (exported / "item-03.json").unlink()
-    code, out, err = await shadow(
-        capsys, env, "--agent", "recorder", "--candidate", CANDIDATE, "--histories", str(exported),
-        "--fail-on-diverge", "--id", f"shadow-ci2-{env.task_queue}", "--out", str(tmp_path / "r2"),
-    )  # fmt: skip
+    ci = make_config(tmp_path / "ci-data")
+    monkeypatch.setenv("AGENT_WORKER_DATA_DIR", str(ci.data_dir))
+    monkeypatch.setenv("AGENT_WORKER_TASK_QUEUE", ci.task_queue)
+    async with running_worker(env.client, ci):
+        code, out, err = await shadow(
+            capsys, env, "--agent", "recorder", "--candidate", CANDIDATE, "--histories", str(exported),
+            "--fail-on-diverge", "--id", f"shadow-ci2-{ci.task_queue}", "--out", str(tmp_path / "r2"),
+        )  # fmt: skip
     assert code == 0, err
-    assert "1 tasks: 0 diverged" in out
+    assert "1 tasks: 0 diverged" in out and "exact answers 1" in out
+    # A recorded output this store lacks reaches the candidate as the history's text, with a note.
+    lacking = ActionResult(
+        call_id="c",
+        tool="run_shell",
+        status=ActionStatus.EXECUTED,
+        output="",
+        output_ref="sha256:" + "0" * 64,
+    )
+    readable = ShadowActivities(build_artifact_store(ci), ci)._readable(lacking)
+    assert readable.output_ref is None and "is not in this artifact store" in readable.output
 
 
 async def test_the_documented_example_replays_the_monthly_report_with_every_action_the_same(
