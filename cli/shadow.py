@@ -101,6 +101,8 @@ async def cmd_shadow(args: argparse.Namespace, ctx: CliContext, out: TextIO | No
     out = out or sys.stdout
     if not 1 <= args.concurrency <= MAX_SHADOW_CONCURRENCY:
         raise CliError(f"--concurrency {args.concurrency}: must be 1 to {MAX_SHADOW_CONCURRENCY}", 2)
+    if args.limit < 1:
+        raise CliError(f"--limit {args.limit}: must be at least 1", 2)
     if ":" not in args.candidate or (args.scorer is not None and ":" not in args.scorer):
         raise CliError("--candidate and --scorer are import paths: package.module:attribute", 2)
     client = await ctx.temporal()
