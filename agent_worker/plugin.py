@@ -41,6 +41,7 @@ from activities.notify import NotifyActivities, build_notifiers
 from activities.sandbox import SandboxActivities, SandboxHere
 from activities.sandbox.reaper import ReaperActivities, SandboxReaper
 from activities.sdk_shims import AgentWorkflowRunner
+from activities.shadow import ShadowActivities
 from activities.stores import live_events
 from activities.stores import state as state_stores
 from activities.stores.artifacts import build_artifact_store
@@ -57,12 +58,24 @@ from agent_worker.backends import (
 from schemas.config import WorkerConfig as AgentWorkerConfig
 from security.codec import converter_for
 from security.redact import register_config_secrets
-from workflows import AgentTaskWorkflow, FleetDoctorWorkflow, SandboxReaperWorkflow
+from workflows import (
+    AgentTaskWorkflow,
+    FleetDoctorWorkflow,
+    SandboxReaperWorkflow,
+    ShadowRunWorkflow,
+    ShadowTaskWorkflow,
+)
 from workflows.options import AGENT_QUEUE_SUFFIX, BUSINESS_QUEUE_SUFFIX, SANDBOX_QUEUE_SUFFIX, home_queue
 from workflows.placement import COLOCATABLE
 
 PLUGIN_NAME = "agent_worker.AgentWorkerPlugin"
-WORKFLOWS = (AgentTaskWorkflow, SandboxReaperWorkflow, FleetDoctorWorkflow)
+WORKFLOWS = (
+    AgentTaskWorkflow,
+    SandboxReaperWorkflow,
+    FleetDoctorWorkflow,
+    ShadowRunWorkflow,
+    ShadowTaskWorkflow,
+)
 # How long one workflow activation may run before the SDK calls it deadlocked and fails the workflow
 # task (the SDK's own window is 2 s, with no public setting: ``activities.sdk_shims``). Workers and
 # replays both run with it (``workflow_runner``). An activation carrying a signal backlog
@@ -183,16 +196,26 @@ def _queue_activities(
     registry = AgentRegistry.from_import_paths(config.agents) if roles & {"agent", "business"} else None
     if "agent" in roles:
         assert registry is not None
+        journal = state_stores.build_journal(config)
         agent = AgentActivities(
             registry,
             store,
             config,
-            state_stores.build_journal(config),
+            journal,
             state_stores.build_stream_backend(config),
             state_stores.build_grant_store(config),
         )
         tools = ToolActivities(registry, store, config)
-        role_activities[AGENT_QUEUE_SUFFIX] = [agent.turn, agent.plan, tools.call_function, tools.call_mcp]
+        # Shadow runs' candidate turns and scorers (``workflows.shadow_task``) need what turns need.
+        shadow = ShadowActivities(store, config, journal)
+        role_activities[AGENT_QUEUE_SUFFIX] = [
+            agent.turn,
+            agent.plan,
+            tools.call_function,
+            tools.call_mcp,
+            shadow.turn,
+            shadow.score,
+        ]
     sandbox: SandboxActivities | None = None
     if "sandbox" in roles:
         backends, default, unavailable = build_sandboxes(config, client.namespace)
@@ -266,7 +289,11 @@ def _task_queue_activities(
         a for suffix in (AGENT_QUEUE_SUFFIX, SANDBOX_QUEUE_SUFFIX) for a in role_activities.get(suffix, [])
     ]
     here = SandboxHere(sandbox)
+    shadow = ShadowActivities(store, config)
     return [
+        shadow.load,
+        shadow.save,
+        shadow.report,
         artifacts.ingest,
         artifacts.archive,
         artifacts.archive_stored,

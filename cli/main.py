@@ -1,8 +1,8 @@
 """``agent-worker``: run the embedded server, workers, and tasks from a terminal.
 
 Commands: dev, worker, start, status, inbox (--web), approve, edit, reject, cancel, schedule, events,
-evidence, verify, revoke, grant, grants, keys, sandbox-image, reap, replay, policy simulate, doctor,
-report, api, mcp-serve, demo. Each command module registers its own arguments and handler
+evidence, verify, revoke, grant, grants, keys, sandbox-image, reap, replay, policy simulate, shadow,
+doctor, report, api, mcp-serve, demo. Each command module registers its own arguments and handler
 (``register(subparsers)`` sets ``handler=``); this module builds the top parser, reads the
 configuration once (``WorkerConfig``, plus the command's ``config_overrides``), and calls
 ``args.handler(args, CliContext)``.
@@ -36,6 +36,7 @@ from cli import (
     report,
     sandboxes,
     schedules,
+    shadow,
     tasks,
     worker_command,
 )
@@ -60,6 +61,7 @@ COMMAND_MODULES = (
     sandboxes,
     replay,
     policy_command,
+    shadow,
     doctor,
     report,
     api_command,

@@ -1,6 +1,8 @@
 """Workflows: ``AgentTaskWorkflow`` (type ``AgentTask``) owns each task's lifecycle;
 ``SandboxReaperWorkflow`` (type ``SandboxReaper``) removes orphaned sandboxes on a schedule;
-``FleetDoctorWorkflow`` (type ``FleetDoctor``) checks the running tasks on a schedule.
+``FleetDoctorWorkflow`` (type ``FleetDoctor``) checks the running tasks on a schedule;
+``ShadowRunWorkflow`` (type ``ShadowRun``) replays recorded tasks with a candidate agent, one
+``ShadowTaskWorkflow`` (type ``ShadowTask``) child per task, without business effects.
 
 The classes are imported on first use (PEP 562): a process that needs one pure module of the
 package (``workflows.policy`` for ``agent-worker policy simulate``) does not load every workflow and
@@ -17,6 +19,8 @@ if TYPE_CHECKING:
     from workflows.agent_task import AgentTaskWorkflow
     from workflows.doctor import FleetDoctorWorkflow
     from workflows.reaper import SandboxReaperWorkflow
+    from workflows.shadow import ShadowRunWorkflow
+    from workflows.shadow_task import ShadowTaskWorkflow
 
 # Read-only: with ``workflows`` passed through the sandbox, every task on a worker shares module state.
 _EXPORTS = MappingProxyType(
@@ -24,6 +28,8 @@ _EXPORTS = MappingProxyType(
         "AgentTaskWorkflow": "workflows.agent_task",
         "FleetDoctorWorkflow": "workflows.doctor",
         "SandboxReaperWorkflow": "workflows.reaper",
+        "ShadowRunWorkflow": "workflows.shadow",
+        "ShadowTaskWorkflow": "workflows.shadow_task",
     }
 )
 
@@ -35,4 +41,10 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-__all__ = ["AgentTaskWorkflow", "FleetDoctorWorkflow", "SandboxReaperWorkflow"]
+__all__ = [
+    "AgentTaskWorkflow",
+    "FleetDoctorWorkflow",
+    "SandboxReaperWorkflow",
+    "ShadowRunWorkflow",
+    "ShadowTaskWorkflow",
+]

@@ -37,10 +37,22 @@ from schemas.config import EXAMPLE_AGENT, WorkerConfig
 from schemas.payloads import DATA_CONVERTER
 from schemas.tasks import CURRENT_RELEASE, TaskPhase, TaskResult, TaskStatus
 from worker import build_workers
-from workflows import AgentTaskWorkflow, FleetDoctorWorkflow, SandboxReaperWorkflow
+from workflows import (
+    AgentTaskWorkflow,
+    FleetDoctorWorkflow,
+    SandboxReaperWorkflow,
+    ShadowRunWorkflow,
+    ShadowTaskWorkflow,
+)
 
 # Every workflow the worker runs: a committed history of any of them replays against these.
-WORKFLOWS = [AgentTaskWorkflow, SandboxReaperWorkflow, FleetDoctorWorkflow]
+WORKFLOWS = [
+    AgentTaskWorkflow,
+    SandboxReaperWorkflow,
+    FleetDoctorWorkflow,
+    ShadowRunWorkflow,
+    ShadowTaskWorkflow,
+]
 
 REPO = Path(__file__).resolve().parents[2]
 TEST_AGENTS = [EXAMPLE_AGENT, "tests.helpers.agents:registrations"]
