@@ -1,0 +1,127 @@
+"""Forks (issue 41, item 1): a new task that begins with another task's state at one of its steps,
+never repeats a business write the original committed (answered from the original's receipt, checked
+against a real PostgreSQL business store), needs a fresh approval under its own key for a write of
+its own, and rebuilds the original's sandbox state in a fresh sandbox by running the original's
+earlier commands again. Real dev server, real worker, real process-tier sandboxes."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client, WorkflowFailureError
+
+from activities.task_history import read_history
+from agent_worker.client import AgentWorkerClient
+from schemas.events import EventType
+from schemas.tasks import TaskPhase, TaskResult
+from tests.helpers.business_backends import open_backend
+from tests.helpers.fork_agents import MAKE
+from tests.helpers.postgres_server import PostgresServer
+from tests.helpers.support import TEST_AGENTS, DevServer, TaskEnv, assert_replays, make_config, running_worker
+from workflows import AgentTaskWorkflow
+
+FORK_AGENTS = [*TEST_AGENTS, "tests.helpers.fork_agents:registrations"]
+POLICY = {"default_approvers": ["finance-lead"]}
+# A bound on waiting for a task's result, so a fork that waits for an approval fails the test.
+RESULT_WITHIN = 120
+
+
+async def test_a_fork_before_the_write_reuses_the_parents_receipt_and_postgres_keeps_one_row(
+    client: Client, dev_server: DevServer, tmp_path: Path, postgres: PostgresServer
+) -> None:
+    """A task wrote once (approved) and then failed its final step; its fork at the step before the
+    write, with an edited prompt, proposes the same write, which is answered from the original's
+    receipt without an approval: the fork completes, PostgreSQL holds exactly one row, and the fork's
+    evidence names its parent and the receipt it reused."""
+    with open_backend("postgres", tmp_path / "data", postgres) as backend:
+        config = make_config(tmp_path / "data", agents=FORK_AGENTS, **backend.settings)
+        env = TaskEnv(client=client, config=config, address=dev_server.address)
+        workers = AgentWorkerClient(client, config.task_queue)
+        async with running_worker(client, config):
+            parent = await env.start(
+                {"agent": "ledger", "prompt": "record: v-41 then fail", "policy": POLICY}
+            )
+            await env.approve(parent)
+            with pytest.raises(WorkflowFailureError):
+                await parent.result()
+            assert backend.store.count() == 1
+            steps = await workers.steps(parent.id)
+            assert [s.step for s in steps] == [1, 2]
+            [written] = steps[0].writes
+            parent_key = written.split()[0]
+            ref = await workers.fork(parent.id, at=1, prompt_edit="record: v-41")
+            fork = workers.handle(ref.task_id)
+            result: TaskResult = await asyncio.wait_for(fork.result(), RESULT_WITHIN)
+            status = await fork.query(AgentTaskWorkflow.status)
+            await assert_replays(client, ref.task_id)
+        assert result.phase is TaskPhase.COMPLETED, result.reason
+        assert backend.store.count() == 1 and backend.store.count(parent_key) == 1
+        [write] = result.evidence.writes
+        assert write.reused_from == parent.id and write.operation_key == parent_key
+        assert write.confirmed is True  # looked up at completion under the parent's key
+        assert result.final_output == f"recorded as {write.receipt.record_id}"
+        origin = result.evidence.forked_from
+        assert origin is not None and origin.parent == parent.id and origin.at == 1
+        assert origin.reused_receipts == [parent_key]
+        assert result.evidence.approvals == []  # nothing was written, so nothing was asked
+        assert status.forked_from is not None and status.forked_from.parent == parent.id
+        types = [e.type for e in status.last_events]
+        assert EventType.FORK_STARTED in types and EventType.WRITE_REUSED in types
+
+
+async def test_a_forks_own_different_write_needs_a_fresh_approval_under_its_own_key(
+    client: Client, dev_server: DevServer, tmp_path: Path, postgres: PostgresServer
+) -> None:
+    """A fork whose edited prompt makes a different write waits for its own approval and writes under
+    its own operation key: the original's row stays, the fork's is the second."""
+    with open_backend("postgres", tmp_path / "data", postgres) as backend:
+        config = make_config(tmp_path / "data", agents=FORK_AGENTS, **backend.settings)
+        env = TaskEnv(client=client, config=config, address=dev_server.address)
+        workers = AgentWorkerClient(client, config.task_queue)
+        async with running_worker(client, config):
+            parent = await env.start({"agent": "ledger", "prompt": "record: v-1", "policy": POLICY})
+            await env.approve(parent)
+            first = await parent.result()
+            ref = await workers.fork(parent.id, at=1, prompt_edit="record: v-2")
+            fork = workers.handle(ref.task_id)
+            await env.approve(fork)
+            result = await asyncio.wait_for(fork.result(), RESULT_WITHIN)
+        [parent_write] = first.evidence.writes
+        [write] = result.evidence.writes
+        assert result.phase is TaskPhase.COMPLETED, result.reason
+        assert write.reused_from is None and write.operation_key != parent_write.operation_key
+        assert [a.principal for a in result.evidence.approvals] == ["finance-lead"]
+        assert backend.store.count() == 2 and backend.store.payload(write.operation_key) == {"value": "v-2"}
+
+
+async def test_a_fork_before_a_command_rebuilds_the_sandbox_in_a_fresh_one(
+    client: Client, dev_server: DevServer, tmp_path: Path
+) -> None:
+    """Forked at step 2 (before the command that reads the file step 1's command wrote), the fork
+    runs step 1's command again in its own fresh sandbox, so the file is there for its step 2; every
+    command of the fork ran in the fork's sandbox, none in the original's, and the original's history
+    still holds its two commands only."""
+    config = make_config(tmp_path / "data", agents=FORK_AGENTS)
+    env = TaskEnv(client=client, config=config, address=dev_server.address)
+    workers = AgentWorkerClient(client, config.task_queue)
+    async with running_worker(client, config):
+        parent = await env.start({"agent": "builder", "prompt": "build it"})
+        first = await parent.result()
+        assert first.final_output == "file says: built-at-step-1"
+        ref = await workers.fork(parent.id, at=2)
+        result = await asyncio.wait_for(workers.handle(ref.task_id).result(), RESULT_WITHIN)
+        await assert_replays(client, ref.task_id)
+        parent_history = await read_history(client, parent.id)
+    assert result.phase is TaskPhase.COMPLETED, result.reason
+    assert result.final_output == "file says: built-at-step-1"
+    replayed, checked = result.evidence.commands
+    assert replayed.call_id == "replay-call_make" and replayed.argv == ["sh", "-c", MAKE]
+    assert checked.call_id == "call_check"
+    parent_sandboxes = {c.sandbox_id for c in first.evidence.commands}
+    assert replayed.sandbox_id == checked.sandbox_id and replayed.sandbox_id not in parent_sandboxes
+    assert [c["call_id"] for _, c in parent_history.commands] == ["call_make", "call_check"]
+    origin = result.evidence.forked_from
+    assert origin is not None and origin.at == 2 and origin.replayed_commands == 1
+    assert result.usage.turns == 3  # the original's first turn counts: what it spent carries over
