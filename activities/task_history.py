@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 # Runs of one chain followed back (continue-as-new); a longer chain is read from its newest runs.
 MAX_RUNS = 100
 LOCAL_ACTIVITY_MARKER = "core_local_activity"
+FORK_ID_INFIX = ".fork-"
 TURN, EXEC, EXEC_HERE, WRITE = "agent.turn", "sandbox.exec", "sandbox.exec_here", "business.write"
 
 
@@ -46,6 +47,7 @@ class TaskHistory:
     task_id: str
     start_input: Any = None
     run_chain: str | None = None
+    task_queue: str | None = None
     turns: dict[int, TurnRecord] = field(default_factory=dict)
     # (turn after which it ran, CommandRecord JSON)
     commands: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
@@ -95,6 +97,7 @@ async def read_history(client: Client, task_id: str) -> TaskHistory:
                 if read.start_input is None:
                     [read.start_input] = await converter.decode(list(attrs.input.payloads)) or [None]
                     read.run_chain = attrs.first_execution_run_id or history.run_id
+                    read.task_queue = attrs.task_queue.name or None
             elif event.HasField("activity_task_scheduled_event_attributes"):
                 attrs = event.activity_task_scheduled_event_attributes
                 name = attrs.activity_type.name
@@ -193,9 +196,54 @@ def fork_spec(
     return spec
 
 
+async def parent_of(client: Client, task_id: str) -> tuple[str, int] | None:
+    """The task a fork was forked from, and the step (None: not a fork, or no such task). Reads the
+    first event of the task's latest run only."""
+    from temporalio.service import RPCError
+
+    try:
+        async for event in client.get_workflow_handle(task_id).fetch_history_events():
+            attrs = event.workflow_execution_started_event_attributes
+            [value] = await client.data_converter.decode(list(attrs.input.payloads)) or [None]
+            spec = value.get("spec", value) if isinstance(value, dict) else None
+            fork = spec.get("fork") if isinstance(spec, dict) else None
+            return (str(fork["parent"]), int(fork["at"])) if isinstance(fork, dict) else None
+    except RPCError:
+        return None
+    return None
+
+
+async def forks_of(client: Client, task_id: str, limit: int = 100) -> list[str]:
+    """Forks of ``task_id`` started with the default ids (``<parent>.fork-<hex>``), found through
+    visibility: a fork given an id of its own names its parent in its own tree, not here."""
+    from temporalio.service import RPCError
+
+    found: list[str] = []
+    query = f"WorkflowId STARTS_WITH '{task_id}{FORK_ID_INFIX}'"
+    try:
+        async for execution in client.list_workflows(query, page_size=limit):
+            if execution.id not in found and execution.id[len(task_id) + len(FORK_ID_INFIX) :].isalnum():
+                found.append(execution.id)
+            if len(found) >= limit:
+                break
+    except RPCError:
+        return found
+    return sorted(found)
+
+
 def new_fork_id(parent: str) -> str:
     """A new task id for a fork of ``parent``."""
-    return f"{parent[:180]}.fork-{uuid.uuid4().hex[:8]}"
+    return f"{parent[:180]}{FORK_ID_INFIX}{uuid.uuid4().hex[:8]}"
 
 
-__all__ = ["ForkRefused", "TaskHistory", "TurnRecord", "fork_spec", "new_fork_id", "read_history", "steps_of"]
+__all__ = [
+    "ForkRefused",
+    "TaskHistory",
+    "TurnRecord",
+    "fork_spec",
+    "forks_of",
+    "new_fork_id",
+    "parent_of",
+    "read_history",
+    "steps_of",
+]

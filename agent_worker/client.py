@@ -533,7 +533,9 @@ class AgentWorkerClient:
             model=model,
             replay_until=replay_until,
         )
-        return await self.start(spec, fork_id or new_fork_id(task_id))
+        # On the task queue the original ran on: its agent is served there.
+        starter = AgentWorkerClient(self.temporal, read.task_queue or self.task_queue)
+        return await starter.start(spec, fork_id or new_fork_id(task_id))
 
     def _unreachable(
         self, task_id: str, wait_seconds: float, what: str, *, decision: bool = False

@@ -1,10 +1,11 @@
 """``agent-worker``: run the embedded server, workers, and tasks from a terminal.
 
 Commands: dev, worker, start, status, inbox (--web), approve, edit, reject, cancel, schedule, events,
-evidence, verify, revoke, grant, keys, sandbox-image, reap, replay, policy simulate, doctor, report, api,
-mcp-serve, demo. Each command module registers its own arguments and handler (``register(subparsers)``
-sets ``handler=``); this module builds the top parser, reads the configuration once (``WorkerConfig``,
-plus the command's ``config_overrides``), and calls ``args.handler(args, CliContext)``.
+fork, steps, evidence, verify, revoke, grant, keys, sandbox-image, reap, replay, policy simulate, doctor,
+report, api, mcp-serve, demo. Each command module registers its own arguments and handler
+(``register(subparsers)`` sets ``handler=``); this module builds the top parser, reads the
+configuration once (``WorkerConfig``, plus the command's ``config_overrides``), and calls
+``args.handler(args, CliContext)``.
 The Temporal connection comes from the SDK's environment configuration (``TEMPORAL_ADDRESS``, ...)
 unless ``--address`` / ``--namespace`` are given.
 """
@@ -26,6 +27,7 @@ from cli import (
     doctor,
     events,
     evidence,
+    forks,
     keys,
     migrate,
     permissions,
@@ -51,6 +53,7 @@ COMMAND_MODULES = (
     tasks,
     schedules,
     events,
+    forks,
     evidence,
     permissions,
     keys,

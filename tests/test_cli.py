@@ -89,8 +89,8 @@ async def test_dev_starts_the_embedded_server_with_wal_and_search_attributes(tmp
 
 COMMANDS = [
     "dev", "worker", "migrate", "start", "status", "inbox", "approve", "edit", "reject", "say", "cancel",
-    "schedule", "events", "evidence", "verify", "revoke", "grant", "keys", "sandbox-image", "reap", "replay",
-    "policy",
+    "schedule", "events", "fork", "steps", "evidence", "verify", "revoke", "grant", "keys", "sandbox-image",
+    "reap", "replay", "policy",
     "doctor", "report", "api", "mcp-serve", "demo",
 ]  # fmt: skip
 

@@ -7,6 +7,7 @@ earlier commands again. Real dev server, real worker, real process-tier sandboxe
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,15 @@ from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.business_backends import open_backend
 from tests.helpers.fork_agents import MAKE
 from tests.helpers.postgres_server import PostgresServer
-from tests.helpers.support import TEST_AGENTS, DevServer, TaskEnv, assert_replays, make_config, running_worker
+from tests.helpers.support import (
+    TEST_AGENTS,
+    DevServer,
+    TaskEnv,
+    assert_replays,
+    make_config,
+    run_cli,
+    running_worker,
+)
 from workflows import AgentTaskWorkflow
 
 FORK_AGENTS = [*TEST_AGENTS, "tests.helpers.fork_agents:registrations"]
@@ -29,12 +38,17 @@ RESULT_WITHIN = 120
 
 
 async def test_a_fork_before_the_write_reuses_the_parents_receipt_and_postgres_keeps_one_row(
-    client: Client, dev_server: DevServer, tmp_path: Path, postgres: PostgresServer
+    client: Client,
+    dev_server: DevServer,
+    tmp_path: Path,
+    postgres: PostgresServer,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """A task wrote once (approved) and then failed its final step; its fork at the step before the
     write, with an edited prompt, proposes the same write, which is answered from the original's
     receipt without an approval: the fork completes, PostgreSQL holds exactly one row, and the fork's
-    evidence names its parent and the receipt it reused."""
+    evidence names its parent and the receipt it reused; `agent-worker events` shows the tree from
+    either side and `agent-worker steps` the original's steps."""
     with open_backend("postgres", tmp_path / "data", postgres) as backend:
         config = make_config(tmp_path / "data", agents=FORK_AGENTS, **backend.settings)
         env = TaskEnv(client=client, config=config, address=dev_server.address)
@@ -56,6 +70,13 @@ async def test_a_fork_before_the_write_reuses_the_parents_receipt_and_postgres_k
             result: TaskResult = await asyncio.wait_for(fork.result(), RESULT_WITHIN)
             status = await fork.query(AgentTaskWorkflow.status)
             await assert_replays(client, ref.task_id)
+            cli = ("--address", dev_server.address)
+            code, fork_events, _ = await run_cli(capsys, *cli, "events", ref.task_id)
+            assert code == 0, fork_events
+            code, parent_events, _ = await run_cli(capsys, *cli, "events", parent.id)
+            assert code == 0, parent_events
+            code, listed, _ = await run_cli(capsys, *cli, "steps", parent.id)
+            assert code == 0, listed
         assert result.phase is TaskPhase.COMPLETED, result.reason
         assert backend.store.count() == 1 and backend.store.count(parent_key) == 1
         [write] = result.evidence.writes
@@ -69,6 +90,11 @@ async def test_a_fork_before_the_write_reuses_the_parents_receipt_and_postgres_k
         assert status.forked_from is not None and status.forked_from.parent == parent.id
         types = [e.type for e in status.last_events]
         assert EventType.FORK_STARTED in types and EventType.WRITE_REUSED in types
+        assert f"└─ {ref.task_id} (fork at step 1)  <- this task" in fork_events
+        assert f"  {parent.id}\n" in fork_events and "write.reused" in fork_events
+        assert f"  {parent.id}  <- this task" in parent_events
+        assert f"└─ {ref.task_id} (fork at step 1)" in parent_events
+        assert f"wrote: {parent_key} committed" in listed and "record_value (call_record)" in listed
 
 
 async def test_a_forks_own_different_write_needs_a_fresh_approval_under_its_own_key(
@@ -97,12 +123,13 @@ async def test_a_forks_own_different_write_needs_a_fresh_approval_under_its_own_
 
 
 async def test_a_fork_before_a_command_rebuilds_the_sandbox_in_a_fresh_one(
-    client: Client, dev_server: DevServer, tmp_path: Path
+    client: Client, dev_server: DevServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Forked at step 2 (before the command that reads the file step 1's command wrote), the fork
-    runs step 1's command again in its own fresh sandbox, so the file is there for its step 2; every
-    command of the fork ran in the fork's sandbox, none in the original's, and the original's history
-    still holds its two commands only."""
+    """Forked at step 2 (`agent-worker fork --at 2`, before the command that reads the file step 1's
+    command wrote), the fork runs step 1's command again in its own fresh sandbox, so the file is
+    there for its step 2; every command of the fork ran in the fork's sandbox, none in the
+    original's, and the original's history still holds its two commands only. A second fork with
+    `--replay-until 3` answers its step 2 from the original's recorded turn, not the model."""
     config = make_config(tmp_path / "data", agents=FORK_AGENTS)
     env = TaskEnv(client=client, config=config, address=dev_server.address)
     workers = AgentWorkerClient(client, config.task_queue)
@@ -110,9 +137,15 @@ async def test_a_fork_before_a_command_rebuilds_the_sandbox_in_a_fresh_one(
         parent = await env.start({"agent": "builder", "prompt": "build it"})
         first = await parent.result()
         assert first.final_output == "file says: built-at-step-1"
-        ref = await workers.fork(parent.id, at=2)
-        result = await asyncio.wait_for(workers.handle(ref.task_id).result(), RESULT_WITHIN)
-        await assert_replays(client, ref.task_id)
+        code, out, err = await run_cli(
+            capsys, "--address", dev_server.address, "fork", parent.id, "--at", "2", "--json"
+        )
+        assert code == 0, err
+        fork_id = json.loads(out)["task_id"]
+        result = await asyncio.wait_for(workers.handle(fork_id).result(), RESULT_WITHIN)
+        await assert_replays(client, fork_id)
+        replaying = await workers.fork(parent.id, at=2, replay_until=3)
+        replayed_run = await asyncio.wait_for(workers.handle(replaying.task_id).result(), RESULT_WITHIN)
         parent_history = await read_history(client, parent.id)
     assert result.phase is TaskPhase.COMPLETED, result.reason
     assert result.final_output == "file says: built-at-step-1"
@@ -125,3 +158,7 @@ async def test_a_fork_before_a_command_rebuilds_the_sandbox_in_a_fresh_one(
     origin = result.evidence.forked_from
     assert origin is not None and origin.at == 2 and origin.replayed_commands == 1
     assert result.usage.turns == 3  # the original's first turn counts: what it spent carries over
+    assert result.usage.replayed_model_calls == 0
+    assert replayed_run.phase is TaskPhase.COMPLETED, replayed_run.reason
+    assert replayed_run.final_output == "file says: built-at-step-1"
+    assert replayed_run.usage.replayed_model_calls == 1  # step 2, from the original's turn
