@@ -10,11 +10,14 @@ import asyncio
 import json
 from pathlib import Path
 
+import httpx
 import pytest
 from temporalio.client import Client, WorkflowFailureError
 
 from activities.task_history import read_history
 from agent_worker.client import AgentWorkerClient
+from api import ApiConfig, build_api
+from inbox.auth import Authenticator
 from schemas.events import EventType
 from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.business_backends import open_backend
@@ -162,3 +165,40 @@ async def test_a_fork_before_a_command_rebuilds_the_sandbox_in_a_fresh_one(
     assert replayed_run.phase is TaskPhase.COMPLETED, replayed_run.reason
     assert replayed_run.final_output == "file says: built-at-step-1"
     assert replayed_run.usage.replayed_model_calls == 1  # step 2, from the original's turn
+
+
+async def test_the_api_lists_steps_and_forks_for_a_caller_who_may_see_the_task(
+    client: Client, dev_server: DevServer, tmp_path: Path
+) -> None:
+    """`GET /v1/tasks/{id}/steps` lists the original's steps and `POST /v1/tasks/{id}/fork` starts a
+    fork that completes, for a caller the task's policy names; anyone else gets 404, and nothing starts."""
+    config = make_config(tmp_path / "data", agents=FORK_AGENTS)
+    env = TaskEnv(client=client, config=config, address=dev_server.address)
+    auth = Authenticator(
+        "token", {"lead-token-1234567890": "finance-lead", "other-token-1234567890": "mallory"}
+    )
+    app = build_api(client, ApiConfig(auth=auth, task_queue=config.task_queue))
+    lead, other = (
+        {"Authorization": f"Bearer {t}"} for t in ("lead-token-1234567890", "other-token-1234567890")
+    )
+    async with (
+        running_worker(client, config),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api", timeout=60) as api,
+    ):
+        parent = await env.start({"agent": "builder", "prompt": "build it", "policy": POLICY})
+        await asyncio.wait_for(parent.result(), RESULT_WITHIN)
+        assert (await api.get(f"/v1/tasks/{parent.id}/steps", headers=other)).status_code == 404
+        assert (
+            await api.post(f"/v1/tasks/{parent.id}/fork", json={"at": 2}, headers=other)
+        ).status_code == 404
+        listed = await api.get(f"/v1/tasks/{parent.id}/steps", headers=lead)
+        assert listed.status_code == 200, listed.text
+        assert [s["step"] for s in listed.json()] == [1, 2, 3]
+        assert listed.json()[0]["commands"] == [f"sh -c {MAKE}"]
+        started = await api.post(f"/v1/tasks/{parent.id}/fork", json={"at": 2}, headers=lead)
+        assert started.status_code == 201, started.text
+        fork_id = started.json()["task_id"]
+        result = await asyncio.wait_for(AgentWorkerClient(client).handle(fork_id).result(), RESULT_WITHIN)
+        refused = await api.post(f"/v1/tasks/{parent.id}/fork", json={"at": 9}, headers=lead)
+    assert result.phase is TaskPhase.COMPLETED and result.final_output == "file says: built-at-step-1"
+    assert refused.status_code == 422 and "no step 9" in refused.text
