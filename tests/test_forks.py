@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -34,6 +38,7 @@ from tests.helpers.support import (
 )
 from workflows import AgentTaskWorkflow
 
+REPO = Path(__file__).resolve().parent.parent
 FORK_AGENTS = [*TEST_AGENTS, "tests.helpers.fork_agents:registrations"]
 POLICY = {"default_approvers": ["finance-lead"]}
 # A bound on waiting for a task's result, so a fork that waits for an approval fails the test.
@@ -202,3 +207,29 @@ async def test_the_api_lists_steps_and_forks_for_a_caller_who_may_see_the_task(
         refused = await api.post(f"/v1/tasks/{parent.id}/fork", json={"at": 9}, headers=lead)
     assert result.phase is TaskPhase.COMPLETED and result.final_output == "file says: built-at-step-1"
     assert refused.status_code == 422 and "no step 9" in refused.text
+
+
+DOC_BLOCK = re.compile(r"^```python fork-example\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+
+
+async def test_the_docs_fork_example_runs_as_written(env: TaskEnv, tmp_path: Path) -> None:
+    """docs/forks.md's example, run as written in its own process: the monthly report is filed once,
+    its fork at step 2 with a reworded prompt completes on the original's receipt, and the business
+    store holds one record."""
+    [block] = DOC_BLOCK.findall((REPO / "docs" / "forks.md").read_text())
+    script = tmp_path / "fork_example.py"
+    script.write_text(block)
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, str(script)],
+        env={**os.environ, "TEMPORAL_ADDRESS": env.address, "AGENT_WORKER_TASK_QUEUE": env.task_queue},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 5, done.stdout
+    assert lines[-2:] == ["completed True", "True"]
+    assert env.business().count() == 1
