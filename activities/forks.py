@@ -94,6 +94,9 @@ class ForkActivities:
                 self._replace_prompt, start.conversation_ref, parent_prompt, input.prompt
             )
             start.run_state_ref, start.prompt_replaced = None, True
+        if input.agent and input.agent != read.spec().get("agent"):
+            # Another agent: its own tools and SDK agents; the conversation carries over, the RunState not.
+            start.run_state_ref, start.current_agent, start.mcp_catalog_ref = None, "", None
         return start
 
     def _replace_prompt(self, conversation_ref: str, old: str, new: str) -> str:
@@ -167,7 +170,6 @@ def _writes(read: TaskHistory) -> list[ParentWrite]:
             continue
         writes.append(
             ParentWrite(
-                call_id=write.operation_key,
                 operation_key=write.operation_key,
                 operation=write_operation(write.record_type, write.system, write.payload),
                 receipt=receipt,

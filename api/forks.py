@@ -8,7 +8,6 @@ policy and tenant, so whoever may see the original may see the fork. A fork id t
 scoped to the original's tenant, as ``POST /v1/tasks`` scopes a chosen id.
 """
 
-
 from collections.abc import Awaitable, Callable
 from typing import Any
 

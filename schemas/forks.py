@@ -49,7 +49,6 @@ class ForkSpec(BaseModel):
 class ParentWrite(BaseModel):
     """A business write the original committed before the fork point."""
 
-    call_id: str
     operation_key: str
     operation: str = Field(pattern=DIGEST_PATTERN, description="Digest of (record type, system, payload).")
     receipt: WriteReceipt
@@ -93,6 +92,10 @@ class PrepareForkInput(BaseModel):
     fork: ForkSpec
     prompt: str = Field(
         description="The fork's prompt (a changed one replaces the original's in its conversation)."
+    )
+    agent: str = Field(
+        default="",
+        description="The fork's agent (another one starts from the conversation, not the RunState).",
     )
 
 

@@ -137,7 +137,8 @@ async def test_a_fork_before_a_command_rebuilds_the_sandbox_in_a_fresh_one(
     command wrote), the fork runs step 1's command again in its own fresh sandbox, so the file is
     there for its step 2; every command of the fork ran in the fork's sandbox, none in the
     original's, and the original's history still holds its two commands only. A second fork with
-    `--replay-until 3` answers its step 2 from the original's recorded turn, not the model."""
+    `--replay-until 3` answers its step 2 from the original's recorded turn, not the model; a third,
+    `--agent-version shell` at step 3, is answered by that agent from the original's conversation."""
     config = make_config(tmp_path / "data", agents=FORK_AGENTS)
     env = TaskEnv(client=client, config=config, address=dev_server.address)
     workers = AgentWorkerClient(client, config.task_queue)
@@ -154,6 +155,8 @@ async def test_a_fork_before_a_command_rebuilds_the_sandbox_in_a_fresh_one(
         await assert_replays(client, fork_id)
         replaying = await workers.fork(parent.id, at=2, replay_until=3)
         replayed_run = await asyncio.wait_for(workers.handle(replaying.task_id).result(), RESULT_WITHIN)
+        handed = await workers.fork(parent.id, at=3, agent_version="shell")
+        other_agent = await asyncio.wait_for(workers.handle(handed.task_id).result(), RESULT_WITHIN)
         parent_history = await read_history(client, parent.id)
     assert result.phase is TaskPhase.COMPLETED, result.reason
     assert result.final_output == "file says: built-at-step-1"
@@ -170,6 +173,11 @@ async def test_a_fork_before_a_command_rebuilds_the_sandbox_in_a_fresh_one(
     assert replayed_run.phase is TaskPhase.COMPLETED, replayed_run.reason
     assert replayed_run.final_output == "file says: built-at-step-1"
     assert replayed_run.usage.replayed_model_calls == 1  # step 2, from the original's turn
+    # `--agent-version`: another registered agent takes over at step 3, from the same conversation.
+    assert other_agent.phase is TaskPhase.COMPLETED and other_agent.final_output is not None
+    assert (
+        other_agent.final_output.startswith("shell said:") and "built-at-step-1" in other_agent.final_output
+    )
 
 
 async def test_the_api_lists_steps_and_forks_for_a_caller_who_may_see_the_task(

@@ -65,7 +65,7 @@ async def begin(task: TaskContext, sandbox: SandboxEffects) -> None:
     assert spec.fork is not None
     start = await workflow.execute_activity_method(
         ForkActivities.prepare,
-        PrepareForkInput(task_id=task.task_id, fork=spec.fork, prompt=spec.prompt),
+        PrepareForkInput(task_id=task.task_id, fork=spec.fork, prompt=spec.prompt, agent=spec.agent),
         **options.config(PREPARE, summary=f"read {spec.fork.parent}'s state at step {spec.fork.at}"),
     )
     state.turn = start.turn
