@@ -25,6 +25,7 @@ MAX_RUNS = 100
 LOCAL_ACTIVITY_MARKER = "core_local_activity"
 FORK_ID_INFIX = ".fork-"
 TURN, EXEC, EXEC_HERE, WRITE = "agent.turn", "sandbox.exec", "sandbox.exec_here", "business.write"
+LOOKUP = "business.lookup"
 
 
 class ForkRefused(ValueError):
@@ -51,8 +52,11 @@ class TaskHistory:
     turns: dict[int, TurnRecord] = field(default_factory=dict)
     # (turn after which it ran, CommandRecord JSON)
     commands: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
-    # (turn after which it ran, WriteInput JSON, WriteReceipt JSON)
+    # (turn after which it ran, WriteInput JSON, WriteReceipt JSON): committed by the write's own
+    # answer, or found by a lookup after its answer was lost
     writes: list[tuple[int, dict[str, Any], dict[str, Any]]] = field(default_factory=list)
+    # Every write sent, by operation key (a lookup's receipt is matched to its write here).
+    sent: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def spec(self) -> dict[str, Any]:
         """The task's spec as it was started (a bare spec or ``{"spec": ...}``)."""
@@ -101,12 +105,14 @@ async def read_history(client: Client, task_id: str) -> TaskHistory:
             elif event.HasField("activity_task_scheduled_event_attributes"):
                 attrs = event.activity_task_scheduled_event_attributes
                 name = attrs.activity_type.name
-                if name in (TURN, EXEC, WRITE):
+                if name in (TURN, EXEC, WRITE, LOOKUP):
                     [value] = await converter.decode(list(attrs.input.payloads))
                     scheduled[event.event_id] = (name, value)
                     if name == TURN:
                         turn = int(value["turn"])
                         read.turns[turn] = TurnRecord(input=value, run_id=history.run_id)
+                    elif name == WRITE:
+                        read.sent[str(value["operation_key"])] = value
             elif event.HasField("activity_task_completed_event_attributes"):
                 attrs = event.activity_task_completed_event_attributes
                 if attrs.scheduled_event_id in scheduled:
@@ -132,6 +138,13 @@ def _completed(read: TaskHistory, turn: int, name: str, value: Any, result: Any)
         read.commands.append((turn, result))
     elif name == WRITE:
         read.writes.append((turn, value, result))
+    elif name == LOOKUP and isinstance(result, dict) and isinstance(result.get("receipt"), dict):
+        # A write whose answer was lost, found by its lookup (a completion's lookup of a write
+        # already answered adds nothing).
+        key = str(value.get("operation_key"))
+        known = {str(r.get("operation_key")) for _, _, r in read.writes if r.get("outcome") == "committed"}
+        if key in read.sent and key not in known and result["receipt"].get("outcome") == "committed":
+            read.writes.append((turn, read.sent[key], result["receipt"]))
 
 
 def steps_of(read: TaskHistory) -> list[StepRecord]:

@@ -241,3 +241,37 @@ async def test_the_docs_fork_example_runs_as_written(env: TaskEnv, tmp_path: Pat
     assert len(lines) == 5, done.stdout
     assert lines[-2:] == ["completed True", "True"]
     assert env.business().count() == 1
+
+
+async def test_a_write_the_parent_found_by_lookup_after_a_lost_answer_is_not_written_again(
+    client: Client,
+    dev_server: DevServer,
+    tmp_path: Path,
+    postgres: PostgresServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The original's write committed but its answer was lost, so its receipt came from the lookup
+    that followed; the fork's same write is still answered from that receipt: PostgreSQL keeps one row."""
+    monkeypatch.setenv("AW_FAULTS", "lost")
+    monkeypatch.setenv("AW_FAULT_DIR", str(tmp_path / "fault-marks"))
+    with open_backend("postgres", tmp_path / "data", postgres) as backend:
+        config = make_config(
+            tmp_path / "data",
+            agents=FORK_AGENTS,
+            business_writer="tests.helpers.faults:faulty_writer",
+            **backend.settings,
+        )
+        env = TaskEnv(client=client, config=config, address=dev_server.address)
+        workers = AgentWorkerClient(client, config.task_queue)
+        allow = {"rules": [{"tool": "record_value", "decision": "allow"}]}
+        async with running_worker(client, config):
+            parent = await env.start({"agent": "recorder", "prompt": "record: lost-41", "policy": allow})
+            first = await asyncio.wait_for(parent.result(), RESULT_WITHIN)
+            ref = await workers.fork(parent.id, at=1)
+            result = await asyncio.wait_for(workers.handle(ref.task_id).result(), RESULT_WITHIN)
+    [parent_write] = first.evidence.writes
+    assert parent_write.confirmed_by == "lookup"  # the fault really lost the write's answer
+    [write] = result.evidence.writes
+    assert result.phase is TaskPhase.COMPLETED, result.reason
+    assert write.reused_from == parent.id and write.operation_key == parent_write.operation_key
+    assert backend.store.count() == 1
