@@ -34,6 +34,7 @@ from tests.helpers.support import (
     assert_replays,
     make_config,
     run_cli,
+    run_ids,
     running_worker,
 )
 from workflows import AgentTaskWorkflow
@@ -275,3 +276,21 @@ async def test_a_write_the_parent_found_by_lookup_after_a_lost_answer_is_not_wri
     assert result.phase is TaskPhase.COMPLETED, result.reason
     assert write.reused_from == parent.id and write.operation_key == parent_write.operation_key
     assert backend.store.count() == 1
+
+
+async def test_a_fork_reads_every_run_of_a_parent_that_continued_as_new(env: TaskEnv) -> None:
+    """The original continued as new several times; its steps are numbered across its runs, and a
+    fork at step 7 reruns its six earlier commands in a fresh sandbox and finishes the count as the
+    original did."""
+    spec = {"agent": "counter", "prompt": "count to 8", "continue_as_new_after_events": 50}
+    parent = await env.start(spec)
+    first = await asyncio.wait_for(parent.result(), RESULT_WITHIN)
+    assert len(await run_ids(env.client, parent.id)) > 1  # it did continue as new
+    workers = AgentWorkerClient(env.client, env.task_queue)
+    assert [s.step for s in await workers.steps(parent.id)] == list(range(1, 10))
+    ref = await workers.fork(parent.id, at=7)
+    result = await asyncio.wait_for(workers.handle(ref.task_id).result(), RESULT_WITHIN)
+    assert result.phase is TaskPhase.COMPLETED, result.reason
+    assert result.final_output == first.final_output and "sum 36" in (result.final_output or "")
+    origin = result.evidence.forked_from
+    assert origin is not None and origin.replayed_commands == 6
