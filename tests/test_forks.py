@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -294,3 +295,35 @@ async def test_a_fork_reads_every_run_of_a_parent_that_continued_as_new(env: Tas
     assert result.final_output == first.final_output and "sum 36" in (result.final_output or "")
     origin = result.evidence.forked_from
     assert origin is not None and origin.replayed_commands == 6
+
+
+@pytest.fixture
+async def fork_env(config_env: TaskEnv) -> AsyncIterator[TaskEnv]:
+    """A task env whose in-process worker also serves the fork tests' agents."""
+    env = TaskEnv(
+        client=config_env.client,
+        config=make_config(config_env.config.data_dir, agents=FORK_AGENTS),
+        address=config_env.address,
+    )
+    async with running_worker(env.client, env.config):
+        yield env
+
+
+async def test_a_prompt_edit_at_a_later_step_replaces_the_prompt_in_a_copy_of_the_conversation(
+    fork_env: TaskEnv,
+) -> None:
+    """Forked at step 2 with an edited prompt, the fork's first turn starts from a copy of the
+    original's conversation whose first user message is the new prompt; the original's is unchanged."""
+    env = fork_env
+    workers = AgentWorkerClient(env.client, env.task_queue)
+    parent = await env.start({"agent": "builder", "prompt": "build it"})
+    await asyncio.wait_for(parent.result(), RESULT_WITHIN)
+    ref = await workers.fork(parent.id, at=2, prompt_edit="build it again, differently")
+    result = await asyncio.wait_for(workers.handle(ref.task_id).result(), RESULT_WITHIN)
+    assert result.phase is TaskPhase.COMPLETED, result.reason
+    store = env.store()
+    forked = (await read_history(env.client, ref.task_id)).turns[2].input["conversation_ref"]
+    original = (await read_history(env.client, parent.id)).turns[2].input["conversation_ref"]
+    assert forked != original
+    assert store.get_json(forked)[0]["content"] == "build it again, differently"
+    assert store.get_json(original)[0]["content"] == "build it"
