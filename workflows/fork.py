@@ -170,8 +170,9 @@ def recorded_turn(state: TaskState, turn: int) -> TurnResult | None:
     as replayed calls that cost nothing now; else None."""
     if state.fork is None:
         return None
-    for recorded in state.fork.recorded_turns:
+    for index, recorded in enumerate(state.fork.recorded_turns):
         if recorded.get("turn") == turn:
+            del state.fork.recorded_turns[index]  # used once: the state carries only those to come
             result = TurnResult.model_validate(recorded)
             usage = result.usage
             usage.replayed_calls = usage.model_calls
