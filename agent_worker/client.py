@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 
     from agent_worker.schedules import TaskSchedules
     from schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionKind, DecisionOutcome
+    from schemas.forks import StepRecord
     from schemas.tasks import BatchView, TaskInput, TaskPhase, TaskResult, TaskSpec, TaskStatus
 
 # The payload models are imported where a call first needs them, not with this module: building the
@@ -500,6 +501,52 @@ class AgentWorkerClient:
             if err.status is RPCStatusCode.NOT_FOUND:
                 raise TaskNotFound(f"no running task {task_id!r}") from None
             raise AgentWorkerError(f"cannot cancel {task_id}: {err.message}") from None
+
+    # ---- forks (docs/forks.md) --------------------------------------------------------------------
+
+    async def steps(self, task_id: str) -> list[StepRecord]:
+        """The task's steps (its turns), read from its history: what each proposed and what ran after.
+
+        Raises:
+            ValueError: no task with that id (``activities.task_history.ForkRefused``).
+        """
+        from activities.task_history import read_history, steps_of
+
+        return steps_of(await read_history(self.temporal, task_id))
+
+    async def fork(
+        self,
+        task_id: str,
+        *,
+        at: int,
+        prompt_edit: str | None = None,
+        agent_version: str | None = None,
+        model: str | None = None,
+        replay_until: int | None = None,
+        fork_id: str | None = None,
+    ) -> TaskRef:
+        """Start a fork of ``task_id`` at step ``at``: a new task with the original's state there
+        (conversation, artifacts, spend, its sandbox rebuilt in a fresh one), which never repeats a
+        business write the original committed. ``prompt_edit`` replaces the prompt, ``agent_version``
+        the agent (a registration's name); steps before ``replay_until`` replay the original's turns.
+
+        Raises:
+            ValueError: no such task or step, or a change this version cannot make (``ForkRefused``).
+        """
+        from activities.task_history import fork_spec, new_fork_id, read_history
+
+        read = await read_history(self.temporal, task_id)
+        spec = fork_spec(
+            read,
+            at,
+            prompt_edit=prompt_edit,
+            agent_version=agent_version,
+            model=model,
+            replay_until=replay_until,
+        )
+        # On the task queue the original ran on: its agent is served there.
+        starter = AgentWorkerClient(self.temporal, read.task_queue or self.task_queue)
+        return await starter.start(spec, fork_id or new_fork_id(task_id))
 
     def _unreachable(
         self, task_id: str, wait_seconds: float, what: str, *, decision: bool = False

@@ -35,6 +35,7 @@ from activities.artifacts import ArtifactActivities, ArtifactStore
 from activities.authz import AuthzActivities
 from activities.business import BusinessActivities
 from activities.events import EventActivities
+from activities.forks import ForkActivities
 from activities.grants import GrantActivities
 from activities.health import HealthActivities
 from activities.notify import NotifyActivities, build_notifiers
@@ -305,6 +306,7 @@ def _task_queue_activities(
         tenants.admit,
         tenants.release,
         threads.resume,
+        ForkActivities(client, store).prepare,
         notify.send,
         grants.save,
         HealthActivities(client).check,

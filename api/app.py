@@ -11,6 +11,7 @@
     POST /v1/tasks/{id}/stream-token        a short-lived token to follow it from a browser
     GET  /v1/tasks/{id}/events              its events as Server-Sent Events (``Last-Event-ID`` resumes)
     GET  /v1/tasks/{id}/stream              its live stream (tokens, steps) as Server-Sent Events
+    GET  /v1/tasks/{id}/steps               its steps, and POST .../fork a fork at one (``api.forks``)
     GET  /healthz                           "ok", without authentication
 
 **Who.** The web inbox's authentication (``inbox.auth``): in ``token`` mode a bearer token
@@ -45,6 +46,7 @@ from temporalio.client import Client
 from activities.grants import GrantStore
 from activities.stores.streams import StreamBackend
 from agent_worker.client import AgentWorkerClient
+from api.forks import add_fork_routes
 from api.grants import mount_grant_routes
 from api.guard import PRINCIPAL, Guard
 from api.stream_tokens import StreamTokens
@@ -363,6 +365,12 @@ def build_api(client: Client, config: ApiConfig) -> FastAPI:
         )
 
     mount_grant_routes(app, principal, config.grants, tenant_allowed, config.tenants is not None)
+
+    async def tenant_of(task_id: str) -> str:
+        spec = await service.spec(tasks.handle(task_id))
+        return spec.tenant if spec else "default"
+
+    add_fork_routes(app, tasks, visible, Caller, scoped_task_id, tenant_of)
 
     @app.get("/v1/tasks/{task_id:path}", response_model=TaskView)
     async def read(task_id: str, who: Caller) -> TaskView:

@@ -68,6 +68,10 @@ async def cmd_events(args: argparse.Namespace, ctx: CliContext, out: TextIO | No
             raise CliError(f"no task {args.task_id!r}") from None
         raise
     if not args.json:
+        from cli.forks import fork_tree
+
+        for line in await fork_tree(tasks.temporal, args.task_id):  # a fork's parent and its forks
+            print(line, file=out)
         print(render.TIMELINE_HEADER, file=out)
     backend = build_stream_backend(config) if args.follow else None
     live = _LiveStream(backend, args.task_id, chain, args.json, out)

@@ -2,8 +2,8 @@
 
 Commands: dev, worker, start, status, inbox (--web), approve, edit, reject, cancel, schedule, events,
 evidence, verify, revoke, grant, grants, keys, sandbox-image, reap, replay, policy simulate, shadow,
-doctor, report, api, mcp-serve, demo. Each command module registers its own arguments and handler
-(``register(subparsers)`` sets ``handler=``); this module builds the top parser, reads the
+fork, steps, doctor, report, api, mcp-serve, demo. Each command module registers its own arguments
+and handler (``register(subparsers)`` sets ``handler=``); this module builds the top parser, reads the
 configuration once (``WorkerConfig``, plus the command's ``config_overrides``), and calls
 ``args.handler(args, CliContext)``.
 The Temporal connection comes from the SDK's environment configuration (``TEMPORAL_ADDRESS``, ...)
@@ -27,6 +27,7 @@ from cli import (
     doctor,
     events,
     evidence,
+    forks,
     grants,
     keys,
     migrate,
@@ -54,6 +55,7 @@ COMMAND_MODULES = (
     tasks,
     schedules,
     events,
+    forks,
     evidence,
     permissions,
     grants,

@@ -70,6 +70,9 @@ class EventType(StrEnum):
     EVIDENCE_ARCHIVED = "evidence.archived"
     DISPATCH_MOVED = "dispatch.moved"
     WORK_TAKEN_OVER = "work.taken_over"  # a turn or command resumed elsewhere after a worker loss
+    FORK_STARTED = "fork.started"  # a fork took its parent's state at a step (``workflows.fork``)
+    FORK_COMMAND_REPLAYED = "fork.command_replayed"  # a parent's command run again in the fork's sandbox
+    WRITE_REUSED = "write.reused"  # a fork's write answered from its parent's receipt, nothing written
     TASK_FINISHED = "task.finished"
 
 

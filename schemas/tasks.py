@@ -26,6 +26,7 @@ from schemas.artifacts import ArtifactRef, InputFile
 from schemas.conditions import MAX_CONDITION_CHARS, ConditionError, compile_condition
 from schemas.digests import DIGEST_PATTERN
 from schemas.events import Event
+from schemas.forks import ForkOrigin, ForkSpec, ForkState
 from schemas.grants import GrantPolicy
 from schemas.sandbox import CommandRecord, SandboxRef, SandboxSpec
 from schemas.tools import ToolEffectRecord
@@ -361,6 +362,11 @@ class TaskSpec(BaseModel):
         f"{INLINE_EVIDENCE} ({INLINE_EVIDENCE_BEFORE}, and at continue-as-new only, for a task begun "
         "before agent-worker 0.1.0 of 2026-12-04, patch `lean-evidence`).",
     )
+    fork: ForkSpec | None = Field(
+        default=None,
+        description="This task is a fork of another at one of its steps (docs/forks.md); set by "
+        "`agent-worker fork`, the client's `fork` and the API.",
+    )
 
     @model_validator(mode="after")
     def _unique_input_names(self) -> TaskSpec:
@@ -559,6 +565,7 @@ class TaskState(BaseModel):
         "(sandbox, journal, event ids, signatures, operation keys); None for tasks that started before "
         "run-chain identity existed, which keep the task id alone.",
     )
+    fork: ForkState | None = Field(default=None, description="A fork's parent and what it took from it.")
 
 
 # The release line a run began on (``TaskInput.release``): the one its code behaves as, for its whole
@@ -621,6 +628,9 @@ class Evidence(BaseModel):
         description="Older command records and artifact references, moved to the artifact store at "
         "continue-as-new: JSON `EvidenceArchive` documents, oldest first, that come before `commands` "
         "and `artifacts`. `agent-worker evidence` puts them back in line.",
+    )
+    forked_from: ForkOrigin | None = Field(
+        default=None, description="A fork's parent, its step, and the parent's receipts the fork reused."
     )
 
     @property
@@ -706,6 +716,7 @@ class TaskStatus(BaseModel):
     current_agent: str = Field(
         default="", description="The SDK agent the run is on (after a handoff, the specialist)."
     )
+    forked_from: ForkOrigin | None = Field(default=None, description="A fork's parent and step.")
 
 
 class TaskResult(BaseModel):

@@ -89,3 +89,8 @@ class WriteEvidence(BaseModel):
         "committed), 'lookup' (a lookup after an unknown outcome or at completion); None: older runs, "
         "where a completion lookup always confirmed it.",
     )
+    reused_from: str | None = Field(
+        default=None,
+        description="A fork's write answered from this task's receipt (the parent's id): the "
+        "operation key and receipt are the parent's, and nothing was written again.",
+    )

@@ -89,9 +89,9 @@ async def test_dev_starts_the_embedded_server_with_wal_and_search_attributes(tmp
 
 COMMANDS = [
     "dev", "worker", "migrate", "start", "status", "inbox", "approve", "edit", "reject", "respond",
-    "answer", "say", "cancel", "schedule", "events", "evidence", "verify", "revoke", "grant", "grants",
-    "keys", "sandbox-image", "reap", "replay", "policy", "shadow", "doctor", "report", "api", "mcp-serve",
-    "demo",
+    "answer", "say", "cancel", "schedule", "events", "fork", "steps", "evidence", "verify", "revoke", "grant",
+    "grants", "keys", "sandbox-image", "reap", "replay", "policy", "shadow", "doctor", "report", "api",
+    "mcp-serve", "demo",
 ]  # fmt: skip
 
 

@@ -36,7 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from schemas.validation import InvalidPayload, parse_decision, parse_follow_up, parse_task_input
     from telemetry import metrics
 
-from workflows import bounds, options
+from workflows import bounds, fork, options
 from workflows.approvals import ApprovalDesk
 from workflows.batch import BatchRunner, batch_view
 from workflows.budget_tree import BudgetKeeper, is_extension
@@ -53,6 +53,7 @@ from workflows.patches import (
     BUDGET_TREE_PATCH,
     CHECK_EDITS_PATCH,
     DELIVER_EVENTS_PATCH,
+    FORK_PATCH,
     LEAN_EVIDENCE_PATCH,
     LOCAL_DELIVERY_PATCH,
     MINIMUM_ROUND_TRIPS_PATCH,
@@ -144,6 +145,8 @@ class AgentTaskWorkflow:
         self.lean = False
         # On a thread, with the code that knows threads (decided in ``run``).
         self.threaded = False
+        # A fork of another task (``workflows.fork``; decided in ``run``).
+        self.forking = False
 
     # ---- entry ---------------------------------------------------------------------------------
 
@@ -175,6 +178,8 @@ class AgentTaskWorkflow:
         self.events.run_index = self.state.usage.runs
         self.budget.tree = patched(BUDGET_TREE_PATCH)
         self.threaded = spec.thread is not None and patched(THREADS_PATCH)
+        # Asked in the first activation, and only by forks (``PATCHES_AT_START`` says why).
+        self.forking = spec.fork is not None and patched(FORK_PATCH)
         self.visibility.lean, self.visibility.threaded = self.lean, self.threaded
         if self.state.phase is TaskPhase.RECEIVED:
             self.state.started_at = workflow.now()
@@ -229,6 +234,8 @@ class AgentTaskWorkflow:
         self.state.inputs = await self.task_start.ingest(self.lean)
         if self.threaded and self.state.turn == 0 and not await self.task_start.resume_thread():
             return
+        if self.forking and self.state.fork is None:
+            await fork.begin(self.context, self.effects.sandbox)
         self.visibility.set_phase(TaskPhase.RUNNING)
 
     def continue_as_new_due(self) -> bool:
@@ -401,6 +408,7 @@ class AgentTaskWorkflow:
             prompt=bounds.cut(spec.prompt, STATUS_PROMPT_CHARS) if spec else "",
             batch=[batch_view(item) for item in self.state.batch],
             current_agent=self.state.current_agent,
+            forked_from=self.state.fork.origin() if self.state.fork else None,
         )
 
     @workflow.query(name="pending_approvals")

@@ -77,6 +77,7 @@ def evidence_of(state: TaskState) -> Evidence:
         tool_effects=state.tool_effects,
         missing=missing,
         archived=state.archived_evidence,
+        forked_from=state.fork.origin() if state.fork else None,
     )
 
 

@@ -139,6 +139,12 @@ LOCAL_DELIVERY_PATCH = "local-delivery"
 # 0.1.0, 2026-12-04, 9be206a.
 LEAN_EVIDENCE_PATCH = "lean-evidence"
 
+# Forks (issue 41, docs/forks.md): a task whose spec names a parent (``TaskSpec.fork``) takes the
+# parent's state at a step (``fork.prepare``), runs the parent's earlier commands again in its own
+# sandbox, and answers a write the parent committed from the parent's receipt (``workflows.fork``).
+# Asked in the first activation of a fork's run only (no other task carries its marker). 0.2.0, 2026-12-05.
+FORK_PATCH = "fork"
+
 # The patches of ``PATCHES_AT_START`` declared before ``ONE_MARKER_PATCH``, in the order they are asked.
 # Never grows: ``ONE_MARKER_COVERS`` is made of it.
 _BEFORE_ONE_MARKER = (
@@ -210,6 +216,7 @@ FOLDED_AT_0_2 = frozenset(
         PACKED_EVENTS_PATCH,
         LOCAL_DELIVERY_PATCH,
         LEAN_EVIDENCE_PATCH,
+        FORK_PATCH,
     }
 )
 # The patches declared after 0.2.0 (asked with a marker by every run, until a later release folds them).
@@ -270,6 +277,7 @@ __all__ = [
     "EXEC_HERE_PATCH",
     "FOLDED",
     "FOLDED_AT_0_2",
+    "FORK_PATCH",
     "INTERRUPT_PATCH",
     "LEAN_EVIDENCE_PATCH",
     "LOCAL_DELIVERY_PATCH",

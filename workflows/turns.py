@@ -17,7 +17,7 @@ with workflow.unsafe.imports_passed_through():
     from schemas.tasks import BatchItem, PolicyVerdict, TaskPhase
     from schemas.turns import TurnInput, TurnResult
 
-from workflows import options
+from workflows import fork, options
 from workflows.approvals import ApprovalDesk
 from workflows.budget_tree import BudgetKeeper, record_turn
 from workflows.context import TaskContext
@@ -92,7 +92,10 @@ class TurnRunner:
         # Placement checks the input's size (and names this summary if it is too large).
         summary = f"agent turn {turn} ({len(state.pending_results)} results, {follow_ups} follow-ups)"
         try:
-            if spec.policy.on_input == "interrupt" and patched(INTERRUPT_PATCH):
+            recorded = fork.recorded_turn(state, turn)  # a fork replaying its parent's turns
+            if recorded is not None:
+                result = recorded
+            elif spec.policy.on_input == "interrupt" and patched(INTERRUPT_PATCH):
                 interrupted = await self.interruptible_turn(turn_input, summary, follow_ups)
                 if interrupted is None:
                     # Nothing of the cancelled turn is kept: the next one starts where it did, with the input.
@@ -179,7 +182,9 @@ class TurnRunner:
                 version=action.version,
                 agent=action.agent,
             )
-            decision = evaluate(spec.policy, action, agent=spec.agent, tenant=spec.tenant, labels=spec.labels)
+            decision = fork.verdict(state, action) or evaluate(
+                spec.policy, action, agent=spec.agent, tenant=spec.tenant, labels=spec.labels
+            )
             decision = route(decision, action, spec.policy)  # a question always goes to a person
             state.batch.append(
                 BatchItem(action=action, verdict=decision.verdict, policy_reason=decision.reason)

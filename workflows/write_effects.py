@@ -29,7 +29,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from telemetry import metrics
 
-from workflows import bounds, options
+from workflows import bounds, fork, options
 from workflows.context import TaskContext
 from workflows.failures import failure_code, failure_message
 from workflows.handoff import HandOff
@@ -77,6 +77,9 @@ class WriteEffects:
         Returns the model-visible receipt, or None when nothing was written. ``checked`` is called
         once the write has answered past its approval check (``authz``), before its outcome's events."""
         spec = self.task.valid_spec
+        reused = fork.reuse(self.task, action, plan)  # a fork's write its parent committed: not again
+        if reused is not None:
+            return reused
         # Keyed by the run chain too: a reused task id is a new task, whose writes are its own.
         key = operation_key(self.task.task_id, action.call_id, self.task.state.run_chain)
         write_input = WriteInput(

@@ -217,6 +217,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/tasks/{task_id}/steps": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Steps
+         * @description The task's steps, read from its history.
+         */
+        get: operations["steps_v1_tasks__task_id__steps_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/tasks/{task_id}/fork": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Fork
+         * @description Start a fork of the task at ``at``; the original's committed writes are never repeated.
+         */
+        post: operations["fork_v1_tasks__task_id__fork_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/tasks/{task_id}": {
         parameters: {
             query?: never;
@@ -837,7 +877,7 @@ export interface components {
          * @description Every kind of event a task emits.
          * @enum {string}
          */
-        EventType: "task.started" | "task.refused" | "phase.changed" | "turn.started" | "turn.finished" | "action.proposed" | "tool.called" | "policy.decided" | "approval.requested" | "approval.decided" | "approval.counted" | "approval.ignored" | "approval.expired" | "approval.reminded" | "approval.escalated" | "sandbox.created" | "sandbox.exec" | "sandbox.destroyed" | "sandbox.lost" | "sandbox.left" | "authz.checked" | "authz.revoked" | "grant.created" | "grant.used" | "grant.voided" | "grant.refused" | "write.attempted" | "write.confirmed" | "write.unknown" | "write.reconciled" | "write.conflict" | "write.rejected" | "tool.effect" | "delegation.started" | "delegation.finished" | "budget.exhausted" | "budget.soft_limit" | "budget.extension_requested" | "budget.extended" | "input.added" | "input.ignored" | "thread.started" | "thread.continued" | "turn.interrupted" | "task.continued_as_new" | "context.compacted" | "evidence.archived" | "dispatch.moved" | "work.taken_over" | "task.finished";
+        EventType: "task.started" | "task.refused" | "phase.changed" | "turn.started" | "turn.finished" | "action.proposed" | "tool.called" | "policy.decided" | "approval.requested" | "approval.decided" | "approval.counted" | "approval.ignored" | "approval.expired" | "approval.reminded" | "approval.escalated" | "sandbox.created" | "sandbox.exec" | "sandbox.destroyed" | "sandbox.lost" | "sandbox.left" | "authz.checked" | "authz.revoked" | "grant.created" | "grant.used" | "grant.voided" | "grant.refused" | "write.attempted" | "write.confirmed" | "write.unknown" | "write.reconciled" | "write.conflict" | "write.rejected" | "tool.effect" | "delegation.started" | "delegation.finished" | "budget.exhausted" | "budget.soft_limit" | "budget.extension_requested" | "budget.extended" | "input.added" | "input.ignored" | "thread.started" | "thread.continued" | "turn.interrupted" | "task.continued_as_new" | "context.compacted" | "evidence.archived" | "dispatch.moved" | "work.taken_over" | "fork.started" | "fork.command_replayed" | "write.reused" | "task.finished";
         /**
          * Evidence
          * @description What a finished task can show. Anything missing is listed, never assumed.
@@ -878,6 +918,98 @@ export interface components {
              * @description Older command records and artifact references, moved to the artifact store at continue-as-new: JSON `EvidenceArchive` documents, oldest first, that come before `commands` and `artifacts`. `agent-worker evidence` puts them back in line.
              */
             archived?: components["schemas"]["ArtifactRef"][];
+            /** @description A fork's parent, its step, and the parent's receipts the fork reused. */
+            forked_from?: components["schemas"]["ForkOrigin"] | null;
+        };
+        /**
+         * ForkOrigin
+         * @description A fork's parent, as its evidence and status name it.
+         */
+        ForkOrigin: {
+            /** Parent */
+            parent: string;
+            /** At */
+            at: number;
+            /**
+             * Reused Receipts
+             * @description The original's operation keys the fork's writes were answered from.
+             */
+            reused_receipts?: string[];
+            /**
+             * Replayed Commands
+             * @description The original's commands run again in the fork's sandbox.
+             * @default 0
+             */
+            replayed_commands: number;
+        };
+        /**
+         * ForkRequest
+         * @description A fork to start: the step, and at most one change.
+         */
+        ForkRequest: {
+            /**
+             * At
+             * @description The step (turn) the fork begins with.
+             */
+            at: number;
+            /**
+             * Prompt Edit
+             * @description The fork's prompt.
+             */
+            prompt_edit?: string | null;
+            /**
+             * Agent Version
+             * @description A registered agent to run instead.
+             */
+            agent_version?: string | null;
+            /**
+             * Replay Until
+             * @description Steps before this one replay the original's turns.
+             */
+            replay_until?: number | null;
+            /**
+             * Task Id
+             * @description The fork's id (default: <task>.fork-<hex>).
+             */
+            task_id?: string | null;
+        };
+        /**
+         * ForkResponse
+         * @description The fork started.
+         */
+        ForkResponse: {
+            /** Task Id */
+            task_id: string;
+            /** Parent */
+            parent: string;
+            /** At */
+            at: number;
+        };
+        /**
+         * ForkSpec
+         * @description Where a fork comes from (``TaskSpec.fork``); set by ``agent-worker fork``, the client and the API.
+         */
+        ForkSpec: {
+            /**
+             * Parent
+             * @description The original task's id.
+             */
+            parent: string;
+            /**
+             * At
+             * @description The step (turn) the fork's first turn is.
+             */
+            at: number;
+            /**
+             * Replay Until
+             * @description Steps before this one are answered from the original's recorded turns (its model-call answers), not by the model; None: every step of the fork runs live.
+             */
+            replay_until?: number | null;
+            /**
+             * Changed
+             * @description What the fork changes, for people: 'prompt', 'agent', ... (the spec holds the change).
+             */
+            changed?: string[];
         };
         /**
          * FunctionCall
@@ -1464,6 +1596,50 @@ export interface components {
             started: boolean;
         };
         /**
+         * StepRecord
+         * @description One step (turn) of a task, as ``agent-worker steps`` lists it.
+         */
+        StepRecord: {
+            /** Step */
+            step: number;
+            /**
+             * Run Id
+             * @default
+             */
+            run_id: string;
+            /**
+             * Proposed
+             * @description Tools the turn proposed (call ids).
+             */
+            proposed?: string[];
+            /**
+             * Status
+             * @description 'final', 'proposed', or 'failed' / 'running'.
+             * @default
+             */
+            status: string;
+            /**
+             * Commands
+             * @description Commands run after the turn (argv joined).
+             */
+            commands?: string[];
+            /**
+             * Writes
+             * @description Writes committed after the turn (operation keys).
+             */
+            writes?: string[];
+            /**
+             * Cost Usd
+             * @default 0
+             */
+            cost_usd: number;
+            /**
+             * Model Calls
+             * @default 0
+             */
+            model_calls: number;
+        };
+        /**
          * StreamToken
          * @description A token that opens one task's ``/events`` and ``/stream`` (as ``?access_token=``) until it
          *     expires; nothing else.
@@ -1565,6 +1741,8 @@ export interface components {
              * @description Command records and artifact references the task carries inline. At each continue-as-new and at the end, older ones move to the artifact store (`Evidence.archived`), so the state and the result stay bounded however long the task runs. None: 20 (100, and at continue-as-new only, for a task begun before agent-worker 0.1.0 of 2026-12-04, patch `lean-evidence`).
              */
             inline_evidence?: number | null;
+            /** @description This task is a fork of another at one of its steps (docs/forks.md); set by `agent-worker fork`, the client's `fork` and the API. */
+            fork?: components["schemas"]["ForkSpec"] | null;
         };
         /**
          * TaskStatus
@@ -1620,6 +1798,8 @@ export interface components {
              * @default
              */
             current_agent: string;
+            /** @description A fork's parent and step. */
+            forked_from?: components["schemas"]["ForkOrigin"] | null;
         };
         /**
          * TaskView
@@ -1904,6 +2084,11 @@ export interface components {
              * @description What confirmed it: 'write' (the write's own receipt, returned once its transaction committed), 'lookup' (a lookup after an unknown outcome or at completion); None: older runs, where a completion lookup always confirmed it.
              */
             confirmed_by?: string | null;
+            /**
+             * Reused From
+             * @description A fork's write answered from this task's receipt (the parent's id): the operation key and receipt are the parent's, and nothing was written again.
+             */
+            reused_from?: string | null;
         };
         /**
          * WriteOutcome
@@ -2277,6 +2462,72 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Grant"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    steps_v1_tasks__task_id__steps_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                task_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StepRecord"][];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    fork_v1_tasks__task_id__fork_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                task_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ForkRequest"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ForkResponse"];
                 };
             };
             /** @description Validation Error */

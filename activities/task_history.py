@@ -1,0 +1,262 @@
+"""Reading a task's steps from its Temporal history, and starting a fork of it (docs/forks.md).
+
+The client (``AgentWorkerClient.steps`` / ``fork``), the CLI, the API and the worker's
+``fork.prepare`` all read a task the same way: every run of its chain (continue-as-new followed
+back to the first run), each ``agent.turn``'s input and result, each command's record
+(``sandbox.exec`` and its local twin ``sandbox.exec_here``) and each business write's input and
+receipt, each placed after the turn that proposed it. Light: Temporal's client and the payload
+models only (``tests/test_light_client.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from temporalio.client import Client
+
+if TYPE_CHECKING:
+    from schemas.forks import StepRecord
+
+# Runs of one chain followed back (continue-as-new); a longer chain is read from its newest runs.
+MAX_RUNS = 100
+LOCAL_ACTIVITY_MARKER = "core_local_activity"
+FORK_ID_INFIX = ".fork-"
+TURN, EXEC, EXEC_HERE, WRITE = "agent.turn", "sandbox.exec", "sandbox.exec_here", "business.write"
+LOOKUP = "business.lookup"
+
+
+class ForkRefused(ValueError):
+    """The fork cannot be made as asked (no such task, no such step); the message says why."""
+
+
+@dataclass
+class TurnRecord:
+    """One turn of the task: its input and (once finished) its result, as JSON."""
+
+    input: dict[str, Any]
+    result: dict[str, Any] | None = None
+    run_id: str = ""
+
+
+@dataclass
+class TaskHistory:
+    """What a task's histories say, oldest first."""
+
+    task_id: str
+    start_input: Any = None
+    run_chain: str | None = None
+    task_queue: str | None = None
+    turns: dict[int, TurnRecord] = field(default_factory=dict)
+    # (turn after which it ran, CommandRecord JSON)
+    commands: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    # (turn after which it ran, WriteInput JSON, WriteReceipt JSON): committed by the write's own
+    # answer, or found by a lookup after its answer was lost
+    writes: list[tuple[int, dict[str, Any], dict[str, Any]]] = field(default_factory=list)
+    # Every write sent, by operation key (a lookup's receipt is matched to its write here).
+    sent: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def spec(self) -> dict[str, Any]:
+        """The task's spec as it was started (a bare spec or ``{"spec": ...}``)."""
+        value = self.start_input
+        if isinstance(value, dict) and isinstance(value.get("spec"), dict):
+            return dict(value["spec"])
+        if isinstance(value, dict):
+            return dict(value)
+        raise ForkRefused(f"task {self.task_id}: its start input is not a task spec")
+
+
+async def read_history(client: Client, task_id: str) -> TaskHistory:
+    """Every run of ``task_id``'s chain, read into one ``TaskHistory``.
+
+    Raises:
+        ForkRefused: no task with that id.
+    """
+    from temporalio.service import RPCError, RPCStatusCode
+
+    histories = []
+    run_id: str | None = None
+    try:
+        for _ in range(MAX_RUNS):
+            history = await client.get_workflow_handle(task_id, run_id=run_id).fetch_history()
+            histories.append(history)
+            started = history.events[0].workflow_execution_started_event_attributes
+            run_id = started.continued_execution_run_id or None
+            if run_id is None:
+                break
+    except RPCError as err:
+        if err.status is RPCStatusCode.NOT_FOUND:
+            raise ForkRefused(f"no task {task_id!r}") from None
+        raise
+    read = TaskHistory(task_id)
+    converter = client.data_converter
+    turn = 0
+    for history in reversed(histories):
+        scheduled: dict[int, tuple[str, Any]] = {}
+        for event in history.events:
+            if event.HasField("workflow_execution_started_event_attributes"):
+                attrs = event.workflow_execution_started_event_attributes
+                if read.start_input is None:
+                    [read.start_input] = await converter.decode(list(attrs.input.payloads)) or [None]
+                    read.run_chain = attrs.first_execution_run_id or history.run_id
+                    read.task_queue = attrs.task_queue.name or None
+            elif event.HasField("activity_task_scheduled_event_attributes"):
+                attrs = event.activity_task_scheduled_event_attributes
+                name = attrs.activity_type.name
+                if name in (TURN, EXEC, WRITE, LOOKUP):
+                    [value] = await converter.decode(list(attrs.input.payloads))
+                    scheduled[event.event_id] = (name, value)
+                    if name == TURN:
+                        turn = int(value["turn"])
+                        read.turns[turn] = TurnRecord(input=value, run_id=history.run_id)
+                    elif name == WRITE:
+                        read.sent[str(value["operation_key"])] = value
+            elif event.HasField("activity_task_completed_event_attributes"):
+                attrs = event.activity_task_completed_event_attributes
+                if attrs.scheduled_event_id in scheduled:
+                    name, value = scheduled[attrs.scheduled_event_id]
+                    [result] = await converter.decode(list(attrs.result.payloads))
+                    _completed(read, turn, name, value, result)
+            elif event.HasField("marker_recorded_event_attributes"):
+                attrs = event.marker_recorded_event_attributes
+                if attrs.marker_name != LOCAL_ACTIVITY_MARKER or "result" not in attrs.details:
+                    continue
+                data = json.loads(attrs.details["data"].payloads[0].data)
+                if data.get("activity_type") == EXEC_HERE:
+                    [result] = await converter.decode(list(attrs.details["result"].payloads))
+                    if result is not None:
+                        read.commands.append((turn, result))
+    return read
+
+
+def _completed(read: TaskHistory, turn: int, name: str, value: Any, result: Any) -> None:
+    if name == TURN:
+        read.turns[int(value["turn"])].result = result
+    elif name == EXEC:
+        read.commands.append((turn, result))
+    elif name == WRITE:
+        read.writes.append((turn, value, result))
+    elif name == LOOKUP and isinstance(result, dict) and isinstance(result.get("receipt"), dict):
+        # A write whose answer was lost, found by its lookup (a completion's lookup of a write
+        # already answered adds nothing).
+        key = str(value.get("operation_key"))
+        known = {str(r.get("operation_key")) for _, _, r in read.writes if r.get("outcome") == "committed"}
+        if key in read.sent and key not in known and result["receipt"].get("outcome") == "committed":
+            read.writes.append((turn, read.sent[key], result["receipt"]))
+
+
+def steps_of(read: TaskHistory) -> list[StepRecord]:
+    """The task's steps (turns), each with what it proposed and what ran after it."""
+    from schemas.forks import StepRecord
+
+    steps = []
+    for number in sorted(read.turns):
+        record = read.turns[number]
+        result = record.result or {}
+        usage = result.get("usage") or {}
+        steps.append(
+            StepRecord(
+                step=number,
+                run_id=record.run_id,
+                status=result.get("status", "failed or running") if record.result else "failed or running",
+                proposed=[f"{a.get('tool')} ({a.get('call_id')})" for a in result.get("proposed", [])],
+                commands=[" ".join(c.get("argv", [])) for t, c in read.commands if t == number],
+                writes=[
+                    f"{r.get('operation_key')} {r.get('outcome')}" for t, _, r in read.writes if t == number
+                ],
+                cost_usd=float(usage.get("cost_usd", 0.0)),
+                model_calls=int(usage.get("model_calls", 0)),
+            )
+        )
+    return steps
+
+
+def fork_spec(
+    read: TaskHistory,
+    at: int,
+    *,
+    prompt_edit: str | None = None,
+    agent_version: str | None = None,
+    model: str | None = None,
+    replay_until: int | None = None,
+) -> dict[str, Any]:
+    """The fork's ``TaskSpec`` (JSON): the parent's, with the change asked for and ``fork`` set.
+
+    Raises:
+        ForkRefused: the task has no such step, or nothing asks for a fork that could differ.
+    """
+    if at not in read.turns:
+        last = max(read.turns, default=0)
+        raise ForkRefused(f"task {read.task_id} has steps 1 to {last}; there is no step {at}")
+    if replay_until is not None and replay_until <= at:
+        raise ForkRefused(f"--replay-until must come after --at ({at}), not {replay_until}")
+    spec = read.spec()
+    changed = []
+    if prompt_edit is not None:
+        spec["prompt"], changed = prompt_edit, [*changed, "prompt"]
+    if agent_version is not None:
+        spec["agent"], changed = agent_version, [*changed, "agent"]
+    if model is not None:
+        # A task's model comes from its agent's registration; no per-task override exists yet.
+        raise ForkRefused(
+            "--model is not supported yet: a task's model is its agent's registration's; register the "
+            "agent on that model under another name and fork with --agent-version NAME"
+        )
+    spec.pop("thread", None)  # a fork continues its parent's conversation, not the thread's
+    spec["fork"] = {"parent": read.task_id, "at": at, "replay_until": replay_until, "changed": changed}
+    return spec
+
+
+async def parent_of(client: Client, task_id: str) -> tuple[str, int] | None:
+    """The task a fork was forked from, and the step (None: not a fork, or no such task). Reads the
+    first event of the task's latest run only."""
+    from temporalio.service import RPCError
+
+    try:
+        async for event in client.get_workflow_handle(task_id).fetch_history_events():
+            attrs = event.workflow_execution_started_event_attributes
+            [value] = await client.data_converter.decode(list(attrs.input.payloads)) or [None]
+            spec = value.get("spec", value) if isinstance(value, dict) else None
+            fork = spec.get("fork") if isinstance(spec, dict) else None
+            return (str(fork["parent"]), int(fork["at"])) if isinstance(fork, dict) else None
+    except RPCError:
+        return None
+    return None
+
+
+async def forks_of(client: Client, task_id: str, limit: int = 100) -> list[str]:
+    """Forks of ``task_id`` started with the default ids (``<parent>.fork-<hex>``), found through
+    visibility: a fork given an id of its own names its parent in its own tree, not here."""
+    from temporalio.service import RPCError
+
+    found: list[str] = []
+    query = f"WorkflowId STARTS_WITH '{task_id}{FORK_ID_INFIX}'"
+    try:
+        async for execution in client.list_workflows(query, page_size=limit):
+            if execution.id not in found and execution.id[len(task_id) + len(FORK_ID_INFIX) :].isalnum():
+                found.append(execution.id)
+            if len(found) >= limit:
+                break
+    except RPCError:
+        return found
+    return sorted(found)
+
+
+def new_fork_id(parent: str) -> str:
+    """A new task id for a fork of ``parent``."""
+    return f"{parent[:180]}{FORK_ID_INFIX}{uuid.uuid4().hex[:8]}"
+
+
+__all__ = [
+    "ForkRefused",
+    "TaskHistory",
+    "TurnRecord",
+    "fork_spec",
+    "forks_of",
+    "new_fork_id",
+    "parent_of",
+    "read_history",
+    "steps_of",
+]

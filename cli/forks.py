@@ -1,0 +1,118 @@
+"""``agent-worker fork`` and ``agent-worker steps``: forks of a task at one of its steps (docs/forks.md).
+
+``steps TASK`` lists a task's steps (its turns) from its history: what each proposed, the commands
+and writes that ran after it. ``fork TASK --at STEP`` starts a new task with the original's state
+there; the original's committed writes are never repeated. ``events`` shows the fork tree
+(``fork_tree``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import TYPE_CHECKING, Any, TextIO
+
+from cli.context import CliContext
+from cli.errors import CliError
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
+
+__all__ = ["fork_tree", "register"]
+
+# Ancestors followed up from a task (a fork of a fork of ...).
+MAX_DEPTH = 20
+
+
+def register(sub: Any) -> None:
+    """Add ``fork`` and ``steps``."""
+    fork = sub.add_parser("fork", help="start a new task from another's state at one of its steps")
+    fork.add_argument("task_id")
+    fork.add_argument("--at", type=int, required=True, help="the step (turn) the fork begins with")
+    change = fork.add_mutually_exclusive_group()
+    change.add_argument("--prompt-edit", help="the fork's prompt, in place of the original's")
+    change.add_argument("--model", help="not supported yet (a task's model is its agent's registration's)")
+    change.add_argument("--agent-version", help="run the fork on this registered agent instead")
+    fork.add_argument(
+        "--replay-until", type=int, help="answer the steps before this one from the original's turns"
+    )
+    fork.add_argument("--id", help="the fork's task id (default: <task>.fork-<hex>)")
+    fork.add_argument("--json", action="store_true")
+    fork.set_defaults(handler=cmd_fork)
+
+    steps = sub.add_parser("steps", help="a task's steps (turns): what each proposed and what ran after it")
+    steps.add_argument("task_id")
+    steps.add_argument("--json", action="store_true")
+    steps.set_defaults(handler=cmd_steps)
+
+
+async def cmd_fork(args: argparse.Namespace, ctx: CliContext, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    tasks = await ctx.tasks()
+    try:
+        ref = await tasks.fork(
+            args.task_id,
+            at=args.at,
+            prompt_edit=args.prompt_edit,
+            agent_version=args.agent_version,
+            model=args.model,
+            replay_until=args.replay_until,
+            fork_id=args.id,
+        )
+    except ValueError as err:
+        raise CliError(str(err)) from None
+    if args.json:
+        print(json.dumps({"task_id": ref.task_id, "parent": args.task_id, "at": args.at}), file=out)
+    else:
+        print(f"started fork {ref.task_id} of {args.task_id} at step {args.at}", file=out)
+    return 0
+
+
+async def cmd_steps(args: argparse.Namespace, ctx: CliContext, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    tasks = await ctx.tasks()
+    try:
+        steps = await tasks.steps(args.task_id)
+    except ValueError as err:
+        raise CliError(str(err)) from None
+    if args.json:
+        for step in steps:
+            print(step.model_dump_json(), file=out)
+        return 0
+    print(f"{'STEP':<5} {'STATUS':<18} {'PROPOSED':<40} AFTER IT", file=out)
+    for step in steps:
+        after = [f"ran: {c}" for c in step.commands] + [f"wrote: {w}" for w in step.writes]
+        print(
+            f"{step.step:<5} {step.status:<18} {', '.join(step.proposed) or '-':<40} {'; '.join(after)}",
+            file=out,
+        )
+    return 0
+
+
+async def fork_tree(client: Client, task_id: str) -> list[str]:
+    """The fork tree around ``task_id`` (its ancestors, itself, its forks), one line each; empty when
+    the task is no fork and has none."""
+    from activities.task_history import forks_of, parent_of
+
+    chain: list[tuple[str, int | None]] = [(task_id, None)]
+    for _ in range(MAX_DEPTH):
+        found = await parent_of(client, chain[0][0])
+        if found is None:
+            break
+        parent, at = found
+        chain[0] = (chain[0][0], at)
+        chain.insert(0, (parent, None))
+    children = await forks_of(client, task_id)
+    if len(chain) == 1 and not children:
+        return []
+    lines = ["fork tree:"]
+    for depth, (task, at) in enumerate(chain):
+        mark = "" if depth == 0 else "  " * (depth - 1) + "└─ "
+        here = "  <- this task" if task == task_id else ""
+        lines.append(f"  {mark}{task}{f' (fork at step {at})' if at else ''}{here}")
+    for child in children:
+        found = await parent_of(client, child)
+        at = f" (fork at step {found[1]})" if found else ""
+        lines.append(f"  {'  ' * (len(chain) - 1)}└─ {child}{at}")
+    return lines
