@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from schemas.visibility import WORKFLOW_TYPE
 from tests.helpers.matrix import Record, record
 from tests.helpers.support import HISTORY_IDS, replay_committed
 from workflows.patches import FOLDED_AT_0_2
@@ -111,7 +112,7 @@ def started_release(history_file: Path) -> str | None:
 def is_task(history_file: Path) -> bool:
     """Whether a committed history is an ``AgentTask`` run (not the doctor's or the reaper's)."""
     started = json.loads(history_file.read_text())["events"][0]["workflowExecutionStartedEventAttributes"]
-    return started["workflowType"]["name"] == "AgentTask"
+    return started["workflowType"]["name"] == WORKFLOW_TYPE
 
 
 def test_histories_of_the_current_code_are_0_2_runs_without_a_folded_patch_s_marker() -> None:
