@@ -142,7 +142,8 @@ LEAN_EVIDENCE_PATCH = "lean-evidence"
 # Forks (issue 41, docs/forks.md): a task whose spec names a parent (``TaskSpec.fork``) takes the
 # parent's state at a step (``fork.prepare``), runs the parent's earlier commands again in its own
 # sandbox, and answers a write the parent committed from the parent's receipt (``workflows.fork``).
-# Asked in the first activation of a fork's run only (no other task carries its marker). 0.2.0, 2026-12-05, da612b4.
+# Asked in the first activation of a fork's run only (no other task carries its marker), right after
+# ``PATCHES_AT_START`` and before any local activity. 0.2.0, 2026-12-05, da612b4.
 FORK_PATCH = "fork"
 
 # The patches of ``PATCHES_AT_START`` declared before ``ONE_MARKER_PATCH``, in the order they are asked.
