@@ -9,6 +9,7 @@
     POST /v1/tasks/{id}/stream-token        a short-lived token to follow it from a browser
     GET  /v1/tasks/{id}/events              its events as Server-Sent Events (``Last-Event-ID`` resumes)
     GET  /v1/tasks/{id}/stream              its live stream (tokens, steps) as Server-Sent Events
+    POST /v1/agui                           a task's run as AG-UI events (``api.agui``, docs/ag-ui.md)
     GET  /healthz                           "ok", without authentication
 
 **Who.** The web inbox's authentication (``inbox.auth``): in ``token`` mode a bearer token
@@ -42,6 +43,7 @@ from temporalio.client import Client
 
 from activities.stores.streams import StreamBackend
 from agent_worker.client import AgentWorkerClient
+from api.agui import add_agui_routes
 from api.guard import PRINCIPAL, Guard
 from api.stream_tokens import StreamTokens
 from api.streams import follow_events, follow_task, resume_after
@@ -332,6 +334,10 @@ def build_api(client: Client, config: ApiConfig) -> FastAPI:
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
+
+    add_agui_routes(
+        app, principal=principal, visible=visible, service=service, tasks=tasks, streams=config.streams
+    )
 
     @app.get("/v1/tasks/{task_id:path}", response_model=TaskView)
     async def read(task_id: str, who: Caller) -> TaskView:
