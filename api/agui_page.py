@@ -6,7 +6,7 @@ messages as their tokens arrive, the tool calls with their arguments, and the ta
 interrupt (an approval the caller may decide) shows Approve and Reject buttons that answer it with
 the next run's ``resume``. A run cut before its end is run again after the last cursor seen.
 
-What it saw is also in ``window.agui`` (events, cursor, problems), for tests.
+What it saw is also in ``window.agui`` (events, cursor, runs, cuts, problems), for tests.
 """
 
 PAGE = r"""<!doctype html>
@@ -30,7 +30,7 @@ const params = new URLSearchParams(location.search);
 const hash = new URLSearchParams(location.hash.slice(1));
 const task = params.get("task") || "";
 const token = hash.get("token") || params.get("token") || "";
-const agui = window.agui = { events: [], cursor: null, problems: [], runs: 0, finished: null };
+const agui = window.agui = { events: [], cursor: null, problems: [], runs: 0, cuts: [], finished: null };
 document.getElementById("task").textContent = task;
 
 function el(tag, cls, text) {
@@ -116,7 +116,7 @@ async function run(resume) {
     forwardedProps: agui.cursor === null ? {} : { cursor: agui.cursor },
   };
   if (resume) input.resume = resume;
-  let ended = false;
+  let ended = false, broke = null;
   try {
     const reply = await fetch("/v1/agui", {
       method: "POST",
@@ -142,9 +142,10 @@ async function run(resume) {
       }
     }
   } catch (err) {
-    agui.problems.push("cut: " + err);
+    broke = String(err);
   }
   if (!ended) {  // the connection was cut before the run's end: go on after the last cursor
+    agui.cuts.push(broke || "ended early");
     document.getElementById("status").textContent = "(reconnecting)";
     setTimeout(() => run(), 1000);
   } else {

@@ -2,7 +2,8 @@
 model streams (a local OpenAI-compatible server, slowly on purpose) and the API: the doc's Node
 example with the official ``@ag-ui/client`` follows a task, sees its tokens, is cut mid-message and
 resumes with its cursor, answers the approval interrupt, and sees the task complete; the API's page
-in headless Chromium renders the tokens and answers the approval with a click; the translation
+in headless Chromium has its connection broken mid-answer, resumes, renders the tokens and answers
+the approval with a click; an answer sent twice is reported, not sent twice; the translation
 resumes whole from any cursor; and the route is behind the API's guard like the others."""
 
 from __future__ import annotations
@@ -195,15 +196,44 @@ async def test_the_node_example_follows_resumes_after_a_cut_and_answers_the_appr
     await assert_replays(agui_env.client, handle.id)
 
 
-async def test_the_page_renders_tokens_and_answers_the_approval_in_chromium(agui_env: TaskEnv) -> None:
-    """The API's page (`GET /agui`), in headless Chromium, shows the first answer's text as its
-    tokens arrive, the write's arguments and an Approve button for the interrupt; a click approves
-    (through the decision path, as finance-lead), and the page shows the second answer and the task
-    completed."""
+class CutFirstRun:
+    """The API, except that the first AG-UI run's connection breaks after ``frames`` SSE frames, as a
+    network that drops mid-answer: the response is abandoned (an exception, so the server closes
+    the connection without ending the chunked body) and the browser's read fails."""
+
+    def __init__(self, app: Any, frames: int) -> None:
+        self.app, self.frames, self.cut = app, frames, False
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if self.cut or scope["type"] != "http" or scope["path"] != "/v1/agui":
+            await self.app(scope, receive, send)
+            return
+        self.cut = True
+        sent = 0
+
+        async def sending(message: Any) -> None:
+            nonlocal sent
+            if message["type"] == "http.response.body" and message.get("body"):
+                sent += 1
+                if sent > self.frames:
+                    raise ConnectionResetError("the test cut the connection")
+            await send(message)
+
+        await self.app(scope, receive, sending)
+
+
+async def test_the_page_renders_tokens_resumes_after_a_cut_and_answers_the_approval_in_chromium(
+    agui_env: TaskEnv,
+) -> None:
+    """The API's page (`GET /agui`), in headless Chromium: its first run's connection breaks after
+    15 frames, in the middle of the first answer; the page runs again after its last cursor and
+    shows the answer whole, once, token by token (one content event per word), then the write's
+    arguments and an Approve button for the interrupt; a click approves (through the decision
+    path, as finance-lead), and the page shows the second answer and the task completed."""
     handle = await agui_env.start(SPEC)
     driver = await asyncio.to_thread(chromium)
     try:
-        async with serving(api_app(agui_env), "127.0.0.1:0") as url:
+        async with serving(CutFirstRun(api_app(agui_env), 15), "127.0.0.1:0") as url:
             await asyncio.to_thread(driver.get, f"{url}/agui?task={handle.id}#token={LEAD}")
 
             def script(code: str) -> Any:
@@ -213,22 +243,22 @@ async def test_the_page_renders_tokens_and_answers_the_approval_in_chromium(agui
                 assert not await asyncio.to_thread(script, "return window.agui.problems")
                 return await asyncio.to_thread(script, "return document.getElementById('log').innerText")
 
-            async def partial() -> bool:
-                return bool((await text()).strip())
-
-            await until(partial, 90, "the page to show the first tokens")
-
             async def asked() -> bool:
+                await text()
                 return await asyncio.to_thread(script, "return !!document.getElementById('approve-0')")
 
             await until(asked, 90, "the page to show the approval")
             shown = await text()
-            assert FIRST in shown and 'record_value {"value": "42"}' in shown, shown
+            assert shown.count(FIRST) == 1 and 'record_value {"value": "42"}' in shown, shown
+            cuts = await asyncio.to_thread(script, "return window.agui.cuts")
+            assert len(cuts) == 1, cuts  # the page saw its first run break, and ran again
             kinds = await asyncio.to_thread(script, "return window.agui.events")
             assert kinds.count("TEXT_MESSAGE_CONTENT") == len(re.findall(r"\S+", FIRST))  # token by token
-            assert (await asyncio.to_thread(script, "return document.getElementById('phase').innerText")) == (
-                "awaiting_approval"
-            )
+            assert kinds.count("RUN_STARTED") == 2
+            cut_run = kinds[: kinds.index("RUN_STARTED", 1)]
+            assert "TEXT_MESSAGE_CONTENT" in cut_run and "TEXT_MESSAGE_END" not in cut_run  # mid-message
+            phase = await asyncio.to_thread(script, "return document.getElementById('phase').innerText")
+            assert phase == "awaiting_approval"
             await asyncio.to_thread(script, "document.getElementById('approve-0').click()")
 
             async def done() -> bool:
