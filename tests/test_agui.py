@@ -336,7 +336,8 @@ def test_a_run_resumed_from_any_cursor_makes_the_same_messages() -> None:
 
 async def test_the_route_refuses_a_missing_token_and_an_oversized_body(env: TaskEnv) -> None:
     """POST /v1/agui without a bearer token is refused (401) and with a body over
-    api_max_body_bytes too (413), before the task is looked at; a task the caller may not see is 404."""
+    api_max_body_bytes too (413), before the task is looked at; a task the caller may not see is 404;
+    a run counts as an open stream (429 past api_max_streams, where a plain read still answers)."""
     config = ApiConfig(
         auth=Authenticator("token", TOKENS),
         task_queue=env.task_queue,
@@ -353,6 +354,15 @@ async def test_the_route_refuses_a_missing_token_and_an_oversized_body(env: Task
         assert oversized.status_code == 413, oversized.text
         missing = await api.post("/v1/agui", json=run, headers={"Authorization": f"Bearer {LEAD}"})
         assert missing.status_code == 404, missing.text
+    # A run is one of the caller's open streams: with none allowed, it is refused before the task is read.
+    full = ApiConfig(auth=Authenticator("token", TOKENS), task_queue=env.task_queue, max_streams=0)
+    transport = httpx.ASGITransport(app=build_api(env.client, full))
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as api:
+        refused = await api.post("/v1/agui", json=run, headers={"Authorization": f"Bearer {LEAD}"})
+        assert refused.status_code == 429, refused.text
+        assert (
+            await api.get("/v1/tasks/acme/nothing", headers={"Authorization": f"Bearer {LEAD}"})
+        ).status_code == 404
 
 
 def run_events(body: str) -> list[dict[str, Any]]:
