@@ -73,6 +73,8 @@ from schemas.tasks import TaskPhase
 # once per blocking read).
 STATE_SECONDS = 0.5
 INTERRUPT_REASON = "approval"
+# Answers one run may carry (each is a round trip to the task).
+MAX_ANSWERS = 50
 # The inbox's status for a decision on a request that is no longer pending.
 NOT_PENDING = 409
 # The JSON Schema of an interrupt's answer (``resume[].payload``), for a client to build its form.
@@ -130,8 +132,11 @@ async def answer_interrupts(
     service: InboxService, task_id: str, who: str, view: TaskView, run: RunAgentInput
 ) -> list[BaseEvent]:
     """Send the run's ``resume`` answers as ``who``'s decisions; events for those not accepted."""
-    events: list[BaseEvent] = []
-    for entry in run.resume or []:
+    entries = run.resume or []
+    if len(entries) > MAX_ANSWERS:
+        raise HTTPException(422, f"a run answers at most {MAX_ANSWERS} interrupts ({len(entries)} given)")
+    answers: list[tuple[str, str, str, InterruptAnswer]] = []
+    for entry in entries:  # all checked before any is sent
         request_id, version = parse_interrupt_id(entry.interrupt_id)
         if entry.status != "resolved":
             continue
@@ -139,6 +144,9 @@ async def answer_interrupts(
             answer = InterruptAnswer.model_validate(entry.payload or {})
         except ValidationError as err:
             raise HTTPException(422, f"resume {entry.interrupt_id!r}: {err.errors()[0]['msg']}") from None
+        answers.append((entry.interrupt_id, request_id, version, answer))
+    events: list[BaseEvent] = []
+    for given_id, request_id, version, answer in answers:
         form = {"request_id": request_id, "version": version, "decision": answer.decision.value}
         if answer.reason:
             form["reason"] = answer.reason
@@ -156,7 +164,7 @@ async def answer_interrupts(
             if outcome.accepted:
                 continue
             detail = outcome.detail
-        value = {"interruptId": entry.interrupt_id, "detail": detail}
+        value = {"interruptId": given_id, "detail": detail}
         events.append(CustomEvent(name="decision.ignored", value=value))
     return events
 
