@@ -12,6 +12,7 @@
     GET  /v1/tasks/{id}/events              its events as Server-Sent Events (``Last-Event-ID`` resumes)
     GET  /v1/tasks/{id}/stream              its live stream (tokens, steps) as Server-Sent Events
     GET  /v1/tasks/{id}/steps               its steps, and POST .../fork a fork at one (``api.forks``)
+    POST /v1/agui                           a task's run as AG-UI events (``api.agui``, docs/ag-ui.md)
     GET  /healthz                           "ok", without authentication
 
 **Who.** The web inbox's authentication (``inbox.auth``): in ``token`` mode a bearer token
@@ -46,6 +47,7 @@ from temporalio.client import Client
 from activities.grants import GrantStore
 from activities.stores.streams import StreamBackend
 from agent_worker.client import AgentWorkerClient
+from api.agui import add_agui_routes
 from api.forks import add_fork_routes
 from api.grants import mount_grant_routes
 from api.guard import PRINCIPAL, Guard
@@ -371,6 +373,9 @@ def build_api(client: Client, config: ApiConfig) -> FastAPI:
         return spec.tenant if spec else "default"
 
     add_fork_routes(app, tasks, visible, Caller, scoped_task_id, tenant_of)
+    add_agui_routes(
+        app, principal=principal, visible=visible, service=service, tasks=tasks, streams=config.streams
+    )
 
     @app.get("/v1/tasks/{task_id:path}", response_model=TaskView)
     async def read(task_id: str, who: Caller) -> TaskView:

@@ -15,7 +15,8 @@ In this order, as an ASGI middleware around the FastAPI application:
    403), be JSON (``Content-Type: application/json``, 415) and hold at most ``api_max_body_bytes``
    (413, by its ``Content-Length`` before reading, or as its chunks arrive). It is read here, whole
    and bounded, and handed to the route.
-5. **Streams**: a principal holds at most ``api_max_streams`` event streams at once (429).
+5. **Streams**: a principal holds at most ``api_max_streams`` event streams at once (429); an AG-UI
+   run (``POST /v1/agui``) is one.
 
 The principal found is passed to the routes in the ASGI scope (``PRINCIPAL``).
 """
@@ -40,6 +41,8 @@ PRINCIPAL = "agent_worker.principal"
 ALLOWED_METHODS = "GET, POST"
 ALLOWED_HEADERS = "Authorization, Content-Type, Last-Event-ID"
 PREFLIGHT_MAX_AGE = "600"
+# The AG-UI endpoint (``api.agui``): a POST whose answer is a stream.
+AGUI_PATH = "/v1/agui"
 
 
 class Guard:
@@ -106,7 +109,7 @@ class Guard:
             if body is None:
                 return
             receive = _replay(body, receive)
-        if stream_route(method, path) is None:
+        if stream_route(method, path) is None and (method, path) != ("POST", AGUI_PATH):
             await self.app(scope, receive, send)
             return
         if self.streams[who] >= self.max_streams:
@@ -227,4 +230,4 @@ async def _answer(send: Send, status: int, detail: str, headers: dict[str, str] 
     await send({"type": "http.response.body", "body": body})
 
 
-__all__ = ["PRINCIPAL", "Guard"]
+__all__ = ["AGUI_PATH", "PRINCIPAL", "Guard"]

@@ -8,7 +8,9 @@ Kinds (``StreamKind``):
 
 - ``token``: text the model wrote (``data.text``), in order; a call answered from the journal (a
   retried turn) or by a model that does not stream is one ``token`` entry with its whole text;
-- ``tool_call``: the model started a tool call (``data.name``, ``data.call_id``);
+- ``tool_call``: the model made a tool call (``data.name``, ``data.call_id``, and ``data.arguments``,
+  its JSON arguments as the model wrote them, left out past 8,000 characters: then
+  ``data.arguments_chars`` says how long they were);
 - ``tool_result``: a read tool that ran inside the turn finished (``data.name``, ``data.output``
   cut to a preview);
 - ``step``: a boundary: ``data.step`` is ``turn.started``, ``turn.finished`` (with ``status``),

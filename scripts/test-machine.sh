@@ -13,6 +13,8 @@
 # - The sandbox image (`agent-worker sandbox-image`), built once and cached by the daemon.
 # - The TypeScript client (clients/typescript): its pinned npm packages (`npm ci`, again only when
 #   package-lock.json changed) and its build (`tsc`).
+# - The AG-UI example (clients/agui-node): its pinned `@ag-ui/client` (`npm ci`, again only when its
+#   package-lock.json changed), for tests/test_agui.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-.venv/bin}
@@ -58,4 +60,8 @@ fi
   cd clients/typescript
   [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund --loglevel=error
   npm run --silent build
+)
+(
+  cd clients/agui-node
+  [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund --loglevel=error
 )

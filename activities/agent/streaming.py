@@ -55,6 +55,9 @@ MAX_PENDING = 20_000
 # How long the end of a turn waits for its last entries to be written.
 CLOSE_SECONDS = 2.0
 PREVIEW_CHARS = 2_000
+# A tool call's arguments (JSON text) ride on its ``tool_call`` entry up to this size; longer ones
+# are left out (``arguments_chars`` says how long they were), so a stream entry stays small.
+ARGUMENTS_CHARS = 8_000
 # A secret can arrive split across token deltas: the trailing run of non-space characters (up to
 # this many) waits for the next delta, so that redaction sees it whole.
 HELD_TOKEN_CHARS = 256
@@ -176,7 +179,7 @@ class TurnStream:
             self.emit("token", {"text": text})
         for item in response.output:
             if getattr(item, "type", None) == "function_call":
-                self.emit("tool_call", {"name": item.name, "call_id": item.call_id})
+                self.emit("tool_call", tool_call_data(item))
 
     def tool_result(self, name: str, call_id: str | None, output: object) -> None:
         """A read tool finished inside the turn (its output cut to a preview)."""
@@ -326,9 +329,10 @@ class StreamingModel(Model):
         if kind == "response.output_text.delta" and event.delta:
             self.stream.call_streamed = True
             self.stream.emit("token", {"text": event.delta})
-        elif kind == "response.output_item.added" and getattr(event.item, "type", None) == "function_call":
+        elif kind == "response.output_item.done" and getattr(event.item, "type", None) == "function_call":
+            # On ``done``, not ``added``: only then are the call's arguments whole.
             self.stream.call_streamed = True
-            self.stream.emit("tool_call", {"name": event.item.name, "call_id": event.item.call_id})
+            self.stream.emit("tool_call", tool_call_data(event.item))
         elif kind == "response.completed":
             return event.response
         elif kind in ("response.failed", "response.incomplete", "error", "response.error"):
@@ -340,6 +344,17 @@ class StreamingModel(Model):
 
     def get_retry_advice(self, request: Any) -> Any:
         return self.inner.get_retry_advice(request)
+
+
+def tool_call_data(item: Any) -> dict[str, Any]:
+    """A ``tool_call`` entry's data: the call's name, id and (up to ``ARGUMENTS_CHARS``) arguments."""
+    data: dict[str, Any] = {"name": item.name, "call_id": item.call_id}
+    arguments = getattr(item, "arguments", None) or ""
+    if len(arguments) <= ARGUMENTS_CHARS:
+        data["arguments"] = arguments
+    else:
+        data["arguments_chars"] = len(arguments)
+    return data
 
 
 def _stream_no_more(label: str, answer: str) -> None:
@@ -401,4 +416,4 @@ def _usage(response: Any) -> Usage:
     return found
 
 
-__all__ = ["StreamingModel", "TurnStream", "response_text"]
+__all__ = ["StreamingModel", "TurnStream", "response_text", "tool_call_data"]

@@ -257,6 +257,29 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/agui": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Agui
+         * @description One AG-UI run of the task named by ``threadId`` (docs/ag-ui.md): its live stream as AG-UI
+         *     events, its state as snapshots, until it closes or waits for the caller's approval (an
+         *     interrupt, answered by the next run's ``resume``). ``Last-Event-ID`` (or
+         *     ``forwardedProps.cursor``) starts after that cursor.
+         */
+        post: operations["agui_v1_agui_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/tasks/{task_id}": {
         parameters: {
             query?: never;
@@ -304,6 +327,36 @@ export interface components {
          * @enum {string}
          */
         ActionStatus: "executed" | "edited" | "rejected" | "denied" | "failed" | "not_run" | "expired" | "answered" | "responded";
+        /**
+         * ActivityMessage
+         * @description Structured progress that is not conversation content, materialised as a
+         *     message so it keeps its place in the sequence. Stands alone rather than
+         *     composing BaseMessage, because its content is an object rather than a
+         *     string.
+         */
+        ActivityMessage: {
+            /** Subagentrunid */
+            subagentRunId?: string | null;
+            /** Id */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            role: "activity";
+            /** Activitytype */
+            activityType: string;
+            /** Content */
+            content: {
+                [key: string]: unknown;
+            };
+            /** Metadata */
+            metadata?: {
+                [key: string]: unknown;
+            } | null;
+        } & {
+            [key: string]: unknown;
+        };
         /**
          * AnswerType
          * @description What kind of answer a question takes.
@@ -427,6 +480,55 @@ export interface components {
              * @default application/octet-stream
              */
             media_type: string;
+        };
+        /**
+         * AssistantMessage
+         * @description A message from the agent. Content is optional because a turn may consist
+         *     only of tool calls.
+         */
+        AssistantMessage: {
+            /** Subagentrunid */
+            subagentRunId?: string | null;
+            /** Id */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            role: "assistant";
+            /** Name */
+            name?: string | null;
+            /** Encryptedvalue */
+            encryptedValue?: string | null;
+            /** Metadata */
+            metadata?: {
+                [key: string]: unknown;
+            } | null;
+            /** Content */
+            content?: string | null;
+            /** Toolcalls */
+            toolCalls?: components["schemas"]["ToolCall"][] | null;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * AudioPart
+         * @description An audio part.
+         */
+        AudioPart: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "audio";
+            /** Id */
+            id?: string | null;
+            /** Source */
+            source: components["schemas"]["DataSource"] | components["schemas"]["UrlSource"] | components["schemas"]["FileSource"];
+            /** Metadata */
+            metadata?: unknown | null;
+        } & {
+            [key: string]: unknown;
         };
         /**
          * BatchView
@@ -659,6 +761,36 @@ export interface components {
             takeover_seconds?: number | null;
         };
         /**
+         * Context
+         * @description A named piece of ambient information given to the agent for the run,
+         *     distinct from the conversation.
+         */
+        Context: {
+            /** Description */
+            description: string;
+            /** Value */
+            value: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * DataSource
+         * @description Bytes carried inline.
+         */
+        DataSource: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "data";
+            /** Value */
+            value: string;
+            /** Mimetype */
+            mimeType: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
          * DecisionKind
          * @description What a principal decided about an approval request.
          * @enum {string}
@@ -825,6 +957,52 @@ export interface components {
             reason?: string | null;
         };
         /**
+         * DeveloperMessage
+         * @description Instructions from the application developer.
+         */
+        DeveloperMessage: {
+            /** Subagentrunid */
+            subagentRunId?: string | null;
+            /** Id */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            role: "developer";
+            /** Name */
+            name?: string | null;
+            /** Encryptedvalue */
+            encryptedValue?: string | null;
+            /** Metadata */
+            metadata?: {
+                [key: string]: unknown;
+            } | null;
+            /** Content */
+            content: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * DocumentPart
+         * @description A document part.
+         */
+        DocumentPart: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "document";
+            /** Id */
+            id?: string | null;
+            /** Source */
+            source: components["schemas"]["DataSource"] | components["schemas"]["UrlSource"] | components["schemas"]["FileSource"];
+            /** Metadata */
+            metadata?: unknown | null;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
          * EffectClass
          * @description How a tool's call is run.
          *
@@ -922,6 +1100,29 @@ export interface components {
             forked_from?: components["schemas"]["ForkOrigin"] | null;
         };
         /**
+         * FileSource
+         * @description Bytes already at the provider, named by a handle the provider issued: an
+         *     OpenAI or Anthropic file id, a Gemini file URI, a storage URL only that
+         *     provider can read. No bytes travel and nothing is fetched. Only the
+         *     provider that minted the handle can resolve it; a peer that cannot drops
+         *     the part as it drops any part it cannot use.
+         */
+        FileSource: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "file";
+            /** Value */
+            value: string;
+            /** Provider */
+            provider?: string | null;
+            /** Mimetype */
+            mimeType?: string | null;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
          * ForkOrigin
          * @description A fork's parent, as its evidence and status name it.
          */
@@ -1013,11 +1214,23 @@ export interface components {
         };
         /**
          * FunctionCall
+         * @description The name and arguments of a tool call.
+         */
+        "FunctionCall-Input": {
+            /** Name */
+            name: string;
+            /** Arguments */
+            arguments: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * FunctionCall
          * @description A call of one of the agent's own async functions, declared with ``effect_tool``: it runs as
          *     its own activity (``tool.call``) with the tool's timeout and attempts, under an operation key
          *     passed in the function's key parameter.
          */
-        FunctionCall: {
+        "FunctionCall-Output": {
             /**
              * @description discriminator enum property added by openapi-typescript
              * @enum {string}
@@ -1170,6 +1383,25 @@ export interface components {
              * Format: date-time
              */
             received_at: string;
+        };
+        /**
+         * ImagePart
+         * @description An image part.
+         */
+        ImagePart: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "image";
+            /** Id */
+            id?: string | null;
+            /** Source */
+            source: components["schemas"]["DataSource"] | components["schemas"]["UrlSource"] | components["schemas"]["FileSource"];
+            /** Metadata */
+            metadata?: unknown | null;
+        } & {
+            [key: string]: unknown;
         };
         /**
          * InputFile
@@ -1357,7 +1589,7 @@ export interface components {
                 [key: string]: unknown;
             };
             /** Operation */
-            operation: components["schemas"]["SandboxCommand"] | components["schemas"]["BusinessWrite"] | components["schemas"]["Delegation"] | components["schemas"]["FunctionCall"] | components["schemas"]["McpCall"] | components["schemas"]["BudgetRaise"] | components["schemas"]["Question"];
+            operation: components["schemas"]["SandboxCommand"] | components["schemas"]["BusinessWrite"] | components["schemas"]["Delegation"] | components["schemas"]["FunctionCall-Output"] | components["schemas"]["McpCall"] | components["schemas"]["BudgetRaise"] | components["schemas"]["Question"];
             /** Version */
             version: string;
             /**
@@ -1427,6 +1659,32 @@ export interface components {
             veto: boolean;
         };
         /**
+         * ReasoningMessage
+         * @description A span of the agent's reasoning, materialised as a message. Stands alone
+         *     rather than composing BaseMessage, because it carries no name.
+         */
+        ReasoningMessage: {
+            /** Subagentrunid */
+            subagentRunId?: string | null;
+            /** Id */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            role: "reasoning";
+            /** Content */
+            content: string;
+            /** Encryptedvalue */
+            encryptedValue?: string | null;
+            /** Metadata */
+            metadata?: {
+                [key: string]: unknown;
+            } | null;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
          * Remember
          * @description What an approver asks to remember with an ``approve`` (``ApprovalDecision.remember``).
          *
@@ -1449,6 +1707,27 @@ export interface components {
             /** Until */
             until?: string | null;
         };
+        /**
+         * ResumeEntry
+         * @description An answer to one interrupt, sent on the run that continues from it.
+         */
+        ResumeEntry: {
+            /** Interruptid */
+            interruptId: string;
+            /**
+             * Status
+             * @enum {string}
+             */
+            status: "resolved" | "cancelled";
+            /** Payload */
+            payload?: unknown | null;
+            /** Metadata */
+            metadata?: {
+                [key: string]: unknown;
+            } | null;
+        } & {
+            [key: string]: unknown;
+        };
         /** RevokeRequest */
         RevokeRequest: {
             /**
@@ -1456,6 +1735,38 @@ export interface components {
              * @default revoked
              */
             reason: string;
+        };
+        /**
+         * RunAgentInput
+         * @description A request to run an agent. Also echoed back as RUN_STARTED.input. Only
+         *     threadId, runId and messages are required: those are the three the SDKs
+         *     already agree on, and for tools and context an absent key and an empty
+         *     array mean the same thing, so requiring them would catch nothing a
+         *     producer could get wrong.
+         */
+        RunAgentInput: {
+            /** Threadid */
+            threadId: string;
+            /** Runid */
+            runId: string;
+            /** Protocolversion */
+            protocolVersion?: string | null;
+            /** Parentrunid */
+            parentRunId?: string | null;
+            /** State */
+            state?: unknown | null;
+            /** Messages */
+            messages: (components["schemas"]["DeveloperMessage"] | components["schemas"]["SystemMessage"] | components["schemas"]["AssistantMessage"] | components["schemas"]["UserMessage"] | components["schemas"]["ToolMessage"] | components["schemas"]["ActivityMessage"] | components["schemas"]["ReasoningMessage"])[];
+            /** Tools */
+            tools?: components["schemas"]["Tool"][] | null;
+            /** Context */
+            context?: components["schemas"]["Context"][] | null;
+            /** Forwardedprops */
+            forwardedProps?: unknown | null;
+            /** Resume */
+            resume?: components["schemas"]["ResumeEntry"][] | null;
+        } & {
+            [key: string]: unknown;
         };
         /**
          * SandboxBackend
@@ -1664,6 +1975,33 @@ export interface components {
             stream_url: string;
         };
         /**
+         * SystemMessage
+         * @description Instructions from the system.
+         */
+        SystemMessage: {
+            /** Subagentrunid */
+            subagentRunId?: string | null;
+            /** Id */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            role: "system";
+            /** Name */
+            name?: string | null;
+            /** Encryptedvalue */
+            encryptedValue?: string | null;
+            /** Metadata */
+            metadata?: {
+                [key: string]: unknown;
+            } | null;
+            /** Content */
+            content: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
          * TaskPhase
          * @description Where a task is in its lifecycle (see DESIGN.md).
          * @enum {string}
@@ -1816,6 +2154,68 @@ export interface components {
             problem?: string | null;
         };
         /**
+         * TextPart
+         * @description A text part.
+         */
+        TextPart: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "text";
+            /** Id */
+            id?: string | null;
+            /** Text */
+            text: string;
+            /** Metadata */
+            metadata?: unknown | null;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * Tool
+         * @description A tool the agent may call.
+         */
+        Tool: {
+            /** Name */
+            name: string;
+            /** Description */
+            description: string;
+            /** Parameters */
+            parameters?: unknown | null;
+            /** Metadata */
+            metadata?: {
+                [key: string]: unknown;
+            } | null;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * ToolCall
+         * @description A call an assistant message made. Carries no subagent attribution of its
+         *     own and inherits its containing message's, since several calls can share
+         *     one parent.
+         */
+        ToolCall: {
+            /** Id */
+            id: string;
+            /**
+             * Type
+             * @default function
+             * @constant
+             */
+            type: "function";
+            function: components["schemas"]["FunctionCall-Input"];
+            /** Encryptedvalue */
+            encryptedValue?: string | null;
+            /** Metadata */
+            metadata?: {
+                [key: string]: unknown;
+            } | null;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
          * ToolCallRecord
          * @description One call of a read-only tool (a plain ``@function_tool``) that ran inside an agent turn.
          *
@@ -1887,6 +2287,53 @@ export interface components {
              * @default false
              */
             replayed: boolean;
+        };
+        /**
+         * ToolMessage
+         * @description What a tool returned, as a message in the conversation. Stands alone
+         *     rather than composing BaseMessage, because it carries no name.
+         */
+        ToolMessage: {
+            /** Subagentrunid */
+            subagentRunId?: string | null;
+            /** Id */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            role: "tool";
+            /** Content */
+            content: string | (components["schemas"]["TextPart"] | components["schemas"]["ImagePart"] | components["schemas"]["AudioPart"] | components["schemas"]["VideoPart"] | components["schemas"]["DocumentPart"])[];
+            /** Toolcallid */
+            toolCallId: string;
+            /** Error */
+            error?: string | null;
+            /** Encryptedvalue */
+            encryptedValue?: string | null;
+            /** Metadata */
+            metadata?: {
+                [key: string]: unknown;
+            } | null;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * UrlSource
+         * @description Bytes referenced by URL, fetched by whoever needs them.
+         */
+        UrlSource: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "url";
+            /** Value */
+            value: string;
+            /** Mimetype */
+            mimeType?: string | null;
+        } & {
+            [key: string]: unknown;
         };
         /**
          * Usage
@@ -2022,6 +2469,33 @@ export interface components {
              */
             largest_turn_calls: number;
         };
+        /**
+         * UserMessage
+         * @description A message from the person using the application.
+         */
+        UserMessage: {
+            /** Subagentrunid */
+            subagentRunId?: string | null;
+            /** Id */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            role: "user";
+            /** Name */
+            name?: string | null;
+            /** Encryptedvalue */
+            encryptedValue?: string | null;
+            /** Metadata */
+            metadata?: {
+                [key: string]: unknown;
+            } | null;
+            /** Content */
+            content: string | (components["schemas"]["TextPart"] | components["schemas"]["ImagePart"] | components["schemas"]["AudioPart"] | components["schemas"]["VideoPart"] | components["schemas"]["DocumentPart"])[];
+        } & {
+            [key: string]: unknown;
+        };
         /** ValidationError */
         ValidationError: {
             /** Location */
@@ -2034,6 +2508,25 @@ export interface components {
             input?: unknown;
             /** Context */
             ctx?: Record<string, never>;
+        };
+        /**
+         * VideoPart
+         * @description A video part.
+         */
+        VideoPart: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "video";
+            /** Id */
+            id?: string | null;
+            /** Source */
+            source: components["schemas"]["DataSource"] | components["schemas"]["UrlSource"] | components["schemas"]["FileSource"];
+            /** Metadata */
+            metadata?: unknown | null;
+        } & {
+            [key: string]: unknown;
         };
         /**
          * Vote
@@ -2528,6 +3021,41 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ForkResponse"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    agui_v1_agui_post: {
+        parameters: {
+            query?: never;
+            header?: {
+                "last-event-id"?: string | null;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RunAgentInput"];
+            };
+        };
+        responses: {
+            /** @description One AG-UI run as Server-Sent Events: `data:` an AG-UI event as JSON; `id:` its cursor, on the events that carry one (`metadata.cursor`). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": string;
                 };
             };
             /** @description Validation Error */
