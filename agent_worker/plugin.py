@@ -84,6 +84,10 @@ WORKFLOWS = (
 # signal here, and far slower on a starved worker. Failed at 2 s, its retry replays the same backlog
 # plus what came since, so a flooded task could fail its workflow task for good. Our workflow code
 # never blocks (no I/O, checked by the replays), so a wider window only lets a backlog finish.
+# ``workflow_deadlock_window_seconds`` picks it (0: the SDK's own). Decisions by update leave no
+# backlog: tests/test_flood_decide.py floods one with the SDK's own window at load average 5. The
+# 10,000-signal flood passed with it at load 6.3 and 7.1 and failed at 9.8 (2026-12-05), so the
+# default stays wide.
 DEADLOCK_WINDOW = timedelta(seconds=20)
 # Library packages the workflow sandbox passes through beyond the SDK's default set, each with why.
 # The default set already holds what our workflow modules import themselves: the standard library,
@@ -111,17 +115,27 @@ LIBRARY_PASSTHROUGH: dict[str, str] = {
 WORKFLOW_CODE = ("workflows",)
 
 
-def workflow_runner(passthrough: bool = True) -> SandboxedWorkflowRunner:
+def workflow_runner(
+    passthrough: bool = True, deadlock_window: timedelta | None = DEADLOCK_WINDOW
+) -> SandboxedWorkflowRunner:
     """The workflow sandbox the worker runs workflows in, and replays check them with: the SDK's
     ``SandboxedWorkflowRunner`` with ``LIBRARY_PASSTHROUGH`` passed through (and ``WORKFLOW_CODE``
     unless ``passthrough`` is off), payload contexts answered without entering it, and
-    ``DEADLOCK_WINDOW`` for activations (``activities.sdk_shims.AgentWorkflowRunner``)."""
+    ``deadlock_window`` for activations (None: the SDK's own 2 s;
+    ``activities.sdk_shims.AgentWorkflowRunner``)."""
     from schemas.conditions import warm_conditions
 
     warm_conditions()  # policy conditions compile inside activations: not the parser's first build
     passed = [*LIBRARY_PASSTHROUGH, *(WORKFLOW_CODE if passthrough else ())]
     restrictions = SandboxRestrictions.default.with_passthrough_modules(*passed)
-    return AgentWorkflowRunner(restrictions=restrictions, deadlock_window=DEADLOCK_WINDOW)
+    return AgentWorkflowRunner(restrictions=restrictions, deadlock_window=deadlock_window)
+
+
+def deadlock_window(config: AgentWorkerConfig) -> timedelta | None:
+    """The activation deadlock window ``config`` asks for (``workflow_deadlock_window_seconds``), or
+    None for the SDK's own."""
+    seconds = config.workflow_deadlock_window_seconds
+    return timedelta(seconds=seconds) if seconds > 0 else None
 
 
 class AgentWorkerPlugin(SimplePlugin):
@@ -154,7 +168,7 @@ class AgentWorkerPlugin(SimplePlugin):
         super().__init__(
             PLUGIN_NAME,
             data_converter=converter_for(config),
-            workflow_runner=workflow_runner(config.workflow_passthrough),
+            workflow_runner=workflow_runner(config.workflow_passthrough, deadlock_window(config)),
         )
 
     def task_queues(self, client: Client) -> list[str]:
@@ -170,7 +184,9 @@ class AgentWorkerPlugin(SimplePlugin):
         config["activities"] = [*config.get("activities", []), *activities]
         if queue == self.config.task_queue and "workflows" in self.config.role_set:
             config["workflows"] = [*config.get("workflows", []), *WORKFLOWS]
-            config["workflow_runner"] = workflow_runner(self.config.workflow_passthrough)
+            config["workflow_runner"] = workflow_runner(
+                self.config.workflow_passthrough, deadlock_window(self.config)
+            )
         return config
 
     def configure_replayer(self, config: ReplayerConfig) -> ReplayerConfig:

@@ -377,6 +377,16 @@ class WorkerConfig(BaseModel):
         "refuses in it, and in the code of ours it runs, what the sandbox would stop. Off: the SDK's "
         "full sandbox for the workflow code (libraries and our payload models stay passed through).",
     )
+    workflow_deadlock_window_seconds: float = Field(
+        default=20.0,
+        ge=0,
+        description="Seconds one workflow activation may run before the SDK fails its workflow task "
+        "as deadlocked. 0: the SDK's own window (2 s). Wider, a worker starved of CPU still gets "
+        "through a large activation (a backlog of signals replayed after a cache miss); workflow code "
+        "never blocks, so it only lets such a backlog finish. A flood of 10,000 stale decisions sent by "
+        "the update `decide` leaves no backlog and passes at load average 5 with the SDK's own window "
+        "(tests/test_flood_decide.py); one sent as signals needs the wider window at load 10.",
+    )
     colocate: bool = Field(
         default=True,
         description="When this worker runs workflows and also the agent or sandbox role, tasks it "

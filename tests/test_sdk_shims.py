@@ -35,6 +35,8 @@ EXAMPLE = REPO / "tests" / "histories" / "test_approval_by_temporal_cli_complete
 BLOCKED_SECONDS = 3.0
 # A window the blocked activation surely overruns: the control that shows the window is in force.
 SHORT_WINDOW = timedelta(seconds=0.5)
+# The SDK's own window (temporalio's ``_WorkflowWorker``: 2 s unless ``debug_mode``).
+SDK_WINDOW = timedelta(seconds=2)
 
 
 def _runner(window: timedelta | None) -> AgentWorkflowRunner:
@@ -143,3 +145,12 @@ async def test_the_workers_the_cli_builds_run_with_the_deadlock_window(
     assert deadlock_window_seconds(workers[0]) == DEADLOCK_WINDOW.total_seconds()
     plain = Worker(client, task_queue=f"tq-{uuid.uuid4().hex[:10]}", workflows=[SlowActivation])
     assert deadlock_window_seconds(plain) == 2.0  # the SDK's own, read from the same place
+
+
+async def test_a_worker_configured_for_the_sdks_window_keeps_it(client: Client, tmp_path: Path) -> None:
+    """With ``workflow_deadlock_window_seconds`` 0 (the flood test's worker), ``build_workers`` leaves
+    the SDK's own window in force (2 s): nothing widens it; any other value is the window set."""
+    [own, *_] = build_workers(client, make_config(tmp_path / "own", workflow_deadlock_window_seconds=0))
+    assert deadlock_window_seconds(own) == SDK_WINDOW.total_seconds()
+    [set_, *_] = build_workers(client, make_config(tmp_path / "set", workflow_deadlock_window_seconds=7.5))
+    assert deadlock_window_seconds(set_) == 7.5

@@ -1,0 +1,48 @@
+"""A loaded machine for the tests that must hold under load: CPU burners (busy Python processes,
+as many as asked) started and stopped by pid, and a wait until the 1-minute load average reaches
+a level. Nothing here measures time: the caller asserts the load, never how long anything took."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+
+# Burners beyond the target: the load average counts runnable processes, and the machine's own
+# work (the server, the worker, other tests) comes and goes.
+EXTRA_BURNERS = 2
+# The 1-minute load average closes about two thirds of its gap a minute: from idle to 5 takes one
+# to two minutes with this many burners; past this the machine cannot be loaded as asked.
+LOADED_WITHIN_SECONDS = 300
+
+
+def _burners(count: int) -> list[subprocess.Popen[bytes]]:
+    """``count`` busy Python processes, each in its own session."""
+    return [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+        for _ in range(count)
+    ]
+
+
+@contextlib.asynccontextmanager
+async def loaded_to(level: float) -> AsyncIterator[float]:
+    """Keep the machine at a 1-minute load average of at least ``level`` for the block; yields the
+    load average reached. The burners are this process's children, killed by pid at the end."""
+    burners = _burners(int(level) + EXTRA_BURNERS)
+    try:
+        for _ in range(LOADED_WITHIN_SECONDS):
+            if os.getloadavg()[0] >= level:
+                break
+            await asyncio.sleep(1)
+        reached = os.getloadavg()[0]
+        assert reached >= level, f"the machine did not reach load {level} (at {reached:.2f})"
+        yield reached
+    finally:
+        for burner in burners:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(burner.pid, signal.SIGKILL)
+            burner.wait()
