@@ -1,5 +1,5 @@
 # The agent-worker image: the `agent-worker` command (worker, api, tasks, replay) and the codec server
-# (`python -m security.codec_server`), used by docker-compose.temporal.yml. It carries the extras
+# (`python -m agent_worker.security.codec_server`), used by docker-compose.temporal.yml. It carries the extras
 # the stack uses: sandbox tiers (docker, e2b), the fleet's stores (postgres, s3, redis), the HTTP API
 # (api) and tracing (otel).
 #

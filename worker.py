@@ -3,7 +3,7 @@
 
 The code lives in ``agent_worker.worker``: the command line imports it from there, so a user's own
 ``worker.py`` on the import path cannot break ``agent-worker worker``. This module keeps the layout's
-entry point and the older ``from worker import ...`` working.
+entry point and the older ``from agent_worker.worker import ...`` working.
 """
 
 from __future__ import annotations

@@ -14,16 +14,16 @@ from typing import TYPE_CHECKING, Any
 # Imported on first use (PEP 562): importing one activity module (``activities.errors``, as the CLI
 # does) must not load the artifact and business stores.
 _EXPORTS = {
-    "ArtifactActivities": "activities.artifacts",
-    "ArtifactStore": "activities.artifacts",
-    "LocalArtifactStore": "activities.artifacts",
-    "BusinessActivities": "activities.business",
-    "SqliteBusinessStore": "activities.business",
+    "ArtifactActivities": "agent_worker.activities.artifacts",
+    "ArtifactStore": "agent_worker.activities.artifacts",
+    "LocalArtifactStore": "agent_worker.activities.artifacts",
+    "BusinessActivities": "agent_worker.activities.business",
+    "SqliteBusinessStore": "agent_worker.activities.business",
 }
 
 if TYPE_CHECKING:
-    from activities.artifacts import ArtifactActivities, ArtifactStore, LocalArtifactStore
-    from activities.business import BusinessActivities, SqliteBusinessStore
+    from agent_worker.activities.artifacts import ArtifactActivities, ArtifactStore, LocalArtifactStore
+    from agent_worker.activities.business import BusinessActivities, SqliteBusinessStore
 
 __all__ = [
     "ArtifactActivities",

@@ -25,19 +25,18 @@ import tempfile
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from temporalio import activity
-
-from activities.errors import (
+from agent_worker.activities.errors import (
     ArtifactCorrupt,
     ArtifactError,
     ArtifactNotFound,
     ArtifactUnavailable,
     activity_boundary,
 )
-from schemas.artifacts import ArtifactRef, IngestInput, IngestResult
-from schemas.digests import canonical_json, digest_bytes, is_digest
-from schemas.sandbox import CommandRecord
-from schemas.tasks import EvidenceArchive, StoredArchive
+from agent_worker.schemas.artifacts import ArtifactRef, IngestInput, IngestResult
+from agent_worker.schemas.digests import canonical_json, digest_bytes, is_digest
+from agent_worker.schemas.sandbox import CommandRecord
+from agent_worker.schemas.tasks import EvidenceArchive, StoredArchive
+from temporalio import activity
 
 
 @runtime_checkable

@@ -19,10 +19,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
+from agent_worker.activities.errors import activity_boundary
+from agent_worker.schemas.authz import AuthzDecision, AuthzRequest
 from temporalio import activity
-
-from activities.errors import activity_boundary
-from schemas.authz import AuthzDecision, AuthzRequest
 
 ALL_TOOLS = "*"
 

@@ -37,10 +37,9 @@ from typing import Literal, ParamSpec, TypeVar
 
 import pydantic
 import structlog
+from agent_worker.security.redact import redact, redact_value
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, FailureError
-
-from security.redact import redact, redact_value
 
 Retryable = Literal["yes", "no", "unknown"]
 log = structlog.get_logger("agent_worker.activity")
@@ -224,7 +223,7 @@ def activity_boundary(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]
     """The edge of every activity: bind the task id, run id, activity and attempt to every log line,
     heartbeat while it runs (so a dead worker is noticed within the heartbeat timeout and cancellations
     arrive), and translate the package's errors (and invalid payloads) into ``ApplicationError``s."""
-    from activities.heartbeat import beat_details, heartbeating, taken_over_after
+    from agent_worker.activities.heartbeat import beat_details, heartbeating, taken_over_after
 
     @functools.wraps(fn)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:

@@ -33,11 +33,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
+from agent_worker.activities.errors import activity_boundary
+from agent_worker.schemas.events import Event, PublishEventsInput, PublishEventsResult
+from agent_worker.security.redact import redact_value
 from temporalio import activity
-
-from activities.errors import activity_boundary
-from schemas.events import Event, PublishEventsInput, PublishEventsResult
-from security.redact import redact_value
 
 
 class EventSink(Protocol):

@@ -14,18 +14,23 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from agent_worker.activities.artifacts import ArtifactStore
+from agent_worker.activities.errors import activity_boundary
+from agent_worker.activities.task_history import ForkRefused, TaskHistory, read_history
+from agent_worker.schemas.actions import EffectClass, ProposedAction, SandboxCommand, action_version
+from agent_worker.schemas.forks import (
+    ForkStart,
+    ParentWrite,
+    PrepareForkInput,
+    ReplayCommand,
+    write_operation,
+)
+from agent_worker.schemas.tasks import Usage
+from agent_worker.schemas.turns import TurnInput, TurnResult
+from agent_worker.schemas.writes import WriteInput, WriteOutcome, WriteReceipt
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
-
-from activities.artifacts import ArtifactStore
-from activities.errors import activity_boundary
-from activities.task_history import ForkRefused, TaskHistory, read_history
-from schemas.actions import EffectClass, ProposedAction, SandboxCommand, action_version
-from schemas.forks import ForkStart, ParentWrite, PrepareForkInput, ReplayCommand, write_operation
-from schemas.tasks import Usage
-from schemas.turns import TurnInput, TurnResult
-from schemas.writes import WriteInput, WriteOutcome, WriteReceipt
 
 # The error type of a fork that cannot be made (no such parent or step): not retried.
 FORK_INVALID = "fork_invalid"
@@ -110,7 +115,7 @@ class ForkActivities:
 
 
 def _outputs(record: dict[str, Any]) -> list[Any]:
-    from schemas.artifacts import ArtifactRef
+    from agent_worker.schemas.artifacts import ArtifactRef
 
     return [ArtifactRef.model_validate(o) for o in record.get("outputs", [])]
 

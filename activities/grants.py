@@ -19,11 +19,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from agent_worker.activities.errors import activity_boundary
+from agent_worker.schemas.conditions import ConditionError, evaluate_condition
+from agent_worker.schemas.grants import MAX_GRANT_REASON_CHARS, Grant, GrantQuery, in_scope, void_reason
 from temporalio import activity
-
-from activities.errors import activity_boundary
-from schemas.conditions import ConditionError, evaluate_condition
-from schemas.grants import MAX_GRANT_REASON_CHARS, Grant, GrantQuery, in_scope, void_reason
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS grants (

@@ -31,16 +31,15 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 import structlog
+from agent_worker.activities.errors import activity_boundary
+from agent_worker.activities.schedule_health import check_schedules
+from agent_worker.schemas.health import DoctorInput, DoctorReport, Finding, Thresholds
+from agent_worker.schemas.tasks import TaskStatus
+from agent_worker.schemas.visibility import STATUS_QUERY, TASKS_QUERY, queryable
+from agent_worker.telemetry import metrics
 from temporalio import activity
 from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.service import RPCError
-
-from activities.errors import activity_boundary
-from activities.schedule_health import check_schedules
-from schemas.health import DoctorInput, DoctorReport, Finding, Thresholds
-from schemas.tasks import TaskStatus
-from schemas.visibility import STATUS_QUERY, TASKS_QUERY, queryable
-from telemetry import metrics
 
 __all__ = ["HISTORY_BYTES_LIMIT", "HISTORY_EVENT_LIMIT", "HealthActivities", "diagnose"]
 

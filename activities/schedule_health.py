@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import asyncio
 
+from agent_worker.schemas.health import DoctorInput, Finding
+from agent_worker.schemas.tasks import TaskPhase
+from agent_worker.schemas.visibility import PHASE, WORKFLOW_TYPE
 from temporalio.client import (
     Client,
     ScheduleActionExecutionStartWorkflow,
@@ -24,10 +27,6 @@ from temporalio.client import (
     WorkflowFailureError,
 )
 from temporalio.service import RPCError
-
-from schemas.health import DoctorInput, Finding
-from schemas.tasks import TaskPhase
-from schemas.visibility import PHASE, WORKFLOW_TYPE
 
 __all__ = ["check_schedules"]
 

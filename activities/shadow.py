@@ -21,17 +21,15 @@ import dataclasses
 import inspect
 import json
 
-from temporalio import activity
-
-from activities.agent import AgentActivities, AgentRegistration, AgentRegistry
-from activities.agent.journal import ModelCallJournal
-from activities.artifacts import ArtifactStore
-from activities.errors import AgentError, activity_boundary
-from activities.loading import load_object
-from activities.shadow_report import render_markdown, report_document, summarize
-from schemas.actions import ActionResult
-from schemas.config import WorkerConfig
-from schemas.shadow import (
+from agent_worker.activities.agent import AgentActivities, AgentRegistration, AgentRegistry
+from agent_worker.activities.agent.journal import ModelCallJournal
+from agent_worker.activities.artifacts import ArtifactStore
+from agent_worker.activities.errors import AgentError, activity_boundary
+from agent_worker.activities.loading import load_object
+from agent_worker.activities.shadow_report import render_markdown, report_document, summarize
+from agent_worker.schemas.actions import ActionResult
+from agent_worker.schemas.config import WorkerConfig
+from agent_worker.schemas.shadow import (
     DIFFERENT,
     SAME,
     RecordedTask,
@@ -46,7 +44,8 @@ from schemas.shadow import (
     ShadowTurnInput,
     ShadowTurnOutput,
 )
-from schemas.turns import TurnInput
+from agent_worker.schemas.turns import TurnInput
+from temporalio import activity
 
 # A scorer's detail is cut to this many characters (it travels in history).
 SCORE_DETAIL_CHARS = 2000

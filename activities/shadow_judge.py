@@ -1,4 +1,4 @@
-"""An LLM judge for shadow runs: ``--scorer activities.shadow_judge:judge``.
+"""An LLM judge for shadow runs: ``--scorer agent_worker.activities.shadow_judge:judge``.
 
 It has the scorer interface of every ``--scorer`` callable (keyword arguments ``task_id``,
 ``prompt``, ``recorded``, ``candidate``; a number or a ``(number, detail)`` pair), plus ``config``:
@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import re
 
+from agent_worker.activities.agent.models import model_for
+from agent_worker.activities.agent.registry import AgentRegistration
+from agent_worker.schemas.config import WorkerConfig
 from agents import Agent, RunConfig, Runner
-
-from activities.agent.models import model_for
-from activities.agent.registry import AgentRegistration
-from schemas.config import WorkerConfig
 
 JUDGE_INSTRUCTIONS = (
     "You grade an AI agent's answer to a task against a reference answer the agent gave before. "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from schemas.shadow import SAME, ShadowReportInput, ShadowSummary, ShadowTaskResult
+from agent_worker.schemas.shadow import SAME, ShadowReportInput, ShadowSummary, ShadowTaskResult
 
 REPORT_VERSION = 1
 # A final answer is cut to this many characters in a Markdown table cell.

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from temporalio.client import Client
 
 if TYPE_CHECKING:
-    from schemas.forks import StepRecord
+    from agent_worker.schemas.forks import StepRecord
 
 # Runs of one chain followed back (continue-as-new); a longer chain is read from its newest runs.
 MAX_RUNS = 100
@@ -149,7 +149,7 @@ def _completed(read: TaskHistory, turn: int, name: str, value: Any, result: Any)
 
 def steps_of(read: TaskHistory) -> list[StepRecord]:
     """The task's steps (turns), each with what it proposed and what ran after it."""
-    from schemas.forks import StepRecord
+    from agent_worker.schemas.forks import StepRecord
 
     steps = []
     for number in sorted(read.turns):

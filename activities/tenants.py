@@ -19,12 +19,11 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
+from agent_worker.activities.errors import activity_boundary
+from agent_worker.schemas.tenants import AdmitInput, AdmitResult, ReleaseInput
 from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
-
-from activities.errors import activity_boundary
-from schemas.tenants import AdmitInput, AdmitResult, ReleaseInput
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS running (

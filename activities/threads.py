@@ -21,14 +21,13 @@ import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
+from agent_worker.activities.artifacts import ArtifactStore
+from agent_worker.activities.errors import activity_boundary
+from agent_worker.schemas import visibility
+from agent_worker.schemas.tasks import TaskResult
+from agent_worker.schemas.threads import ResumeThreadInput, ResumeThreadResult
 from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus
-
-from activities.artifacts import ArtifactStore
-from activities.errors import activity_boundary
-from schemas import visibility
-from schemas.tasks import TaskResult
-from schemas.threads import ResumeThreadInput, ResumeThreadResult
 
 # A thread's runs looked at, newest first; past this the oldest are not considered.
 MAX_RUNS = 500

@@ -28,7 +28,19 @@ releases. Everything else in the distribution (``activities``, ``workflows``, ``
 from __future__ import annotations
 
 import importlib
+import os
 from typing import TYPE_CHECKING, Any
+
+# The source layout: the subpackages (``agent_worker.schemas``, ``agent_worker.workflows`` ...) are the
+# folders at the repository root, mapped into this package by pyproject.toml's ``package-dir`` when the
+# wheel is built. Run from a checkout (the tests, ``python worker.py``, ``PYTHONPATH=.``), where this
+# folder has none of them, the package finds them at the root: its ``__path__`` lists the root after
+# this folder. An installed wheel has them in this folder and never looks further.
+_SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if not os.path.isdir(os.path.join(__path__[0], "workflows")) and os.path.isfile(
+    os.path.join(_SOURCE_ROOT, "workflows", "__init__.py")
+):
+    __path__.append(_SOURCE_ROOT)
 
 # The package's version (pyproject.toml's, which a test keeps equal). Its release line (0.2) is what a
 # task started by this package's client begins on (``schemas.tasks.CURRENT_RELEASE``, docs/upgrading.md).
@@ -41,20 +53,20 @@ __version__ = "0.2.0"
 _EXPORTS: dict[str, str] = {
     "Agent": "agents",
     "function_tool": "agents",
-    "AgentRegistration": "activities.agent",
-    "ConversationModel": "activities.agent",
-    "ask_human": "activities.agent",
-    "current_turn": "activities.agent",
-    "delegate_tool": "activities.agent",
-    "first_user_text": "activities.agent",
-    "memory_tools": "activities.agent.memory_tools",
-    "sandbox_tool": "activities.agent",
-    "tool_outputs": "activities.agent",
-    "write_tool": "activities.agent",
-    "ToolError": "activities.errors",
-    "McpRules": "activities.tools",
-    "McpWrite": "activities.tools",
-    "effect_tool": "activities.tools",
+    "AgentRegistration": "agent_worker.activities.agent",
+    "ConversationModel": "agent_worker.activities.agent",
+    "ask_human": "agent_worker.activities.agent",
+    "current_turn": "agent_worker.activities.agent",
+    "delegate_tool": "agent_worker.activities.agent",
+    "first_user_text": "agent_worker.activities.agent",
+    "memory_tools": "agent_worker.activities.agent.memory_tools",
+    "sandbox_tool": "agent_worker.activities.agent",
+    "tool_outputs": "agent_worker.activities.agent",
+    "write_tool": "agent_worker.activities.agent",
+    "ToolError": "agent_worker.activities.errors",
+    "McpRules": "agent_worker.activities.tools",
+    "McpWrite": "agent_worker.activities.tools",
+    "effect_tool": "agent_worker.activities.tools",
     "AgentWorkerClient": "agent_worker.client",
     "AgentWorkerError": "agent_worker.client",
     "AwaitingTask": "agent_worker.client",
@@ -67,36 +79,36 @@ _EXPORTS: dict[str, str] = {
     "ScheduleNotFound": "agent_worker.schedules",
     # The worker's whole build (workflows, every role's activities), for a worker of the user's own.
     "AgentWorkerPlugin": "agent_worker.plugin",
-    "BusinessWrite": "schemas.actions",
-    "Delegation": "schemas.actions",
-    "ProposedAction": "schemas.actions",
-    "SandboxCommand": "schemas.actions",
-    "ApprovalDecision": "schemas.approvals",
-    "ApprovalRequest": "schemas.approvals",
-    "DecisionKind": "schemas.approvals",
-    "DecisionOutcome": "schemas.approvals",
-    "InputFile": "schemas.artifacts",
-    "is_digest": "schemas.digests",
-    "Event": "schemas.events",
-    "EventType": "schemas.events",
-    "Budgets": "schemas.tasks",
-    "Evidence": "schemas.tasks",
-    "PolicyRule": "schemas.tasks",
-    "PolicySpec": "schemas.tasks",
-    "TaskInput": "schemas.tasks",
-    "TaskPhase": "schemas.tasks",
-    "TaskResult": "schemas.tasks",
-    "TaskSpec": "schemas.tasks",
-    "TaskStatus": "schemas.tasks",
-    "OverlapPolicy": "schemas.schedules",
-    "ScheduleView": "schemas.schedules",
-    "TaskSchedule": "schemas.schedules",
+    "BusinessWrite": "agent_worker.schemas.actions",
+    "Delegation": "agent_worker.schemas.actions",
+    "ProposedAction": "agent_worker.schemas.actions",
+    "SandboxCommand": "agent_worker.schemas.actions",
+    "ApprovalDecision": "agent_worker.schemas.approvals",
+    "ApprovalRequest": "agent_worker.schemas.approvals",
+    "DecisionKind": "agent_worker.schemas.approvals",
+    "DecisionOutcome": "agent_worker.schemas.approvals",
+    "InputFile": "agent_worker.schemas.artifacts",
+    "is_digest": "agent_worker.schemas.digests",
+    "Event": "agent_worker.schemas.events",
+    "EventType": "agent_worker.schemas.events",
+    "Budgets": "agent_worker.schemas.tasks",
+    "Evidence": "agent_worker.schemas.tasks",
+    "PolicyRule": "agent_worker.schemas.tasks",
+    "PolicySpec": "agent_worker.schemas.tasks",
+    "TaskInput": "agent_worker.schemas.tasks",
+    "TaskPhase": "agent_worker.schemas.tasks",
+    "TaskResult": "agent_worker.schemas.tasks",
+    "TaskSpec": "agent_worker.schemas.tasks",
+    "TaskStatus": "agent_worker.schemas.tasks",
+    "OverlapPolicy": "agent_worker.schemas.schedules",
+    "ScheduleView": "agent_worker.schemas.schedules",
+    "TaskSchedule": "agent_worker.schemas.schedules",
 }
 
 if TYPE_CHECKING:  # what a type checker and an IDE see; at run time ``__getattr__`` imports on demand
     from agents import Agent, function_tool
 
-    from activities.agent import (
+    from agent_worker.activities.agent import (
         AgentRegistration,
         ConversationModel,
         ask_human,
@@ -107,9 +119,9 @@ if TYPE_CHECKING:  # what a type checker and an IDE see; at run time ``__getattr
         tool_outputs,
         write_tool,
     )
-    from activities.agent.memory_tools import memory_tools
-    from activities.errors import ToolError
-    from activities.tools import McpRules, McpWrite, effect_tool
+    from agent_worker.activities.agent.memory_tools import memory_tools
+    from agent_worker.activities.errors import ToolError
+    from agent_worker.activities.tools import McpRules, McpWrite, effect_tool
     from agent_worker.client import (
         AgentWorkerClient,
         AgentWorkerError,
@@ -122,13 +134,18 @@ if TYPE_CHECKING:  # what a type checker and an IDE see; at run time ``__getattr
     )
     from agent_worker.plugin import AgentWorkerPlugin
     from agent_worker.schedules import ScheduleExists, ScheduleNotFound
-    from schemas.actions import BusinessWrite, Delegation, ProposedAction, SandboxCommand
-    from schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionKind, DecisionOutcome
-    from schemas.artifacts import InputFile
-    from schemas.digests import is_digest
-    from schemas.events import Event, EventType
-    from schemas.schedules import OverlapPolicy, ScheduleView, TaskSchedule
-    from schemas.tasks import (
+    from agent_worker.schemas.actions import BusinessWrite, Delegation, ProposedAction, SandboxCommand
+    from agent_worker.schemas.approvals import (
+        ApprovalDecision,
+        ApprovalRequest,
+        DecisionKind,
+        DecisionOutcome,
+    )
+    from agent_worker.schemas.artifacts import InputFile
+    from agent_worker.schemas.digests import is_digest
+    from agent_worker.schemas.events import Event, EventType
+    from agent_worker.schemas.schedules import OverlapPolicy, ScheduleView, TaskSchedule
+    from agent_worker.schemas.tasks import (
         Budgets,
         Evidence,
         PolicyRule,

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import structlog
 
-from activities.authz import Authorizer
-from activities.business import BusinessWriter, SqliteBusinessStore, load_writer
-from activities.errors import SandboxError
-from activities.events import EventSink
-from activities.sandbox import ProcessSandbox, Sandbox
-from activities.sandbox.docker import DockerSandbox, docker_available
-from activities.stores import state as state_stores
-from activities.stores.memory import MEMORY_SYSTEM, build_memory_store
-from schemas.config import ConfigError, WorkerConfig
-from schemas.sandbox import SandboxBackend
+from agent_worker.activities.authz import Authorizer
+from agent_worker.activities.business import BusinessWriter, SqliteBusinessStore, load_writer
+from agent_worker.activities.errors import SandboxError
+from agent_worker.activities.events import EventSink
+from agent_worker.activities.sandbox import ProcessSandbox, Sandbox
+from agent_worker.activities.sandbox.docker import DockerSandbox, docker_available
+from agent_worker.activities.stores import state as state_stores
+from agent_worker.activities.stores.memory import MEMORY_SYSTEM, build_memory_store
+from agent_worker.schemas.config import ConfigError, WorkerConfig
+from agent_worker.schemas.sandbox import SandboxBackend
 
 log = structlog.get_logger("agent_worker.worker")
 
@@ -43,7 +43,7 @@ def build_sandboxes(
     elif config.sandbox_backend == "docker":
         raise ConfigError(f"AGENT_WORKER_SANDBOX_BACKEND=docker, but {docker_problem}")
     if config.e2b_api_key is not None:
-        from activities.sandbox.e2b import E2BSandbox
+        from agent_worker.activities.sandbox.e2b import E2BSandbox
 
         backends[SandboxBackend.E2B] = E2BSandbox.from_config(config, namespace)
     elif config.sandbox_backend == "e2b":
@@ -92,13 +92,13 @@ def build_writer(config: WorkerConfig) -> BusinessWriter:
     if config.business_backend == "postgres":
         if config.business_dsn is None:
             raise ConfigError("AGENT_WORKER_BUSINESS_BACKEND=postgres needs AGENT_WORKER_BUSINESS_DSN")
-        from activities.business.postgres import PostgresBusinessStore
+        from agent_worker.activities.business.postgres import PostgresBusinessStore
 
         return PostgresBusinessStore(config.business_dsn.get_secret_value())
     if config.business_backend == "http":
         if not config.business_url:
             raise ConfigError("AGENT_WORKER_BUSINESS_BACKEND=http needs AGENT_WORKER_BUSINESS_URL")
-        from activities.business.http import HttpBusinessWriter
+        from agent_worker.activities.business.http import HttpBusinessWriter
 
         return HttpBusinessWriter(config.business_url)
     return SqliteBusinessStore(config.business_db)

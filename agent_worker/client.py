@@ -41,18 +41,23 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from agent_worker.errors import AgentWorkerError
-from schemas import visibility
-from schemas.visibility import DEFAULT_TASK_QUEUE, STATUS_QUERY, queryable
-from schemas.visibility import TASKS_QUERY as TASKS_QUERY  # re-exported: the public face
-from schemas.visibility import WORKFLOW_TYPE as WORKFLOW_TYPE
+from agent_worker.schemas import visibility
+from agent_worker.schemas.visibility import DEFAULT_TASK_QUEUE, STATUS_QUERY, queryable
+from agent_worker.schemas.visibility import TASKS_QUERY as TASKS_QUERY  # re-exported: the public face
+from agent_worker.schemas.visibility import WORKFLOW_TYPE as WORKFLOW_TYPE
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     from agent_worker.schedules import TaskSchedules
-    from schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionKind, DecisionOutcome
-    from schemas.forks import StepRecord
-    from schemas.tasks import BatchView, TaskInput, TaskPhase, TaskResult, TaskSpec, TaskStatus
+    from agent_worker.schemas.approvals import (
+        ApprovalDecision,
+        ApprovalRequest,
+        DecisionKind,
+        DecisionOutcome,
+    )
+    from agent_worker.schemas.forks import StepRecord
+    from agent_worker.schemas.tasks import BatchView, TaskInput, TaskPhase, TaskResult, TaskSpec, TaskStatus
 
 # The payload models are imported where a call first needs them, not with this module: building the
 # pydantic models costs about as much as importing the Temporal client, and a process that imports the
@@ -131,7 +136,7 @@ class AwaitingTask:
 def workflow_input(spec: TaskSpec | TaskInput | dict[str, Any]) -> dict[str, Any]:
     """The ``AgentTask`` input for ``spec`` as plain JSON, as ``start`` and each scheduled run send it
     (raises pydantic's ValidationError, naming the field, for an invalid spec)."""
-    from schemas.tasks import CURRENT_RELEASE, TaskInput, TaskSpec
+    from agent_worker.schemas.tasks import CURRENT_RELEASE, TaskInput, TaskSpec
 
     task = spec if isinstance(spec, TaskInput) else TaskInput(spec=TaskSpec.model_validate(spec))
     if "release" not in task.model_fields_set:
@@ -170,7 +175,7 @@ class AgentWorkerClient:
 
     def handle(self, task_id: str) -> WorkflowHandle[Any, TaskResult]:
         """The Temporal handle of a task (for what this client does not wrap)."""
-        from schemas.tasks import TaskResult
+        from agent_worker.schemas.tasks import TaskResult
 
         return self.temporal.get_workflow_handle(task_id, result_type=TaskResult)
 
@@ -186,8 +191,8 @@ class AgentWorkerClient:
             InvalidPayload: ``task_id`` is not a valid task id (``schemas.tasks.TASK_ID_PATTERN``:
                 no spaces, control characters or line breaks); nothing is started.
         """
-        from schemas.tasks import TaskResult
-        from schemas.validation import check_task_id
+        from agent_worker.schemas.tasks import TaskResult
+        from agent_worker.schemas.validation import check_task_id
 
         task_id = check_task_id(task_id) if task_id is not None else f"task-{uuid.uuid4().hex[:12]}"
         payload = workflow_input(spec)
@@ -222,13 +227,13 @@ class AgentWorkerClient:
             TaskNotFound: no such task.
             WorkerUnreachable: no worker answered within ``wait_seconds`` seconds.
         """
-        from schemas.tasks import TaskStatus
+        from agent_worker.schemas.tasks import TaskStatus
 
         return await self._query(task_id, STATUS_QUERY, TaskStatus, wait_seconds)
 
     async def pending(self, task_id: str, *, wait_seconds: float = DEFAULT_TIMEOUT) -> list[ApprovalRequest]:
         """The task's requests still waiting for a decision."""
-        from schemas.approvals import ApprovalRequest
+        from agent_worker.schemas.approvals import ApprovalRequest
 
         return await self._query(task_id, PENDING_QUERY, list[ApprovalRequest], wait_seconds)
 
@@ -298,7 +303,7 @@ class AgentWorkerClient:
         """Every running task waiting for a human (from visibility), with its pending requests, those
         ``principal`` may decide when given. A task whose worker does not answer within ``wait_seconds``
         is still listed, with ``error`` set, so one dead worker cannot hide the others."""
-        from schemas.tasks import TaskStatus
+        from agent_worker.schemas.tasks import TaskStatus
 
         query = visibility.AWAITING_QUERY
         if tenant is not None:
@@ -387,8 +392,8 @@ class AgentWorkerClient:
             TaskNotFound: no such task, or it is not running.
             WorkerUnreachable: no worker answered within ``wait_seconds`` seconds.
         """
-        from schemas.approvals import DecisionKind
-        from schemas.validation import InvalidPayload, parse_decision
+        from agent_worker.schemas.approvals import DecisionKind
+        from agent_worker.schemas.validation import InvalidPayload, parse_decision
 
         request: ApprovalRequest | None = None
         if version is None or sign_with is not None:
@@ -414,7 +419,7 @@ class AgentWorkerClient:
         except InvalidPayload as err:
             raise DecisionRefused(task_id, request_id, str(err)) from None
         if sign_with is not None:
-            from security.signing import sign
+            from agent_worker.security.signing import sign
 
             chain = request.run_chain if request else None
             parsed = parsed.model_copy(update={"signature": sign(sign_with, task_id, parsed, chain)})
@@ -436,7 +441,7 @@ class AgentWorkerClient:
             TaskNotFound: no running task with that id.
             WorkerUnreachable: no worker answered within ``wait_seconds`` seconds.
         """
-        from schemas.approvals import DecisionOutcome
+        from agent_worker.schemas.approvals import DecisionOutcome
 
         if via == "update" and decision.expires_at is None:
             expires_at = datetime.now(UTC) + timedelta(seconds=wait_seconds)
@@ -510,7 +515,7 @@ class AgentWorkerClient:
         Raises:
             ValueError: no task with that id (``activities.task_history.ForkRefused``).
         """
-        from activities.task_history import read_history, steps_of
+        from agent_worker.activities.task_history import read_history, steps_of
 
         return steps_of(await read_history(self.temporal, task_id))
 
@@ -533,7 +538,7 @@ class AgentWorkerClient:
         Raises:
             ValueError: no such task or step, or a change this version cannot make (``ForkRefused``).
         """
-        from activities.task_history import fork_spec, new_fork_id, read_history
+        from agent_worker.activities.task_history import fork_spec, new_fork_id, read_history
 
         read = await read_history(self.temporal, task_id)
         spec = fork_spec(

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 from temporalio.client import Client
 from temporalio.envconfig import ClientConfig
 
-from security.codec import converter_for, converter_from_env
+from agent_worker.security.codec import converter_for, converter_from_env
 
 if TYPE_CHECKING:
-    from schemas.config import WorkerConfig
+    from agent_worker.schemas.config import WorkerConfig
 
 DEFAULT_ADDRESS = "localhost:7233"
 

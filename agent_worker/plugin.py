@@ -29,26 +29,26 @@ from temporalio.plugin import SimplePlugin
 from temporalio.worker import ReplayerConfig, WorkerConfig
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from activities.agent import AgentActivities, AgentRegistry
-from activities.agent.providers import use_bundled_litellm_cost_map
-from activities.artifacts import ArtifactActivities, ArtifactStore
-from activities.authz import AuthzActivities
-from activities.business import BusinessActivities
-from activities.events import EventActivities
-from activities.forks import ForkActivities
-from activities.grants import GrantActivities
-from activities.health import HealthActivities
-from activities.notify import NotifyActivities, build_notifiers
-from activities.sandbox import SandboxActivities, SandboxHere
-from activities.sandbox.reaper import ReaperActivities, SandboxReaper
-from activities.sdk_shims import AgentWorkflowRunner
-from activities.shadow import ShadowActivities
-from activities.stores import live_events
-from activities.stores import state as state_stores
-from activities.stores.artifacts import build_artifact_store
-from activities.tenants import TenantActivities
-from activities.threads import ThreadActivities
-from activities.tools.activities import ToolActivities
+from agent_worker.activities.agent import AgentActivities, AgentRegistry
+from agent_worker.activities.agent.providers import use_bundled_litellm_cost_map
+from agent_worker.activities.artifacts import ArtifactActivities, ArtifactStore
+from agent_worker.activities.authz import AuthzActivities
+from agent_worker.activities.business import BusinessActivities
+from agent_worker.activities.events import EventActivities
+from agent_worker.activities.forks import ForkActivities
+from agent_worker.activities.grants import GrantActivities
+from agent_worker.activities.health import HealthActivities
+from agent_worker.activities.notify import NotifyActivities, build_notifiers
+from agent_worker.activities.sandbox import SandboxActivities, SandboxHere
+from agent_worker.activities.sandbox.reaper import ReaperActivities, SandboxReaper
+from agent_worker.activities.sdk_shims import AgentWorkflowRunner
+from agent_worker.activities.shadow import ShadowActivities
+from agent_worker.activities.stores import live_events
+from agent_worker.activities.stores import state as state_stores
+from agent_worker.activities.stores.artifacts import build_artifact_store
+from agent_worker.activities.tenants import TenantActivities
+from agent_worker.activities.threads import ThreadActivities
+from agent_worker.activities.tools.activities import ToolActivities
 from agent_worker.backends import (
     build_authorizer,
     build_event_sink,
@@ -56,18 +56,23 @@ from agent_worker.backends import (
     build_systems,
     build_writer,
 )
-from schemas.config import WorkerConfig as AgentWorkerConfig
-from security.codec import converter_for
-from security.redact import register_config_secrets
-from workflows import (
+from agent_worker.schemas.config import WorkerConfig as AgentWorkerConfig
+from agent_worker.security.codec import converter_for
+from agent_worker.security.redact import register_config_secrets
+from agent_worker.workflows import (
     AgentTaskWorkflow,
     FleetDoctorWorkflow,
     SandboxReaperWorkflow,
     ShadowRunWorkflow,
     ShadowTaskWorkflow,
 )
-from workflows.options import AGENT_QUEUE_SUFFIX, BUSINESS_QUEUE_SUFFIX, SANDBOX_QUEUE_SUFFIX, home_queue
-from workflows.placement import COLOCATABLE
+from agent_worker.workflows.options import (
+    AGENT_QUEUE_SUFFIX,
+    BUSINESS_QUEUE_SUFFIX,
+    SANDBOX_QUEUE_SUFFIX,
+    home_queue,
+)
+from agent_worker.workflows.placement import COLOCATABLE
 
 PLUGIN_NAME = "agent_worker.AgentWorkerPlugin"
 WORKFLOWS = (
@@ -112,7 +117,7 @@ LIBRARY_PASSTHROUGH: dict[str, str] = {
 # a copy per cached workflow. What the sandbox would refuse there, ``scripts/check_workflows.py``
 # refuses before it runs, and tests/test_full_sandbox.py replays every committed history in the
 # SDK's unmodified sandbox with ``LIBRARY_PASSTHROUGH`` alone.
-WORKFLOW_CODE = ("workflows",)
+WORKFLOW_CODE = ("agent_worker.workflows",)
 
 
 def workflow_runner(
@@ -123,7 +128,7 @@ def workflow_runner(
     unless ``passthrough`` is off), payload contexts answered without entering it, and
     ``deadlock_window`` for activations (None: the SDK's own 2 s;
     ``activities.sdk_shims.AgentWorkflowRunner``)."""
-    from schemas.conditions import warm_conditions
+    from agent_worker.schemas.conditions import warm_conditions
 
     warm_conditions()  # policy conditions compile inside activations: not the parser's first build
     passed = [*LIBRARY_PASSTHROUGH, *(WORKFLOW_CODE if passthrough else ())]

@@ -40,10 +40,10 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from agent_worker.errors import AgentWorkerError
-from schemas import visibility
+from agent_worker.schemas import visibility
 
 if TYPE_CHECKING:
-    from schemas.schedules import ScheduledRun, ScheduleView, TaskSchedule
+    from agent_worker.schemas.schedules import ScheduledRun, ScheduleView, TaskSchedule
 
 __all__ = ["CRON_MEMO", "ScheduleExists", "ScheduleNotFound", "TaskSchedules"]
 
@@ -90,7 +90,7 @@ class TaskSchedules:
             ScheduleExists: one with that id exists (delete it first to change it).
             AgentWorkerError: the server refused the cadence (its words).
         """
-        from schemas.schedules import TaskSchedule
+        from agent_worker.schemas.schedules import TaskSchedule
 
         schedule = TaskSchedule.model_validate(schedule)
         schedule_id = schedule.schedule_id
@@ -152,7 +152,7 @@ class TaskSchedules:
         Raises:
             ScheduleNotFound: no task schedule has that id.
         """
-        from schemas.schedules import OverlapPolicy, ScheduledRun, ScheduleView
+        from agent_worker.schemas.schedules import OverlapPolicy, ScheduledRun, ScheduleView
 
         description = await self._describe(schedule_id)
         schedule, info = description.schedule, description.info

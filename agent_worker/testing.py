@@ -32,7 +32,7 @@ import structlog
 from agents.items import TResponseOutputItem
 from agents.testing import assistant_message, function_call
 
-from activities.agent import AgentRegistration, ConversationModel
+from agent_worker.activities.agent import AgentRegistration, ConversationModel
 from agent_worker.client import AgentWorkerClient
 
 __all__ = [
@@ -86,7 +86,7 @@ def _registration_path(agents: Sequence[AgentRegistration | str]) -> list[str]:
 async def _connect(address: str, within: float = 60.0) -> Any:
     from temporalio.client import Client
 
-    from schemas.payloads import DATA_CONVERTER
+    from agent_worker.schemas.payloads import DATA_CONVERTER
 
     deadline = time.monotonic() + within
     while True:
@@ -120,10 +120,10 @@ async def local_worker(
             (``model_provider="scripted"``) and the bubblewrap process sandbox tier. Unless
             structlog is configured already, the worker's logs go to stderr, as in production.
     """
+    from agent_worker.cli.devserver import free_port, start_dev_server, stop_process_group
+    from agent_worker.schemas.config import WorkerConfig
+    from agent_worker.telemetry import configure_logging
     from agent_worker.worker import build_workers, check_artifact_store, ensure_search_attributes
-    from cli.devserver import free_port, start_dev_server, stop_process_group
-    from schemas.config import WorkerConfig
-    from telemetry import configure_logging
 
     scratch = Path(tempfile.mkdtemp(prefix="agent-worker-local-"))
     server = None

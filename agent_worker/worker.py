@@ -27,11 +27,11 @@ from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.service import RPCError
 from temporalio.worker import Worker, WorkerDeploymentConfig
 
-from activities.artifacts import ArtifactStore
-from activities.errors import ArtifactUnavailable
-from activities.sdk_shims import deadlock_window_seconds
-from activities.stores import state as state_stores
-from activities.stores.artifacts import build_artifact_store
+from agent_worker.activities.artifacts import ArtifactStore
+from agent_worker.activities.errors import ArtifactUnavailable
+from agent_worker.activities.sdk_shims import deadlock_window_seconds
+from agent_worker.activities.stores import state as state_stores
+from agent_worker.activities.stores.artifacts import build_artifact_store
 from agent_worker.backends import (
     build_authorizer,
     build_event_sink,
@@ -41,11 +41,11 @@ from agent_worker.backends import (
 )
 from agent_worker.connection import connect
 from agent_worker.plugin import DEADLOCK_WINDOW, AgentWorkerPlugin, workflow_runner
-from schemas import visibility
-from schemas.config import EXAMPLE_AGENT, WorkerConfig
-from telemetry import configure_logging, configure_tracing, tracing_interceptors
-from telemetry.health import Health, serve_health
-from telemetry.metrics import prometheus_runtime
+from agent_worker.schemas import visibility
+from agent_worker.schemas.config import EXAMPLE_AGENT, WorkerConfig
+from agent_worker.telemetry import configure_logging, configure_tracing, tracing_interceptors
+from agent_worker.telemetry.health import Health, serve_health
+from agent_worker.telemetry.metrics import prometheus_runtime
 
 log = structlog.get_logger("agent_worker.worker")
 

@@ -2,6 +2,6 @@
 no Temporal client (``agent-worker api``). Built on FastAPI (OpenAPI at ``/openapi.json``), served
 by uvicorn, with the web inbox's authentication and authorization."""
 
-from api.app import ApiConfig, build_api
+from agent_worker.api.app import ApiConfig, build_api
 
 __all__ = ["ApiConfig", "build_api"]

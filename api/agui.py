@@ -54,20 +54,20 @@ from ag_ui.core import (
     StateSnapshotEvent,
 )
 from ag_ui.core.version import PROTOCOL_VERSION
+from agent_worker.activities.stores.streams import StreamBackend
+from agent_worker.api.agui_events import Translator, sse
+from agent_worker.api.agui_page import PAGE
+from agent_worker.api.guard import AGUI_PATH
+from agent_worker.api.streams import BATCH, BLOCK_MS, KEEPALIVE_SECONDS
+from agent_worker.inbox.service import InboxError, InboxService, TaskView
+from agent_worker.schemas.approvals import ApprovalRequest, DecisionKind
+from agent_worker.schemas.streams import StreamEntry
+from agent_worker.schemas.tasks import TaskPhase
 from fastapi import Depends, FastAPI, Header, HTTPException
 from fastapi.responses import HTMLResponse, StreamingResponse
 from pydantic import BaseModel, Field, ValidationError
 
-from activities.stores.streams import StreamBackend
 from agent_worker.client import AgentWorkerClient
-from api.agui_events import Translator, sse
-from api.agui_page import PAGE
-from api.guard import AGUI_PATH
-from api.streams import BATCH, BLOCK_MS, KEEPALIVE_SECONDS
-from inbox.service import InboxError, InboxService, TaskView
-from schemas.approvals import ApprovalRequest, DecisionKind
-from schemas.streams import StreamEntry
-from schemas.tasks import TaskPhase
 
 # How often a run asks the task for its state while the stream has new entries (when it has none,
 # once per blocking read).

@@ -38,8 +38,7 @@ from ag_ui.core import (
     ToolCallResultEvent,
     ToolCallStartEvent,
 )
-
-from schemas.streams import StreamEntry
+from agent_worker.schemas.streams import StreamEntry
 
 # The metadata key of an event's cursor (the stream offset it completes).
 CURSOR = "cursor"

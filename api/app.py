@@ -38,28 +38,28 @@ from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote
 
+from agent_worker.activities.grants import GrantStore
+from agent_worker.activities.stores.streams import StreamBackend
+from agent_worker.api.agui import add_agui_routes
+from agent_worker.api.forks import add_fork_routes
+from agent_worker.api.grants import mount_grant_routes
+from agent_worker.api.guard import PRINCIPAL, Guard
+from agent_worker.api.stream_tokens import StreamTokens
+from agent_worker.api.streams import follow_events, follow_task, resume_after
+from agent_worker.inbox.auth import Authenticator
+from agent_worker.inbox.service import InboxError, InboxService, may_view
+from agent_worker.schemas.approvals import ApprovalRequest, DecisionKind, DecisionOutcome
+from agent_worker.schemas.config import DEFAULT_TASK_QUEUE, WorkerConfig
+from agent_worker.schemas.events import Event
+from agent_worker.schemas.grants import Remember
+from agent_worker.schemas.tasks import TaskId, TaskResult, TaskSpec, TaskStatus
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, Response
 from fastapi.responses import PlainTextResponse, StreamingResponse
 from fastapi.security import HTTPBearer
 from pydantic import BaseModel, Field, ValidationError
 from temporalio.client import Client
 
-from activities.grants import GrantStore
-from activities.stores.streams import StreamBackend
 from agent_worker.client import AgentWorkerClient
-from api.agui import add_agui_routes
-from api.forks import add_fork_routes
-from api.grants import mount_grant_routes
-from api.guard import PRINCIPAL, Guard
-from api.stream_tokens import StreamTokens
-from api.streams import follow_events, follow_task, resume_after
-from inbox.auth import Authenticator
-from inbox.service import InboxError, InboxService, may_view
-from schemas.approvals import ApprovalRequest, DecisionKind, DecisionOutcome
-from schemas.config import DEFAULT_TASK_QUEUE, WorkerConfig
-from schemas.events import Event
-from schemas.grants import Remember
-from schemas.tasks import TaskId, TaskResult, TaskSpec, TaskStatus
 
 _DEFAULTS = WorkerConfig()
 # The bearer scheme, for the OpenAPI document (``api.guard`` authenticates).

@@ -11,12 +11,12 @@ scoped to the original's tenant, as ``POST /v1/tasks`` scopes a chosen id.
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from agent_worker.schemas.forks import MAX_STEPS, StepRecord
+from agent_worker.schemas.tasks import TaskId
 from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel, Field
 
 from agent_worker.client import AgentWorkerClient
-from schemas.forks import MAX_STEPS, StepRecord
-from schemas.tasks import TaskId
 
 
 class ForkRequest(BaseModel):

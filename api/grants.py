@@ -11,11 +11,10 @@ import asyncio
 from collections.abc import Callable
 from typing import Annotated, Any
 
+from agent_worker.activities.grants import GrantStore
+from agent_worker.schemas.grants import Grant
 from fastapi import Depends, FastAPI, HTTPException, Query
 from pydantic import BaseModel, Field
-
-from activities.grants import GrantStore
-from schemas.grants import Grant
 
 
 class RevokeRequest(BaseModel):

@@ -28,13 +28,12 @@ from collections import Counter
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs
 
-from api.stream_tokens import StreamTokens, stream_route
-from security.hosts import host_allowed
+from agent_worker.api.stream_tokens import StreamTokens, stream_route
+from agent_worker.security.hosts import host_allowed
 
 if TYPE_CHECKING:
+    from agent_worker.inbox.auth import Authenticator
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
-    from inbox.auth import Authenticator
 
 # The scope key the routes read the caller's principal from.
 PRINCIPAL = "agent_worker.principal"

@@ -35,16 +35,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
+from agent_worker.api.app import ApiConfig, guard_settings, scoped_task_id
+from agent_worker.api.guard import PRINCIPAL, Guard
+from agent_worker.api.stream_tokens import StreamTokens
+from agent_worker.inbox.service import InboxError, InboxService, may_view
+from agent_worker.schemas.tasks import TaskId, TaskPhase, TaskResult, TaskSpec
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 
 from agent_worker.client import AgentWorkerClient, AgentWorkerError, TaskEnded, TaskNotFound
-from api.app import ApiConfig, guard_settings, scoped_task_id
-from api.guard import PRINCIPAL, Guard
-from api.stream_tokens import StreamTokens
-from inbox.service import InboxError, InboxService, may_view
-from schemas.tasks import TaskId, TaskPhase, TaskResult, TaskSpec
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp

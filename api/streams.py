@@ -17,11 +17,11 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from agent_worker.activities.stores.streams import StreamBackend
+from agent_worker.schemas.events import Event
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 
-from activities.stores.streams import StreamBackend
 from agent_worker.client import AgentWorkerClient, AgentWorkerError, TaskNotFound
-from schemas.events import Event
 
 # How long one read waits for a new entry; how often an idle stream sends a comment (so proxies
 # keep the connection).

@@ -19,14 +19,20 @@ import re
 import time
 from typing import Any
 
+from agent_worker.activities.agent import (
+    AgentRegistration,
+    ConversationModel,
+    sandbox_tool,
+    tool_outputs,
+    write_tool,
+)
+from agent_worker.schemas.actions import BusinessWrite, SandboxCommand
 from agents import Agent, function_tool
 from agents.items import ModelResponse, TResponseOutputItem
 from agents.testing import assistant_message, function_call
 from temporalio import activity
 
-from activities.agent import AgentRegistration, ConversationModel, sandbox_tool, tool_outputs, write_tool
 from bench import script
-from schemas.actions import BusinessWrite, SandboxCommand
 
 CALL_LOG_ENV = "AW_BENCH_CALL_LOG"
 LATENCY_ENV = "AW_BENCH_MODEL_LATENCY_MS"

@@ -27,9 +27,10 @@ from __future__ import annotations
 import argparse
 import time
 
+from agent_worker.schemas.config import WorkerConfig
+
 from bench import parked
 from bench.common import Section, dev_server, load, ratio, scratch
-from schemas.config import WorkerConfig
 
 WARM_TASKS = 200
 DEFAULT_ACTIVE = 600

@@ -26,6 +26,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from agent_worker.cli.devserver import free_port
+from agent_worker.schemas.config import DEFAULT_WORKFLOW_CACHE_MB, MB_PER_CACHED_WORKFLOW
+from agent_worker.schemas.tasks import TaskResult
+from agent_worker.workflows import AgentTaskWorkflow
+
 from bench.agents import approval_task
 from bench.common import (
     Section,
@@ -37,10 +42,6 @@ from bench.common import (
     scratch,
     spawn_agent_worker,
 )
-from cli.devserver import free_port
-from schemas.config import DEFAULT_WORKFLOW_CACHE_MB, MB_PER_CACHED_WORKFLOW
-from schemas.tasks import TaskResult
-from workflows import AgentTaskWorkflow
 
 DEFAULT_TASKS = 600
 DEFAULT_STEPS = 4

@@ -20,12 +20,18 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+from agent_worker.cli.devserver import (
+    dev_server_command,
+    free_port,
+    port_open,
+    stop_process_group,
+    wait_ready,
+)
+from agent_worker.schemas.config import EXAMPLE_AGENT, WorkerConfig
+from agent_worker.schemas.payloads import DATA_CONVERTER
 from temporalio.client import Client, WorkflowHandle
 
-from cli.devserver import dev_server_command, free_port, port_open, stop_process_group, wait_ready
-from schemas.config import EXAMPLE_AGENT, WorkerConfig
-from schemas.payloads import DATA_CONVERTER
-from worker import build_workers
+from agent_worker.worker import build_workers
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH_AGENTS = [EXAMPLE_AGENT, "bench.agents:registrations"]
@@ -358,7 +364,9 @@ def spawn(argv: list[str], env: dict[str, str], log: Path) -> Proc:
 
 async def spawn_agent_worker(address: str, config: WorkerConfig, log: Path, **extra: str) -> Proc:
     """``agent-worker worker`` in its own process; returns once it polls."""
-    proc = spawn([sys.executable, "-m", "cli.main", "worker"], worker_env(address, config, **extra), log)
+    proc = spawn(
+        [sys.executable, "-m", "agent_worker.cli.main", "worker"], worker_env(address, config, **extra), log
+    )
     await proc.ready("worker started")
     return proc
 

@@ -26,12 +26,13 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
-from activities.events import JsonlEventSink
+from agent_worker.activities.events import JsonlEventSink
+from agent_worker.cli.main import main as cli_main
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
+from agent_worker.workflows import AgentTaskWorkflow
+
 from bench.common import agent_worker, bench_config, dev_server, load, machine, run_sizes, scratch
-from cli.main import main as cli_main
-from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.compaction_agent import BUDGET, LimitedStub
-from workflows import AgentTaskWorkflow
 
 RESULTS = Path(__file__).parent / "results" / "compaction.md"
 AGENTS = ["tests.helpers.compaction_agent:registrations"]

@@ -25,6 +25,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
+from agent_worker.workflows import AgentTaskWorkflow
+
 from bench.agents import CALL_LOG_ENV
 from bench.common import (
     Proc,
@@ -39,8 +42,6 @@ from bench.common import (
     spawn_agent_worker,
     spawn_bare_worker,
 )
-from schemas.tasks import TaskPhase, TaskResult
-from workflows import AgentTaskWorkflow
 
 
 def _calls(log: Path) -> list[tuple[str, int, int, float]]:

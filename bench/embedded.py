@@ -17,10 +17,11 @@ import time
 import uuid
 from pathlib import Path
 
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
+from agent_worker.workflows import AgentTaskWorkflow
+
 from bench.agents import counting_task
 from bench.common import Section, agent_worker, bare_worker, bench_config, dev_server, load, ratio, scratch
-from schemas.tasks import TaskPhase, TaskResult
-from workflows import AgentTaskWorkflow
 
 
 async def _measure(directory: Path, wal: bool, k: int, c: int, t: int) -> dict[str, float]:

@@ -15,6 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
+from agent_worker.workflows import AgentTaskWorkflow
+
 from bench.agents import DEFAULT_LATENCY_MS, LATENCY_ENV, counting_task
 from bench.common import (
     Section,
@@ -27,8 +30,6 @@ from bench.common import (
     scratch,
     spawn_agent_worker,
 )
-from schemas.tasks import TaskPhase, TaskResult
-from workflows import AgentTaskWorkflow
 
 STEPS = 2
 

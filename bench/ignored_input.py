@@ -35,6 +35,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from agent_worker.schemas.payloads import DATA_CONVERTER
+from agent_worker.schemas.tasks import TaskResult
+from agent_worker.workflows import AgentTaskWorkflow
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory, WorkflowUpdateFailedError
 from temporalio.worker import Replayer
 
@@ -53,9 +56,6 @@ from bench.common import (
     scratch,
     spawn_agent_worker,
 )
-from schemas.payloads import DATA_CONVERTER
-from schemas.tasks import TaskResult
-from workflows import AgentTaskWorkflow
 
 DECISIONS = 3_000
 QUICK_DECISIONS = 300

@@ -34,7 +34,7 @@ from tests.test_light_client import HEAVY
 
 BASELINE = "temporalio.client"
 CLIENT = "agent_worker.client"
-CLI = "cli.main"
+CLI = "agent_worker.cli.main"
 ROUNDS = 7
 MAX_MODULE_RATIO = 1.5
 MAX_TIME_RATIO = 1.5

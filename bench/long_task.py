@@ -16,6 +16,10 @@ import argparse
 import time
 import uuid
 
+from agent_worker.schemas import tasks
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
+from agent_worker.workflows import AgentTaskWorkflow
+
 from bench.agents import counting_task
 from bench.bare import CountInput, CountResult
 from bench.common import (
@@ -32,9 +36,6 @@ from bench.common import (
     scratch,
     top_sizes,
 )
-from schemas import tasks
-from schemas.tasks import TaskPhase, TaskResult
-from workflows import AgentTaskWorkflow
 
 QUICK_SERVER = {"limit.historyCount.suggestContinueAsNew": "150"}
 INLINE_EVIDENCE = tasks.INLINE_EVIDENCE  # the default for tasks begun since patch lean-evidence

@@ -23,6 +23,10 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from agent_worker.cli.devserver import free_port
+from agent_worker.schemas.approvals import ApprovalRequest
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
+from agent_worker.workflows import AgentTaskWorkflow
 from temporalio.service import RPCError
 
 from bench.agents import APPROVER, approval_task
@@ -41,10 +45,6 @@ from bench.common import (
     spawn_agent_worker,
     spawn_bare_worker,
 )
-from cli.devserver import free_port
-from schemas.approvals import ApprovalRequest
-from schemas.tasks import TaskPhase, TaskResult
-from workflows import AgentTaskWorkflow
 
 DEFAULT_TASKS = 500
 RSS_TARGET_MB = 300

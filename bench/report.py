@@ -14,10 +14,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from agent_worker.schemas.config import WorkerConfig
+from agent_worker.telemetry import configure_logging
+
 from bench import targets
 from bench.common import Section, load, machine
-from schemas.config import WorkerConfig
-from telemetry import configure_logging
 
 BENCH = Path(__file__).resolve().parent
 RESULTS = BENCH / "RESULTS.md"

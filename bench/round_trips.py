@@ -24,12 +24,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent_worker.schemas.tasks import TaskPhase
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 
 from agent_worker.client import AgentWorkerClient
 from bench.common import REPO, Section, agent_worker, bench_config, dev_server, load, scratch
-from schemas.tasks import TaskPhase
 
 EXAMPLE = REPO / "examples" / "monthly_report" / "task.json"
 APPROVER = "finance-lead"  # the example's policy

@@ -12,9 +12,10 @@ from __future__ import annotations
 import argparse
 import time
 
-from activities.sandbox.docker import docker_available
+from agent_worker.activities.sandbox.docker import docker_available
+from agent_worker.schemas.config import WorkerConfig
+
 from bench.common import Section, load
-from schemas.config import WorkerConfig
 
 
 async def run(quick: bool = False, rounds: int | None = None) -> Section:

@@ -27,13 +27,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import docker
-
-from activities.artifacts import LocalArtifactStore
-from activities.sandbox import SandboxActivities
-from activities.sandbox.docker import DockerSandbox
-from schemas.actions import SandboxCommand
-from schemas.config import WorkerConfig
-from schemas.sandbox import CreateSandboxInput, DestroySandboxInput, ExecInput, SandboxBackend, SandboxSpec
+from agent_worker.activities.artifacts import LocalArtifactStore
+from agent_worker.activities.sandbox import SandboxActivities
+from agent_worker.activities.sandbox.docker import DockerSandbox
+from agent_worker.schemas.actions import SandboxCommand
+from agent_worker.schemas.config import WorkerConfig
+from agent_worker.schemas.sandbox import (
+    CreateSandboxInput,
+    DestroySandboxInput,
+    ExecInput,
+    SandboxBackend,
+    SandboxSpec,
+)
 
 RESULTS = Path(__file__).parent / "results" / "sandbox_exec.md"
 

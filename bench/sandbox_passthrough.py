@@ -41,22 +41,29 @@ from pathlib import Path
 from typing import Any
 
 import temporalio.workflow
+from agent_worker.activities.sdk_shims import sdk_instance_class
+from agent_worker.workflows import AgentTaskWorkflow
 from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from activities.sdk_shims import sdk_instance_class
 from agent_worker.worker import workflow_runner
 from bench.common import REPO, load, machine
-from workflows import AgentTaskWorkflow
 
 HISTORY = REPO / "tests" / "histories" / "test_approval_by_temporal_cli_completes_with_evidence.json"
 IDS = REPO / "tests" / "histories" / "workflow_ids.json"
 OUT = REPO / "bench" / "results" / "sandbox_passthrough.md"
 # Our packages the workflow code imports (workflows/ itself, and what it imports under
 # imports_passed_through or directly).
-OURS = ("workflows", "schemas", "activities", "telemetry", "security", "agent_worker")
+OURS = (
+    "agent_worker.workflows",
+    "agent_worker.schemas",
+    "agent_worker.activities",
+    "agent_worker.telemetry",
+    "agent_worker.security",
+    "agent_worker",
+)
 VALIDATION_RUN_ID = "sandbox-validate-run_id"  # the SDK's run id for its validation instance
 DEFAULT_REPLAYS = 20
 DEFAULT_ROUNDS = 3

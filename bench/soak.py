@@ -41,6 +41,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from agent_worker.cli import devserver
+from agent_worker.schemas.config import EXAMPLE_AGENT, WorkerConfig
+from agent_worker.schemas.payloads import DATA_CONVERTER
+from agent_worker.schemas.tasks import TaskResult, TaskStatus
+from agent_worker.workflows import AgentTaskWorkflow
 from temporalio.client import (
     Client,
     WorkflowHandle,
@@ -51,11 +56,6 @@ from temporalio.service import RPCError
 
 from bench import soak_shared
 from bench.soak_fleet import Chaos, Fleet, chaos_loop
-from cli import devserver
-from schemas.config import EXAMPLE_AGENT, WorkerConfig
-from schemas.payloads import DATA_CONVERTER
-from schemas.tasks import TaskResult, TaskStatus
-from workflows import AgentTaskWorkflow
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "examples/monthly_report/task.json"
@@ -219,8 +219,7 @@ def leftover_sandboxes(data_dirs: list[Path], task_ids: set[str], docker_used: b
     left = sum(1 for d in data_dirs for _ in (d / "sandboxes").glob("*/labels.json"))
     if docker_used:
         import docker
-
-        from activities.sandbox.base import LABEL_TASK
+        from agent_worker.activities.sandbox.base import LABEL_TASK
 
         # The list endpoint alone: an inspect per container fails on one being made or removed.
         for container in docker.from_env().api.containers(all=True, filters={"label": LABEL_TASK}):

@@ -61,7 +61,7 @@ class Fleet:
         log = self.logs / f"worker-{self.started}.log"
         with log.open("ab") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "cli.main", "worker"],
+                [sys.executable, "-m", "agent_worker.cli.main", "worker"],
                 env=self.envs[n],
                 cwd=REPO,
                 stdout=out,

@@ -17,17 +17,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from agent_worker.activities.agent import AgentActivities, AgentRegistry
+from agent_worker.activities.stores.artifacts import build_artifact_store
+from agent_worker.activities.stores.state import build_journal
+from agent_worker.schemas.config import WorkerConfig
+from agent_worker.schemas.sandbox import DestroySandboxResult
+from agent_worker.schemas.turns import TurnInput, TurnResult
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import ActivityEnvironment
-
-from activities.agent import AgentActivities, AgentRegistry
-from activities.stores.artifacts import build_artifact_store
-from activities.stores.state import build_journal
-from schemas.config import WorkerConfig
-from schemas.sandbox import DestroySandboxResult
-from schemas.turns import TurnInput, TurnResult
 
 
 @dataclass

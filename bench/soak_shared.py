@@ -44,19 +44,19 @@ from typing import Any
 from unittest import mock
 
 import psycopg
+from agent_worker.activities.artifacts import ArtifactStore
+from agent_worker.activities.stores import postgres_db
+from agent_worker.activities.stores.artifacts import build_artifact_store
+from agent_worker.cli import evidence as evidence_cli
+from agent_worker.cli.devserver import free_port
+from agent_worker.cli.evidence import verify_bundle, write_bundle
+from agent_worker.schemas.config import WorkerConfig
+from agent_worker.schemas.tasks import TaskResult
+from agent_worker.telemetry import configure_logging
 from agents import set_tracing_disabled
 from temporalio.client import Client
 
-from activities.artifacts import ArtifactStore
-from activities.stores import postgres_db
-from activities.stores.artifacts import build_artifact_store
 from bench import soak_journal
-from cli import evidence as evidence_cli
-from cli.devserver import free_port
-from cli.evidence import verify_bundle, write_bundle
-from schemas.config import WorkerConfig
-from schemas.tasks import TaskResult
-from telemetry import configure_logging
 from tests.helpers.postgres_server import PostgresServer, start_postgres
 from tests.helpers.s3_server import TEST_CREDENTIALS, new_bucket
 
@@ -162,7 +162,7 @@ def reap_each_host(envs: Sequence[dict[str, str]], work: Path) -> list[str]:
     said = []
     for n, env in enumerate(envs):
         done = subprocess.run(
-            [sys.executable, "-m", "cli.main", "reap", "--min-age", "0s"],
+            [sys.executable, "-m", "agent_worker.cli.main", "reap", "--min-age", "0s"],
             env=env,
             cwd=work,
             capture_output=True,

@@ -20,6 +20,9 @@ import time
 import uuid
 from typing import Any
 
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
+from agent_worker.workflows import AgentTaskWorkflow
+
 from bench.agents import counting_task
 from bench.bare import CountInput, CountResult
 from bench.common import (
@@ -38,8 +41,6 @@ from bench.common import (
     scratch,
     time_breakdown,
 )
-from schemas.tasks import TaskPhase, TaskResult
-from workflows import AgentTaskWorkflow
 
 TARGET = 1.15
 

@@ -32,16 +32,16 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from agent_worker.activities.stores.state import build_stream_backend
+from agent_worker.api import ApiConfig, build_api
+from agent_worker.inbox.auth import Authenticator
+from agent_worker.inbox.serve import serving
+from agent_worker.schemas.streams import StreamEntry, assemble_text
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
+from agent_worker.workflows import AgentTaskWorkflow
 
-from activities.stores.state import build_stream_backend
-from api import ApiConfig, build_api
 from bench.common import agent_worker, bench_config, dev_server, load, machine, percentile, run_sizes, scratch
-from inbox.auth import Authenticator
-from inbox.serve import serving
-from schemas.streams import StreamEntry, assemble_text
-from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.openai_stub import OpenAIStub
-from workflows import AgentTaskWorkflow
 
 RESULTS = Path(__file__).parent / "results" / "stream_latency.md"
 AGENTS = ["tests.helpers.agents:registrations"]

@@ -19,6 +19,9 @@ import time
 import uuid
 from typing import Any
 
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
+from agent_worker.workflows import AgentTaskWorkflow
+
 from bench import plugin_venv
 from bench.agents import counting_task
 from bench.common import (
@@ -36,8 +39,6 @@ from bench.common import (
     scratch,
     top_sizes,
 )
-from schemas.tasks import TaskPhase, TaskResult
-from workflows import AgentTaskWorkflow
 
 TIME_TARGET = 1.0
 BYTES_TARGET = 10.0

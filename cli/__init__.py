@@ -1,3 +1,3 @@
-"""The ``agent-worker`` command line: ``cli.main:main`` (also ``python -m cli``)."""
+"""The ``agent-worker`` command line: ``agent_worker.cli.main:main`` (also ``python -m agent_worker.cli``)."""
 
 __all__: list[str] = []

@@ -1,7 +1,7 @@
-"""``python -m cli``: the ``agent-worker`` command."""
+"""``python -m agent_worker.cli``: the ``agent-worker`` command."""
 
 import sys
 
-from cli.main import main
+from agent_worker.cli.main import main
 
 sys.exit(main())

@@ -10,13 +10,13 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cli.context import CliContext
-from cli.errors import CliError
-from schemas.visibility import DEFAULT_TASK_QUEUE
+from agent_worker.cli.context import CliContext
+from agent_worker.cli.errors import CliError
+from agent_worker.schemas.visibility import DEFAULT_TASK_QUEUE
 
 if TYPE_CHECKING:
-    from api import ApiConfig
-    from api.mcp_tools import AgentTool
+    from agent_worker.api import ApiConfig
+    from agent_worker.api.mcp_tools import AgentTool
 
 __all__ = ["register"]
 
@@ -67,9 +67,9 @@ def api_config(args: argparse.Namespace, ctx: CliContext) -> ApiConfig:
     Raises:
         CliError: (exit 2) the tokens or tenants file cannot be read.
     """
-    from api import ApiConfig
-    from inbox import InboxConfigError
-    from inbox.auth import Authenticator, load_tokens
+    from agent_worker.api import ApiConfig
+    from agent_worker.inbox import InboxConfigError
+    from agent_worker.inbox.auth import Authenticator, load_tokens
 
     try:
         tokens = load_tokens(args.tokens) if args.auth == "token" and args.tokens else None
@@ -102,7 +102,7 @@ def _needs_api_extra() -> None:
     try:
         import uvicorn  # noqa: F401
 
-        import api  # noqa: F401
+        from agent_worker import api  # noqa: F401
     except ImportError as err:
         raise CliError(f"the HTTP API needs its extra: pip install 'agent-worker[api]' ({err})") from None
 
@@ -110,8 +110,7 @@ def _needs_api_extra() -> None:
 async def _serve(app: Any, bind: str, ctx: CliContext) -> int:
     """Serve ``app`` on ``bind`` with uvicorn until SIGINT/SIGTERM."""
     import uvicorn
-
-    from api.serve import server_config
+    from agent_worker.api.serve import server_config
 
     host, _, port = bind.rpartition(":")
     options = server_config(
@@ -123,8 +122,8 @@ async def _serve(app: Any, bind: str, ctx: CliContext) -> int:
 
 async def cmd_api(args: argparse.Namespace, ctx: CliContext) -> int:
     _needs_api_extra()
-    from activities.stores.state import build_event_sink, build_grant_store, build_stream_backend
-    from api import build_api
+    from agent_worker.activities.stores.state import build_event_sink, build_grant_store, build_stream_backend
+    from agent_worker.api import build_api
 
     config = api_config(args, ctx)
     if not ctx.config.event_sink:  # the configured default sink (data dir or state database)
@@ -136,7 +135,7 @@ async def cmd_api(args: argparse.Namespace, ctx: CliContext) -> int:
 
 async def cmd_mcp_serve(args: argparse.Namespace, ctx: CliContext) -> int:
     _needs_api_extra()
-    from api.mcp_tools import McpToolError, build_mcp_app
+    from agent_worker.api.mcp_tools import McpToolError, build_mcp_app
 
     tools = [_agent_tool(given) for given in args.tool]
     host = args.bind.rpartition(":")[0] or "127.0.0.1"
@@ -153,10 +152,9 @@ def _agent_tool(given: str) -> AgentTool:
     Raises:
         CliError: (exit 2) naming what is wrong with it.
     """
+    from agent_worker.api.mcp_tools import AgentTool, McpToolError
+    from agent_worker.schemas.tasks import TaskSpec
     from pydantic import ValidationError
-
-    from api.mcp_tools import AgentTool, McpToolError
-    from schemas.tasks import TaskSpec
 
     name, sep, path = given.partition("=")
     if not sep or not name or not path:

@@ -7,13 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from schemas.visibility import DEFAULT_TASK_QUEUE
+from agent_worker.schemas.visibility import DEFAULT_TASK_QUEUE
 
 if TYPE_CHECKING:
+    from agent_worker.schemas.config import WorkerConfig
     from temporalio.client import Client
 
     from agent_worker.client import AgentWorkerClient
-    from schemas.config import WorkerConfig
 
 __all__ = ["CliContext"]
 

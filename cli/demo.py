@@ -18,20 +18,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from agent_worker.cli import devserver
+from agent_worker.cli.context import CliContext
+from agent_worker.cli.errors import CliError
+from agent_worker.cli.tasks import DECIDE_TIMEOUT_SECONDS, Follower, load_task_input, outcome, send_decision
+from agent_worker.schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionKind
+from agent_worker.schemas.visibility import DEFAULT_TASK_QUEUE
 from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 
-from cli import devserver
-from cli.context import CliContext
-from cli.errors import CliError
-from cli.tasks import DECIDE_TIMEOUT_SECONDS, Follower, load_task_input, outcome, send_decision
-from schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionKind
-from schemas.visibility import DEFAULT_TASK_QUEUE
-
 if TYPE_CHECKING:
-    from schemas.config import WorkerConfig
+    from agent_worker.schemas.config import WorkerConfig
 
 EXAMPLE = "monthly-report"
 
@@ -70,7 +69,7 @@ async def _has_worker(client: Client, task_queue: str) -> bool:
 
 
 def _start_worker(config: WorkerConfig, address: str, log_file: Path) -> subprocess.Popen[bytes]:
-    from schemas.config import EXAMPLE_AGENT
+    from agent_worker.schemas.config import EXAMPLE_AGENT
 
     env = {
         **os.environ,
@@ -84,13 +83,13 @@ def _start_worker(config: WorkerConfig, address: str, log_file: Path) -> subproc
         # `auto` never picks the process tier, so the demo names it on a machine without Docker and
         # the sandbox image: a developer's own machine, and the worker still proves its bubblewrap
         # isolation at start (or refuses to start, saying how to fix it).
-        from activities.sandbox.docker import docker_available
+        from agent_worker.activities.sandbox.docker import docker_available
 
         usable = docker_available(config.docker_image) is None
         env["AGENT_WORKER_SANDBOX_BACKEND"] = "auto" if usable else "process"
     with log_file.open("ab") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "cli.main", "worker"],
+            [sys.executable, "-m", "agent_worker.cli.main", "worker"],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -99,8 +98,8 @@ def _start_worker(config: WorkerConfig, address: str, log_file: Path) -> subproc
 
 
 def _preview(config: WorkerConfig, request: ApprovalRequest) -> str | None:
-    from activities.errors import ArtifactError  # the stores load only when the demo runs
-    from activities.stores.artifacts import build_artifact_store
+    from agent_worker.activities.errors import ArtifactError  # the stores load only when the demo runs
+    from agent_worker.activities.stores.artifacts import build_artifact_store
 
     store = build_artifact_store(config)
     artifacts = getattr(request.action.operation, "artifacts", [])

@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cli.errors import CliError
-from schemas import visibility
+from agent_worker.cli.errors import CliError
+from agent_worker.schemas import visibility
 
 SQLITE_PRAGMAS = ("journal_mode=wal", "synchronous=normal")
 

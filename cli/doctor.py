@@ -15,10 +15,10 @@ import json
 import sys
 from typing import Any, TextIO
 
-from cli.context import CliContext
-from cli.errors import CliError
-from cli.schedules import parse_interval, upsert_schedule
-from schemas.health import DoctorInput, Thresholds
+from agent_worker.cli.context import CliContext
+from agent_worker.cli.errors import CliError
+from agent_worker.cli.schedules import parse_interval, upsert_schedule
+from agent_worker.schemas.health import DoctorInput, Thresholds
 
 __all__ = ["DOCTOR_SCHEDULE_ID", "register"]
 
@@ -75,7 +75,7 @@ async def cmd_doctor(args: argparse.Namespace, ctx: CliContext, out: TextIO | No
         raise CliError(f"doctor: {err}", 2) from None
     client = await ctx.temporal()
     if args.schedule:
-        from workflows import FleetDoctorWorkflow
+        from agent_worker.workflows import FleetDoctorWorkflow
 
         every = parse_interval(args.schedule)
         queue = ctx.config.task_queue
@@ -84,7 +84,7 @@ async def cmd_doctor(args: argparse.Namespace, ctx: CliContext, out: TextIO | No
         )
         print(f"schedule {DOCTOR_SCHEDULE_ID} runs FleetDoctor every {args.schedule} on {queue}", file=out)
         return 0
-    from activities.health import diagnose  # the activity's checks, loaded only when this runs
+    from agent_worker.activities.health import diagnose  # the activity's checks, loaded only when this runs
 
     try:
         report = await diagnose(client, check)

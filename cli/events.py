@@ -17,16 +17,16 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, TextIO
 
-from cli import render
-from cli.context import CliContext
-from cli.errors import CliError
-from cli.tasks import POLL_SECONDS
-from schemas.events import Event
+from agent_worker.cli import render
+from agent_worker.cli.context import CliContext
+from agent_worker.cli.errors import CliError
+from agent_worker.cli.tasks import POLL_SECONDS
+from agent_worker.schemas.events import Event
 
 if TYPE_CHECKING:
-    from activities.events import EventSink
-    from activities.stores.streams import StreamBackend
-    from schemas.streams import StreamEntry
+    from agent_worker.activities.events import EventSink
+    from agent_worker.activities.stores.streams import StreamBackend
+    from agent_worker.schemas.streams import StreamEntry
 
 __all__ = ["register"]
 
@@ -48,11 +48,10 @@ def _stored(sink: EventSink, task_id: str, chain: str | None) -> list[Event]:
 
 
 async def cmd_events(args: argparse.Namespace, ctx: CliContext, out: TextIO | None = None) -> int:
+    # The stores (and what they load) only when this command runs: not for every other command.
+    from agent_worker.activities.stores.state import build_event_sink, build_stream_backend
     from temporalio.client import WorkflowExecutionStatus
     from temporalio.service import RPCError, RPCStatusCode
-
-    # The stores (and what they load) only when this command runs: not for every other command.
-    from activities.stores.state import build_event_sink, build_stream_backend
 
     out = out or sys.stdout
     config = ctx.config
@@ -68,7 +67,7 @@ async def cmd_events(args: argparse.Namespace, ctx: CliContext, out: TextIO | No
             raise CliError(f"no task {args.task_id!r}") from None
         raise
     if not args.json:
-        from cli.forks import fork_tree
+        from agent_worker.cli.forks import fork_tree
 
         for line in await fork_tree(tasks.temporal, args.task_id):  # a fork's parent and its forks
             print(line, file=out)

@@ -25,24 +25,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 import pydantic
+from agent_worker.activities.errors import ArtifactCorrupt, ArtifactNotFound
+from agent_worker.cli.context import CliContext
+from agent_worker.cli.errors import CliError
+from agent_worker.cli.tasks import INBOX_QUERY_TIMEOUT
+from agent_worker.schemas.artifacts import ArtifactRef
+from agent_worker.schemas.digests import digest_bytes
+from agent_worker.schemas.tasks import Evidence, EvidenceArchive, TaskResult
+from agent_worker.schemas.turns import ToolCallRecord
+from agent_worker.schemas.writes import WriteEvidence, WriteOutcome
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.errors import ArtifactCorrupt, ArtifactNotFound
-from cli.context import CliContext
-from cli.errors import CliError
-from cli.tasks import INBOX_QUERY_TIMEOUT
-from schemas.artifacts import ArtifactRef
-from schemas.digests import digest_bytes
-from schemas.tasks import Evidence, EvidenceArchive, TaskResult
-from schemas.turns import ToolCallRecord
-from schemas.writes import WriteEvidence, WriteOutcome
-
 if TYPE_CHECKING:
-    from activities.artifacts import ArtifactStore
-    from activities.business import BusinessWriter
+    from agent_worker.activities.artifacts import ArtifactStore
+    from agent_worker.activities.business import BusinessWriter
+    from agent_worker.schemas.config import WorkerConfig
+
     from agent_worker.client import AgentWorkerClient
-    from schemas.config import WorkerConfig
 
 SCHEMA = "agent-worker.evidence/v1"
 MANIFEST = "manifest.json"
@@ -226,7 +226,7 @@ def _summary(result: TaskResult, evidence: Evidence, directory: Path, not_copied
 
 def _artifact_store(config: WorkerConfig) -> ArtifactStore:
     """The configured artifact store, its backend imported only when a command needs it."""
-    from activities.stores.artifacts import build_artifact_store
+    from agent_worker.activities.stores.artifacts import build_artifact_store
 
     return build_artifact_store(config)
 

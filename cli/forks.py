@@ -13,8 +13,8 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
-from cli.context import CliContext
-from cli.errors import CliError
+from agent_worker.cli.context import CliContext
+from agent_worker.cli.errors import CliError
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -93,7 +93,7 @@ async def cmd_steps(args: argparse.Namespace, ctx: CliContext, out: TextIO | Non
 async def fork_tree(client: Client, task_id: str) -> list[str]:
     """The fork tree around ``task_id`` (its ancestors, itself, its forks), one line each; empty when
     the task is no fork and has none."""
-    from activities.task_history import forks_of, parent_of
+    from agent_worker.activities.task_history import forks_of, parent_of
 
     chain: list[tuple[str, int | None]] = [(task_id, None)]
     for _ in range(MAX_DEPTH):

@@ -15,8 +15,8 @@ import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
-from cli.context import CliContext
-from cli.errors import CliError
+from agent_worker.cli.context import CliContext
+from agent_worker.cli.errors import CliError
 
 __all__ = ["add_remember_arguments", "register", "remember_from"]
 
@@ -42,7 +42,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_grants(args: argparse.Namespace, ctx: CliContext, out: TextIO | None = None) -> int:
-    from activities.stores.state import build_grant_store
+    from agent_worker.activities.stores.state import build_grant_store
 
     out = out or sys.stdout
     store = build_grant_store(ctx.config)

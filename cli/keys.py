@@ -6,8 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from cli.context import CliContext
-from cli.errors import CliError
+from agent_worker.cli.context import CliContext
+from agent_worker.cli.errors import CliError
 
 __all__ = ["register"]
 
@@ -22,7 +22,12 @@ def register(sub: Any) -> None:
 
 
 def cmd_keys(args: argparse.Namespace, _ctx: CliContext | None = None) -> int:
-    from security.signing import DEFAULT_KEY_DIR, load_private_key, new_private_key, public_key_text
+    from agent_worker.security.signing import (
+        DEFAULT_KEY_DIR,
+        load_private_key,
+        new_private_key,
+        public_key_text,
+    )
 
     key_dir = args.keys_dir or DEFAULT_KEY_DIR
     if args.action == "new":

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
 
-from cli import (
+from agent_worker.cli import (
     api_command,
     demo,
     devserver,
@@ -41,11 +41,11 @@ from cli import (
     tasks,
     worker_command,
 )
-from cli.context import CliContext
-from cli.errors import CliError
+from agent_worker.cli.context import CliContext
+from agent_worker.cli.errors import CliError
 
 if TYPE_CHECKING:
-    from schemas.config import WorkerConfig
+    from agent_worker.schemas.config import WorkerConfig
 
 # In the order `agent-worker --help` lists them.
 COMMAND_MODULES = (
@@ -90,7 +90,7 @@ def read_config(args: argparse.Namespace) -> WorkerConfig:
     Raises:
         ConfigError: naming the variable whose value is invalid or unknown.
     """
-    from schemas.config import WorkerConfig
+    from agent_worker.schemas.config import WorkerConfig
 
     overrides = getattr(args, "config_overrides", None)
     return WorkerConfig.from_env(os.environ, **(overrides(args) if overrides else {}))
@@ -107,10 +107,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "reads_config", True):  # `dev` replaces this process with the server
         return args.handler(args, None)
     # Loaded once the arguments parsed: ``--help`` and a usage error need none of it.
-    from activities.errors import ArtifactUnavailable, StateUnavailable
-    from schemas.config import ConfigError
-    from security.codec import EncryptionError
-    from telemetry import configure_logging
+    from agent_worker.activities.errors import ArtifactUnavailable, StateUnavailable
+    from agent_worker.schemas.config import ConfigError
+    from agent_worker.security.codec import EncryptionError
+    from agent_worker.telemetry import configure_logging
 
     try:
         config = read_config(args)

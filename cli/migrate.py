@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from cli.context import CliContext
-from cli.errors import CliError
+from agent_worker.cli.context import CliContext
+from agent_worker.cli.errors import CliError
 
 __all__ = ["register"]
 
@@ -25,8 +25,8 @@ def register(sub: Any) -> None:
 
 
 def cmd_migrate(args: argparse.Namespace, ctx: CliContext) -> int:
-    from activities.errors import StateUnavailable
-    from activities.stores.state import migrate_state
+    from agent_worker.activities.errors import StateUnavailable
+    from agent_worker.activities.stores.state import migrate_state
 
     config = ctx.config
     if config.state_backend != "postgres":
@@ -38,7 +38,7 @@ def cmd_migrate(args: argparse.Namespace, ctx: CliContext) -> int:
         applied = migrate_state(config)
     except StateUnavailable as err:
         raise CliError(f"cannot migrate the state database: {err}", 1) from None
-    from activities.stores.postgres_db import LATEST
+    from agent_worker.activities.stores.postgres_db import LATEST
 
     if applied:
         print(f"applied migrations {', '.join(map(str, applied))}: the state database is at version {LATEST}")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from cli.context import CliContext
-from cli.errors import CliError
+from agent_worker.cli.context import CliContext
+from agent_worker.cli.errors import CliError
 
 __all__ = ["register"]
 
@@ -26,7 +26,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_permissions(args: argparse.Namespace, ctx: CliContext) -> int:
-    from activities.stores.state import build_authorizer
+    from agent_worker.activities.stores.state import build_authorizer
 
     config = ctx.config
     if config.authorizer:

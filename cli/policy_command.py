@@ -37,15 +37,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from cli.context import CliContext
-from cli.errors import CliError
+from agent_worker.cli.context import CliContext
+from agent_worker.cli.errors import CliError
 
 if TYPE_CHECKING:
+    from agent_worker.cli.policy_diff import Simulation
+    from agent_worker.schemas.tasks import PolicySpec
     from temporalio.client import WorkflowHistory
     from temporalio.converter import DataConverter
-
-    from cli.policy_diff import Simulation
-    from schemas.tasks import PolicySpec
 
 DEFAULT_SINCE = "7d"
 DEFAULT_LIMIT = 1000
@@ -110,10 +109,9 @@ def load_policy(path: Path) -> PolicySpec:
             named by its field, e.g. ``policy.rules.1: ... undeclared reference to 'arg'``).
     """
     import yaml
+    from agent_worker.schemas.tasks import PolicySpec
+    from agent_worker.schemas.validation import describe
     from pydantic import ValidationError
-
-    from schemas.tasks import PolicySpec
-    from schemas.validation import describe
 
     try:
         data = yaml.safe_load(path.read_text())
@@ -144,10 +142,9 @@ async def cmd_simulate(args: argparse.Namespace, ctx: CliContext, out: TextIO | 
     Raises:
         CliError: (exit 2) a usage error or a bad policy file; (1) the cluster refused the query.
     """
+    from agent_worker.cli.policy_diff import simulate
+    from agent_worker.cli.recorded_actions import read_run
     from temporalio.service import RPCError, RPCStatusCode
-
-    from cli.policy_diff import simulate
-    from cli.recorded_actions import read_run
 
     out = out or sys.stdout
     started = time.monotonic()
@@ -177,15 +174,15 @@ async def cmd_simulate(args: argparse.Namespace, ctx: CliContext, out: TextIO | 
 
 
 async def _source(args: argparse.Namespace, ctx: CliContext) -> _Source:
-    from cli.replay import cluster_histories, visibility_query
-    from cli.schedules import parse_interval
+    from agent_worker.cli.replay import cluster_histories, visibility_query
+    from agent_worker.cli.schedules import parse_interval
 
     if args.histories:
         if any(v is not None for v in (args.query, args.since, args.limit)):
             raise CliError(
                 "history files are read as given: --query, --since and --limit apply to the cluster", 2
             )
-        from security.codec import KeySpecError, converter_for
+        from agent_worker.security.codec import KeySpecError, converter_for
 
         files = history_files(args.histories)  # usage errors before any output
         try:
@@ -239,9 +236,8 @@ async def file_histories(files: list[tuple[Path, str]]) -> AsyncIterator[Workflo
     Raises:
         CliError: (exit 2) a file is not a workflow history in JSON.
     """
+    from agent_worker.cli.recorded_actions import events_read
     from temporalio.client import WorkflowHistory
-
-    from cli.recorded_actions import events_read
 
     for path, workflow_id in files:
         try:

@@ -19,11 +19,11 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from cli.recorded_actions import RecordedAction, RecordedRun
-from schemas.actions import ActionStatus
-from schemas.tasks import PolicySpec, PolicyVerdict, TaskSpec
-from workflows.policy import PolicyDecision, evaluate
-from workflows.questions import route
+from agent_worker.cli.recorded_actions import RecordedAction, RecordedRun
+from agent_worker.schemas.actions import ActionStatus
+from agent_worker.schemas.tasks import PolicySpec, PolicyVerdict, TaskSpec
+from agent_worker.workflows.policy import PolicyDecision, evaluate
+from agent_worker.workflows.questions import route
 
 # A change of approvers only (both decisions ask for approval, by different people), and a deny whose
 # reason (what the model reads) changed.

@@ -20,12 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from agent_worker.schemas.actions import ProposedAction
+from agent_worker.schemas.tasks import TaskSpec
+from agent_worker.schemas.validation import InvalidPayload, describe, parse_task_input
+from agent_worker.schemas.visibility import WORKFLOW_TYPE
 from pydantic import ValidationError
-
-from schemas.actions import ProposedAction
-from schemas.tasks import TaskSpec
-from schemas.validation import InvalidPayload, describe, parse_task_input
-from schemas.visibility import WORKFLOW_TYPE
 
 if TYPE_CHECKING:
     from temporalio.api.common.v1 import Payload

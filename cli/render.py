@@ -8,10 +8,11 @@ import shlex
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from agent_worker.schemas.approvals import ApprovalRequest
+    from agent_worker.schemas.events import Event
+    from agent_worker.schemas.tasks import Evidence, TaskResult, TaskStatus
+
     from agent_worker.client import AwaitingTask
-    from schemas.approvals import ApprovalRequest
-    from schemas.events import Event
-    from schemas.tasks import Evidence, TaskResult, TaskStatus
 
 
 def _short(text: str, width: int = 100) -> str:

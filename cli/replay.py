@@ -33,8 +33,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from cli.context import CliContext
-from cli.errors import CliError
+from agent_worker.cli.context import CliContext
+from agent_worker.cli.errors import CliError
 
 # Only the command itself needs the SDK: building agent-worker's parser stays cheap.
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ FAILED = "FAILED"
 
 def default_workflows() -> list[type]:
     """Every workflow this package's workers run (``workflows.__all__``)."""
-    import workflows
+    from agent_worker import workflows
 
     return [getattr(workflows, name) for name in workflows.__all__]
 
@@ -93,7 +93,7 @@ add_parser = register  # its earlier name
 async def _handle(args: argparse.Namespace, ctx: CliContext) -> int:
     data_converter = None
     if args.dir is not None:
-        from security.codec import KeySpecError, converter_for
+        from agent_worker.security.codec import KeySpecError, converter_for
 
         try:
             data_converter = converter_for(ctx.config)
@@ -247,9 +247,8 @@ async def cmd_replay(
         CliError: (exit 2) a usage error: a bad ``--since`` or ``--limit``, ``--dir`` mixed with
             cluster options or holding no history; (exit 1) the cluster refused the query.
     """
+    from agent_worker.cli.schedules import parse_interval
     from temporalio.service import RPCError, RPCStatusCode
-
-    from cli.schedules import parse_interval
 
     out = out or sys.stdout
     workflows = list(workflows) if workflows is not None else default_workflows()
@@ -286,7 +285,7 @@ async def cmd_replay(
 
 
 def _converter_from_env() -> DataConverter:
-    from security.codec import KeySpecError, converter_from_env
+    from agent_worker.security.codec import KeySpecError, converter_from_env
 
     try:
         return converter_from_env(os.environ)

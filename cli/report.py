@@ -19,9 +19,9 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
-from cli.context import CliContext
-from cli.errors import CliError
-from cli.schedules import parse_interval
+from agent_worker.cli.context import CliContext
+from agent_worker.cli.errors import CliError
+from agent_worker.cli.schedules import parse_interval
 
 __all__ = ["AgentReport", "register", "report"]
 
@@ -115,8 +115,9 @@ async def cmd_report(args: argparse.Namespace, ctx: CliContext, out: TextIO | No
 
 async def report(tasks: Any, since: datetime, *, task_queue: str | None = None) -> list[AgentReport]:
     """Per agent, the deliveries of the tasks closed since ``since``."""
+    from agent_worker.schemas import visibility
+
     from agent_worker.client import TASKS_QUERY, queryable
-    from schemas import visibility
 
     # A run that continued as new is not a task's end: its last run is.
     query = (
@@ -169,6 +170,6 @@ async def _result(tasks: Any, task_id: str, run_id: str | None) -> Any:
 
 
 def _result_type() -> Any:
-    from schemas.tasks import TaskResult
+    from agent_worker.schemas.tasks import TaskResult
 
     return TaskResult

@@ -8,12 +8,11 @@ import sys
 from datetime import timedelta
 from typing import Any, TextIO
 
+from agent_worker.cli.context import CliContext
+from agent_worker.cli.errors import CliError
+from agent_worker.cli.schedules import parse_interval, upsert_schedule
+from agent_worker.schemas.sandbox import ReapInput
 from temporalio.client import Client
-
-from cli.context import CliContext
-from cli.errors import CliError
-from cli.schedules import parse_interval, upsert_schedule
-from schemas.sandbox import ReapInput
 
 REAPER_SCHEDULE_ID = "agent-worker-reaper"
 
@@ -33,7 +32,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_sandbox_image(args: argparse.Namespace, ctx: CliContext, out: TextIO | None = None) -> int:
-    from cli.sandbox_image import ImageBuildError, build_image
+    from agent_worker.cli.sandbox_image import ImageBuildError, build_image
 
     out = out or sys.stdout
     config = ctx.config
@@ -56,7 +55,8 @@ async def cmd_reap(args: argparse.Namespace, ctx: CliContext, out: TextIO | None
             file=out,
         )
         return 0
-    from activities.sandbox.reaper import SandboxReaper
+    from agent_worker.activities.sandbox.reaper import SandboxReaper
+
     from agent_worker.worker import build_sandboxes
 
     backends, _default, _unavailable = build_sandboxes(config, client.namespace)
@@ -70,7 +70,7 @@ async def cmd_reap(args: argparse.Namespace, ctx: CliContext, out: TextIO | None
 
 async def schedule_reaper(client: Client, task_queue: str, every: timedelta, reap: ReapInput) -> None:
     """Create (or update) the Temporal Schedule that starts ``SandboxReaper`` every ``every``."""
-    from workflows import SandboxReaperWorkflow
+    from agent_worker.workflows import SandboxReaperWorkflow
 
     await upsert_schedule(
         client, REAPER_SCHEDULE_ID, SandboxReaperWorkflow.run, reap, task_queue=task_queue, every=every

@@ -18,6 +18,12 @@ from collections.abc import Awaitable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
+from agent_worker.cli.context import CliContext
+from agent_worker.cli.errors import CliError
+from agent_worker.cli.tasks import load_task_input
+from agent_worker.schemas.schedules import OverlapPolicy, TaskSchedule, duration_text
+from agent_worker.schemas.validation import describe as describe_error
+from agent_worker.schemas.visibility import DEFAULT_TASK_QUEUE
 from pydantic import ValidationError
 from temporalio.client import (
     Client,
@@ -29,13 +35,6 @@ from temporalio.client import (
     ScheduleUpdate,
     ScheduleUpdateInput,
 )
-
-from cli.context import CliContext
-from cli.errors import CliError
-from cli.tasks import load_task_input
-from schemas.schedules import OverlapPolicy, TaskSchedule, duration_text
-from schemas.validation import describe as describe_error
-from schemas.visibility import DEFAULT_TASK_QUEUE
 
 if TYPE_CHECKING:
     from agent_worker.schedules import TaskSchedules

@@ -30,13 +30,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from cli.context import CliContext
-from cli.errors import CliError
+from agent_worker.cli.context import CliContext
+from agent_worker.cli.errors import CliError
 
 if TYPE_CHECKING:
+    from agent_worker.schemas.shadow import RecordedTask, ShadowRunResult
     from temporalio.client import WorkflowHistory
-
-    from schemas.shadow import RecordedTask, ShadowRunResult
 
 DEFAULT_SINCE = "7d"
 DEFAULT_LIMIT = 1000
@@ -49,7 +48,7 @@ __all__ = ["REPORT_JSON", "REPORT_MARKDOWN", "cmd_shadow", "register"]
 
 def register(sub: Any) -> argparse.ArgumentParser:
     """Add ``shadow`` to ``agent-worker``'s subparsers."""
-    from schemas.shadow import DEFAULT_SHADOW_CONCURRENCY
+    from agent_worker.schemas.shadow import DEFAULT_SHADOW_CONCURRENCY
 
     parser = sub.add_parser(
         "shadow",
@@ -95,8 +94,8 @@ def register(sub: Any) -> argparse.ArgumentParser:
 
 async def cmd_shadow(args: argparse.Namespace, ctx: CliContext, out: TextIO | None = None) -> int:
     """Run ``agent-worker shadow``; returns the exit code."""
-    from activities.stores.artifacts import build_artifact_store
-    from schemas.shadow import MAX_SHADOW_CONCURRENCY, ShadowRunInput, ShadowTaskRef
+    from agent_worker.activities.stores.artifacts import build_artifact_store
+    from agent_worker.schemas.shadow import MAX_SHADOW_CONCURRENCY, ShadowRunInput, ShadowTaskRef
 
     out = out or sys.stdout
     if not 1 <= args.concurrency <= MAX_SHADOW_CONCURRENCY:
@@ -150,9 +149,8 @@ async def cmd_shadow(args: argparse.Namespace, ctx: CliContext, out: TextIO | No
 
 async def run_shadow(client: Any, task_queue: str, shadow_id: str, input: Any) -> ShadowRunResult:
     """Start the ``ShadowRun`` workflow (or attach to it, when ``shadow_id`` already runs) and wait."""
+    from agent_worker.schemas.shadow import SHADOW_RUN_WORKFLOW, ShadowRunResult
     from temporalio.common import WorkflowIDConflictPolicy
-
-    from schemas.shadow import SHADOW_RUN_WORKFLOW, ShadowRunResult
 
     handle = await client.start_workflow(
         SHADOW_RUN_WORKFLOW,
@@ -168,7 +166,7 @@ async def run_shadow(client: Any, task_queue: str, shadow_id: str, input: Any) -
 async def _recorded_tasks(
     args: argparse.Namespace, ctx: CliContext, client: Any
 ) -> tuple[list[RecordedTask], int]:
-    from cli.shadow_record import NotRecordable, read_recorded_task
+    from agent_worker.cli.shadow_record import NotRecordable, read_recorded_task
 
     recorded: list[RecordedTask] = []
     skipped = 0
@@ -187,12 +185,11 @@ async def _recorded_tasks(
 
 
 async def _histories(args: argparse.Namespace, client: Any) -> AsyncIterator[WorkflowHistory]:
+    from agent_worker.cli.policy_command import history_files
+    from agent_worker.cli.replay import cluster_histories
+    from agent_worker.cli.schedules import parse_interval
+    from agent_worker.schemas.visibility import WORKFLOW_TYPE
     from temporalio.client import WorkflowHistory
-
-    from cli.policy_command import history_files
-    from cli.replay import cluster_histories
-    from cli.schedules import parse_interval
-    from schemas.visibility import WORKFLOW_TYPE
 
     if args.histories:
         for path, workflow_id in history_files(args.histories):

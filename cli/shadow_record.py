@@ -20,13 +20,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from agent_worker.schemas.actions import ActionResult, ProposedAction
+from agent_worker.schemas.artifacts import ArtifactRef
+from agent_worker.schemas.shadow import RecordedAction, RecordedTask
+from agent_worker.schemas.validation import InvalidPayload, parse_task_input
+from agent_worker.schemas.visibility import WORKFLOW_TYPE
 from pydantic import ValidationError
-
-from schemas.actions import ActionResult, ProposedAction
-from schemas.artifacts import ArtifactRef
-from schemas.shadow import RecordedAction, RecordedTask
-from schemas.validation import InvalidPayload, parse_task_input
-from schemas.visibility import WORKFLOW_TYPE
 
 if TYPE_CHECKING:
     from temporalio.api.common.v1 import Payload

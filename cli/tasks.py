@@ -17,20 +17,20 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
-from cli import render
-from cli.context import CliContext
-from cli.errors import CliError
-from cli.grants import add_remember_arguments, remember_from
-from schemas.approvals import ApprovalDecision, DecisionKind
-from schemas.tasks import TaskInput, TaskPhase, TaskResult, TaskStatus
-from schemas.validation import (
+from agent_worker.cli import render
+from agent_worker.cli.context import CliContext
+from agent_worker.cli.errors import CliError
+from agent_worker.cli.grants import add_remember_arguments, remember_from
+from agent_worker.schemas.approvals import ApprovalDecision, DecisionKind
+from agent_worker.schemas.tasks import TaskInput, TaskPhase, TaskResult, TaskStatus
+from agent_worker.schemas.validation import (
     InvalidPayload,
     check_task_id,
     parse_decision,
     parse_follow_up,
     parse_task_input,
 )
-from schemas.visibility import DEFAULT_TASK_QUEUE
+from agent_worker.schemas.visibility import DEFAULT_TASK_QUEUE
 
 if TYPE_CHECKING:
     from agent_worker.client import AgentWorkerClient
@@ -159,7 +159,7 @@ def load_task_input(path: str | None, example: str | None, text: str | None = No
     Raises:
         CliError: (exit 2) the file is missing, not JSON, or names invalid fields.
     """
-    from examples import EXAMPLES
+    from agent_worker.examples import EXAMPLES
 
     file: Path | None = None
     if text is None and example is not None:
@@ -277,7 +277,7 @@ async def cmd_inbox(args: argparse.Namespace, ctx: CliContext, out: TextIO | Non
     """
     if args.web:
         try:
-            from inbox import cmd_inbox_web
+            from agent_worker.inbox import cmd_inbox_web
         except ImportError as err:  # Starlette and uvicorn come with the extra
             raise CliError(
                 f"the web inbox needs its extra: pip install 'agent-worker[api]' ({err})"
@@ -387,7 +387,7 @@ async def cmd_decide(args: argparse.Namespace, ctx: CliContext, out: TextIO | No
     except InvalidPayload as err:
         raise CliError(str(err), 2) from None
     if args.sign:
-        from security.signing import DEFAULT_KEY_DIR, load_private_key, sign
+        from agent_worker.security.signing import DEFAULT_KEY_DIR, load_private_key, sign
 
         try:
             key = load_private_key(args.principal, args.keys_dir or DEFAULT_KEY_DIR)

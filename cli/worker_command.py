@@ -7,8 +7,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from cli.context import CliContext
-from schemas.visibility import DEFAULT_TASK_QUEUE
+from agent_worker.cli.context import CliContext
+from agent_worker.schemas.visibility import DEFAULT_TASK_QUEUE
 
 __all__ = ["register"]
 

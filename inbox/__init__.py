@@ -7,10 +7,10 @@ every check that guards a decision, ``pages`` renders HTML, ``live`` follows a t
 on its page. Serving needs the ``api`` extra (``pip install 'agent-worker[api]'``).
 """
 
-from inbox.app import InboxApp
-from inbox.auth import Authenticator, InboxConfigError, load_tokens
-from inbox.serve import build_app, cmd_inbox_web, running_inbox
-from inbox.service import InboxError, InboxService
+from agent_worker.inbox.app import InboxApp
+from agent_worker.inbox.auth import Authenticator, InboxConfigError, load_tokens
+from agent_worker.inbox.serve import build_app, cmd_inbox_web, running_inbox
+from agent_worker.inbox.service import InboxError, InboxService
 
 __all__ = [
     "Authenticator",

@@ -35,14 +35,9 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote
 
 import structlog
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
-from starlette.routing import Route
-
-from api.streams import resume_after
-from inbox import live, pages
-from inbox.auth import (
+from agent_worker.api.streams import resume_after
+from agent_worker.inbox import live, pages
+from agent_worker.inbox.auth import (
     LOGIN_COOKIE,
     LOGIN_COOKIE_SECONDS,
     Authenticator,
@@ -52,14 +47,17 @@ from inbox.auth import (
     session_id_from,
     well_formed_cookie,
 )
-from inbox.grants_page import grants_page
-from inbox.service import InboxError, InboxService
+from agent_worker.inbox.grants_page import grants_page
+from agent_worker.inbox.service import InboxError, InboxService
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Route
 
 if TYPE_CHECKING:
+    from agent_worker.activities.grants import GrantStore
+    from agent_worker.activities.stores.streams import StreamBackend
     from starlette.types import Message, Receive, Scope, Send
-
-    from activities.grants import GrantStore
-    from activities.stores.streams import StreamBackend
 
 log = structlog.get_logger("agent_worker.inbox")
 

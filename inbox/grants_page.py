@@ -8,8 +8,8 @@ approver revoke their tenants' grants too). Values are escaped as everywhere in 
 
 from __future__ import annotations
 
-from inbox.pages import _e, layout
-from schemas.grants import Grant
+from agent_worker.inbox.pages import _e, layout
+from agent_worker.schemas.grants import Grant
 
 
 def grants_page(principal: str, csrf: str, grants: list[Grant]) -> str:

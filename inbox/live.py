@@ -24,14 +24,12 @@ import functools
 from importlib import resources
 from typing import TYPE_CHECKING
 
+from agent_worker.api.streams import follow_task
 from starlette.responses import Response, StreamingResponse
 
-from api.streams import follow_task
-
 if TYPE_CHECKING:
+    from agent_worker.activities.stores.streams import StreamBackend
     from temporalio.client import WorkflowHandle
-
-    from activities.stores.streams import StreamBackend
 
 SCRIPT_PATH = "/live.js"
 TASK_PAGE_CSP = (
@@ -42,7 +40,7 @@ TASK_PAGE_CSP = (
 
 @functools.cache
 def _script() -> bytes:
-    return resources.files("inbox").joinpath("live.js").read_bytes()
+    return resources.files("agent_worker.inbox").joinpath("live.js").read_bytes()
 
 
 def script_response() -> Response:

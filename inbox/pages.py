@@ -17,13 +17,13 @@ from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import quote
 
-from inbox.grants import remember_controls
-from inbox.questions import question_html, respond_form
-from inbox.service import ArtifactPreview, InboxEntry, TaskView
-from schemas.actions import BudgetRaise, BusinessWrite, Delegation, SandboxCommand
-from schemas.approvals import ApprovalRequest, DecisionOutcome
-from schemas.questions import Question
-from schemas.tasks import BatchView, TaskResult
+from agent_worker.inbox.grants import remember_controls
+from agent_worker.inbox.questions import question_html, respond_form
+from agent_worker.inbox.service import ArtifactPreview, InboxEntry, TaskView
+from agent_worker.schemas.actions import BudgetRaise, BusinessWrite, Delegation, SandboxCommand
+from agent_worker.schemas.approvals import ApprovalRequest, DecisionOutcome
+from agent_worker.schemas.questions import Question
+from agent_worker.schemas.tasks import BatchView, TaskResult
 
 REFRESH_SECONDS = 2
 

@@ -12,8 +12,8 @@ import html
 import json
 from typing import Any
 
-from schemas.approvals import ApprovalRequest
-from schemas.questions import AnswerType, Question
+from agent_worker.schemas.approvals import ApprovalRequest
+from agent_worker.schemas.questions import AnswerType, Question
 
 
 def _e(value: Any) -> str:

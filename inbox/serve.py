@@ -16,17 +16,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 import uvicorn
+from agent_worker.inbox.app import InboxApp
+from agent_worker.inbox.auth import Authenticator, InboxConfigError, load_tokens
+from agent_worker.inbox.service import InboxService
+from agent_worker.schemas.config import ConfigError, WorkerConfig
 from temporalio.client import Client
 
-from inbox.app import InboxApp
-from inbox.auth import Authenticator, InboxConfigError, load_tokens
-from inbox.service import InboxService
-from schemas.config import ConfigError, WorkerConfig
-
 if TYPE_CHECKING:
-    from activities.artifacts import ArtifactStore
-    from activities.grants import GrantStore
-    from activities.stores.streams import StreamBackend
+    from agent_worker.activities.artifacts import ArtifactStore
+    from agent_worker.activities.grants import GrantStore
+    from agent_worker.activities.stores.streams import StreamBackend
 
 DEFAULT_BIND = "127.0.0.1:8090"
 # How long stopping waits for open responses (a live stream runs as long as its task) before it
@@ -128,7 +127,7 @@ def build_app(
     Raises:
         InboxConfigError: the auth settings are incomplete or the tokens file is unusable.
     """
-    from security.signing import DEFAULT_KEY_DIR
+    from agent_worker.security.signing import DEFAULT_KEY_DIR
 
     if auth == "token" and tokens is None:
         raise InboxConfigError(
@@ -150,14 +149,14 @@ async def cmd_inbox_web(
 ) -> int:
     """``agent-worker inbox --web``: serve the approval inbox until SIGINT/SIGTERM (with the
     configuration the CLI read once, else one read from the environment here)."""
-    from cli.errors import CliError
+    from agent_worker.cli.errors import CliError
 
     out = out or sys.stdout
     try:
         if config is None:
             config = WorkerConfig.from_env(os.environ, data_dir=getattr(args, "data_dir", None))
-        from activities.stores.artifacts import build_artifact_store
-        from activities.stores.state import build_grant_store, build_stream_backend
+        from agent_worker.activities.stores.artifacts import build_artifact_store
+        from agent_worker.activities.stores.state import build_grant_store, build_stream_backend
 
         app = build_app(
             client,

@@ -23,6 +23,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agent_worker.schemas.actions import ProposedAction
+from agent_worker.schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionKind, DecisionOutcome
+from agent_worker.schemas.tasks import PolicySpec, TaskResult, TaskSpec, TaskStatus
+from agent_worker.schemas.validation import InvalidPayload, parse_decision, parse_task_input
+from agent_worker.workflows import AgentTaskWorkflow
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -33,14 +38,9 @@ from agent_worker.client import (
     DecisionRefused,
     WorkerUnreachable,
 )
-from schemas.actions import ProposedAction
-from schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionKind, DecisionOutcome
-from schemas.tasks import PolicySpec, TaskResult, TaskSpec, TaskStatus
-from schemas.validation import InvalidPayload, parse_decision, parse_task_input
-from workflows import AgentTaskWorkflow
 
 if TYPE_CHECKING:
-    from activities.artifacts import ArtifactStore
+    from agent_worker.activities.artifacts import ArtifactStore
 
 QUERY_TIMEOUT = timedelta(seconds=5)
 # How long a decision waits for a worker's answer; it expires then (``ApprovalDecision.expires_at``).
@@ -114,7 +114,7 @@ class InboxService:
         self.tasks = AgentWorkerClient(client)
         self.keys_dir = keys_dir
         if artifact_store is None and artifact_dir is not None:
-            from activities.artifacts import LocalArtifactStore
+            from agent_worker.activities.artifacts import LocalArtifactStore
 
             artifact_store = LocalArtifactStore(artifact_dir)
         self.artifact_store = artifact_store
@@ -191,8 +191,8 @@ class InboxService:
         return [self._preview(d) for d in digests]
 
     def _preview(self, digest: str) -> ArtifactPreview:
-        from activities.artifacts import LocalArtifactStore
-        from activities.errors import ArtifactError
+        from agent_worker.activities.artifacts import LocalArtifactStore
+        from agent_worker.activities.errors import ArtifactError
 
         store = self.artifact_store
         if store is None or (isinstance(store, LocalArtifactStore) and not store.root.is_dir()):
@@ -293,7 +293,7 @@ class InboxService:
         if form.get("remember"):
             raw["remember"] = remembered(form["remember"])
         elif kind == DecisionKind.APPROVE.value:
-            from inbox.grants import remember_from_form
+            from agent_worker.inbox.grants import remember_from_form
 
             remember = remember_from_form(form)
             if remember is not None:
@@ -312,7 +312,7 @@ class InboxService:
         chain, so the signature holds for this run of the task id only)."""
         if not policy.require_signatures and decision.principal not in policy.signers:
             return decision
-        from security.signing import load_private_key, sign
+        from agent_worker.security.signing import load_private_key, sign
 
         try:
             key = load_private_key(decision.principal, self.keys_dir)
@@ -350,7 +350,7 @@ def submitted_answer(request: ApprovalRequest, form: dict[str, str]) -> Any:
     Raises:
         InboxError: (400) no answer, or one that is not JSON where JSON is needed.
     """
-    from schemas.questions import AnswerType, Question
+    from agent_worker.schemas.questions import AnswerType, Question
 
     text, is_json = form.get("answer_json"), True
     if text is None:

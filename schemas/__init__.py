@@ -12,38 +12,38 @@ from typing import TYPE_CHECKING, Any
 # Imported on first use (PEP 562): a module that needs one contract (``schemas.visibility``,
 # ``schemas.config``, as the task client does) must not build every pydantic model.
 _EXPORTS = {
-    "ActionResult": "schemas.actions",
-    "ActionStatus": "schemas.actions",
-    "BusinessWrite": "schemas.actions",
-    "EffectClass": "schemas.actions",
-    "ProposedAction": "schemas.actions",
-    "SandboxCommand": "schemas.actions",
-    "action_version": "schemas.actions",
-    "ApprovalDecision": "schemas.approvals",
-    "ApprovalRequest": "schemas.approvals",
-    "DecisionKind": "schemas.approvals",
-    "DecisionOutcome": "schemas.approvals",
-    "DecisionRecord": "schemas.approvals",
-    "IgnoredDecision": "schemas.approvals",
-    "ArtifactRef": "schemas.artifacts",
-    "InputFile": "schemas.artifacts",
-    "Event": "schemas.events",
-    "EventType": "schemas.events",
-    "Budgets": "schemas.tasks",
-    "Evidence": "schemas.tasks",
-    "PolicyRule": "schemas.tasks",
-    "PolicySpec": "schemas.tasks",
-    "PolicyVerdict": "schemas.tasks",
-    "TaskInput": "schemas.tasks",
-    "TaskPhase": "schemas.tasks",
-    "TaskResult": "schemas.tasks",
-    "TaskSpec": "schemas.tasks",
-    "TaskState": "schemas.tasks",
-    "TaskStatus": "schemas.tasks",
+    "ActionResult": "agent_worker.schemas.actions",
+    "ActionStatus": "agent_worker.schemas.actions",
+    "BusinessWrite": "agent_worker.schemas.actions",
+    "EffectClass": "agent_worker.schemas.actions",
+    "ProposedAction": "agent_worker.schemas.actions",
+    "SandboxCommand": "agent_worker.schemas.actions",
+    "action_version": "agent_worker.schemas.actions",
+    "ApprovalDecision": "agent_worker.schemas.approvals",
+    "ApprovalRequest": "agent_worker.schemas.approvals",
+    "DecisionKind": "agent_worker.schemas.approvals",
+    "DecisionOutcome": "agent_worker.schemas.approvals",
+    "DecisionRecord": "agent_worker.schemas.approvals",
+    "IgnoredDecision": "agent_worker.schemas.approvals",
+    "ArtifactRef": "agent_worker.schemas.artifacts",
+    "InputFile": "agent_worker.schemas.artifacts",
+    "Event": "agent_worker.schemas.events",
+    "EventType": "agent_worker.schemas.events",
+    "Budgets": "agent_worker.schemas.tasks",
+    "Evidence": "agent_worker.schemas.tasks",
+    "PolicyRule": "agent_worker.schemas.tasks",
+    "PolicySpec": "agent_worker.schemas.tasks",
+    "PolicyVerdict": "agent_worker.schemas.tasks",
+    "TaskInput": "agent_worker.schemas.tasks",
+    "TaskPhase": "agent_worker.schemas.tasks",
+    "TaskResult": "agent_worker.schemas.tasks",
+    "TaskSpec": "agent_worker.schemas.tasks",
+    "TaskState": "agent_worker.schemas.tasks",
+    "TaskStatus": "agent_worker.schemas.tasks",
 }
 
 if TYPE_CHECKING:
-    from schemas.actions import (
+    from agent_worker.schemas.actions import (
         ActionResult,
         ActionStatus,
         BusinessWrite,
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
         SandboxCommand,
         action_version,
     )
-    from schemas.approvals import (
+    from agent_worker.schemas.approvals import (
         ApprovalDecision,
         ApprovalRequest,
         DecisionKind,
@@ -60,9 +60,9 @@ if TYPE_CHECKING:
         DecisionRecord,
         IgnoredDecision,
     )
-    from schemas.artifacts import ArtifactRef, InputFile
-    from schemas.events import Event, EventType
-    from schemas.tasks import (
+    from agent_worker.schemas.artifacts import ArtifactRef, InputFile
+    from agent_worker.schemas.events import Event, EventType
+    from agent_worker.schemas.tasks import (
         Budgets,
         Evidence,
         PolicyRule,

@@ -11,11 +11,10 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
+from agent_worker.schemas.digests import DIGEST_PATTERN, digest_json
+from agent_worker.schemas.grants import ActionBasis, Grant
+from agent_worker.schemas.questions import Question
 from pydantic import BaseModel, Field
-
-from schemas.digests import DIGEST_PATTERN, digest_json
-from schemas.grants import ActionBasis, Grant
-from schemas.questions import Question
 
 
 class EffectClass(StrEnum):

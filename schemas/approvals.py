@@ -11,12 +11,11 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
+from agent_worker.schemas.actions import ProposedAction
+from agent_worker.schemas.digests import DIGEST_PATTERN
+from agent_worker.schemas.grants import Remember
+from agent_worker.schemas.questions import MAX_ANSWER_BYTES
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
-
-from schemas.actions import ProposedAction
-from schemas.digests import DIGEST_PATTERN
-from schemas.grants import Remember
-from schemas.questions import MAX_ANSWER_BYTES
 
 # Bounds on what a client may send in a decision: a decision is kept in the task's state and copied
 # into events and evidence, so an unbounded field would grow every payload after it.

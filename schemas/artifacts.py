@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
+from agent_worker.schemas.digests import DIGEST_PATTERN
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-
-from schemas.digests import DIGEST_PATTERN
 
 
 class ArtifactRef(BaseModel):

@@ -16,14 +16,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
+from agent_worker.schemas.visibility import (
+    DEFAULT_TASK_QUEUE as DEFAULT_TASK_QUEUE,  # re-exported: its old home
+)
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
-
-from schemas.visibility import DEFAULT_TASK_QUEUE as DEFAULT_TASK_QUEUE  # re-exported: its old home
 
 ENV_PREFIX = "AGENT_WORKER_"
 
 # The example agent: the demo registers it itself (`agent-worker demo`); a worker's default is none.
-EXAMPLE_AGENT = "examples.monthly_report.agent:registration"
+EXAMPLE_AGENT = "agent_worker.examples.monthly_report.agent:registration"
 # Worker RSS per workflow in the SDK's cache (a task parked for approval), measured by
 # `python -m bench.cache_memory` (bench/results/cache_memory.md); it turns workflow_cache_mb into a count.
 # 0.35 until 2026-12-04: passing our workflow code through the workflow sandbox (workflow_passthrough) halved
@@ -219,7 +220,8 @@ class WorkerConfig(BaseModel):
         default=None, description="The key id new payloads are encrypted with (needed with several keys)."
     )
     codec_token: SecretStr | None = Field(
-        default=None, description="Bearer token the codec server (python -m security.codec_server) requires."
+        default=None,
+        description="Bearer token the codec server (python -m agent_worker.security.codec_server) requires.",
     )
     metrics_bind: str | None = Field(
         default=None, description="host:port of the Prometheus /metrics endpoint (SDK and task metrics)."

@@ -1,4 +1,4 @@
-"""JSON Schema files for clients in other languages: ``python -m schemas.export`` writes them to
+"""JSON Schema files for clients in other languages: ``python -m agent_worker.schemas.export`` writes them to
 ``schemas/jsonschema/``; a test regenerates them and fails when they drift from the models."""
 
 from __future__ import annotations
@@ -7,12 +7,11 @@ import json
 import sys
 from pathlib import Path
 
+from agent_worker.schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionOutcome
+from agent_worker.schemas.events import Event
+from agent_worker.schemas.streams import StreamEntry
+from agent_worker.schemas.tasks import FollowUp, PolicySpec, TaskInput, TaskResult, TaskSpec, TaskStatus
 from pydantic import BaseModel
-
-from schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionOutcome
-from schemas.events import Event
-from schemas.streams import StreamEntry
-from schemas.tasks import FollowUp, PolicySpec, TaskInput, TaskResult, TaskSpec, TaskStatus
 
 OUT = Path(__file__).parent / "jsonschema"
 

@@ -15,12 +15,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent_worker.schemas.actions import ActionResult, ProposedAction
+from agent_worker.schemas.artifacts import ArtifactRef
+from agent_worker.schemas.digests import DIGEST_PATTERN, digest_json
+from agent_worker.schemas.writes import WriteReceipt
 from pydantic import BaseModel, ConfigDict, Field
-
-from schemas.actions import ActionResult, ProposedAction
-from schemas.artifacts import ArtifactRef
-from schemas.digests import DIGEST_PATTERN, digest_json
-from schemas.writes import WriteReceipt
 
 # Steps of one task the step list reads (a task longer than this is cut, and says so).
 MAX_STEPS = 10_000

@@ -20,10 +20,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
+from agent_worker.schemas.conditions import MAX_CONDITION_CHARS, ConditionError, compile_condition
+from agent_worker.schemas.digests import DIGEST_PATTERN, digest_json
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
-
-from schemas.conditions import MAX_CONDITION_CHARS, ConditionError, compile_condition
-from schemas.digests import DIGEST_PATTERN, digest_json
 
 GRANT_ID_PATTERN = r"^g-[0-9a-f]{20}$"
 GrantScopeKind = Literal["thread", "agent", "tenant"]

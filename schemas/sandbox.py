@@ -5,11 +5,10 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import ClassVar
 
+from agent_worker.schemas.actions import SandboxCommand
+from agent_worker.schemas.artifacts import ArtifactRef
+from agent_worker.schemas.digests import canonical_json, digest_bytes
 from pydantic import BaseModel, ConfigDict, Field
-
-from schemas.actions import SandboxCommand
-from schemas.artifacts import ArtifactRef
-from schemas.digests import canonical_json, digest_bytes
 
 
 class SandboxBackend(StrEnum):

@@ -15,9 +15,8 @@ import re
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from agent_worker.schemas.tasks import TaskSpec
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-
-from schemas.tasks import TaskSpec
 
 __all__ = [
     "MIN_CATCHUP_WINDOW",

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from agent_worker.schemas.actions import ActionResult, ActionStatus, EffectClass, Operation
+from agent_worker.schemas.artifacts import ArtifactRef
+from agent_worker.schemas.digests import DIGEST_PATTERN
+from agent_worker.schemas.sandbox import SandboxSpec
+from agent_worker.schemas.tasks import PolicySpec
 from pydantic import BaseModel, Field
-
-from schemas.actions import ActionResult, ActionStatus, EffectClass, Operation
-from schemas.artifacts import ArtifactRef
-from schemas.digests import DIGEST_PATTERN
-from schemas.sandbox import SandboxSpec
-from schemas.tasks import PolicySpec
 
 SHADOW_RUN_WORKFLOW = "ShadowRun"
 SHADOW_TASK_WORKFLOW = "ShadowTask"

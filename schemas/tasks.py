@@ -11,10 +11,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-
-from schemas.actions import ActionResult, ActionStatus, EffectClass, ProposedAction
-from schemas.approvals import (
+from agent_worker.schemas.actions import ActionResult, ActionStatus, EffectClass, ProposedAction
+from agent_worker.schemas.approvals import (
     MAX_PRINCIPAL_CHARS,
     ApprovalRequest,
     ApprovalSla,
@@ -22,16 +20,17 @@ from schemas.approvals import (
     IgnoredDecision,
     Quorum,
 )
-from schemas.artifacts import ArtifactRef, InputFile
-from schemas.conditions import MAX_CONDITION_CHARS, ConditionError, compile_condition
-from schemas.digests import DIGEST_PATTERN
-from schemas.events import Event
-from schemas.forks import ForkOrigin, ForkSpec, ForkState
-from schemas.grants import GrantPolicy
-from schemas.sandbox import CommandRecord, SandboxRef, SandboxSpec
-from schemas.tools import ToolEffectRecord
-from schemas.turns import ToolCallRecord
-from schemas.writes import WriteEvidence
+from agent_worker.schemas.artifacts import ArtifactRef, InputFile
+from agent_worker.schemas.conditions import MAX_CONDITION_CHARS, ConditionError, compile_condition
+from agent_worker.schemas.digests import DIGEST_PATTERN
+from agent_worker.schemas.events import Event
+from agent_worker.schemas.forks import ForkOrigin, ForkSpec, ForkState
+from agent_worker.schemas.grants import GrantPolicy
+from agent_worker.schemas.sandbox import CommandRecord, SandboxRef, SandboxSpec
+from agent_worker.schemas.tools import ToolEffectRecord
+from agent_worker.schemas.turns import ToolCallRecord
+from agent_worker.schemas.writes import WriteEvidence
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # A task id is the workflow id, and it travels into logs, terminals, file names, URLs and headers:
 # printable ASCII without spaces or line breaks, one pattern at every entry point (client, CLI, API).

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from agent_worker.schemas.actions import EffectClass, FunctionCall, McpCall
+from agent_worker.schemas.digests import DIGEST_PATTERN
 from pydantic import BaseModel, Field
-
-from schemas.actions import EffectClass, FunctionCall, McpCall
-from schemas.digests import DIGEST_PATTERN
 
 
 class ToolCallInput(BaseModel):

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
+from agent_worker.schemas.actions import ActionResult, Operation, ProposedAction
+from agent_worker.schemas.artifacts import ArtifactRef
+from agent_worker.schemas.digests import DIGEST_PATTERN
+from agent_worker.schemas.grants import GrantQuery
 from pydantic import BaseModel, Field
-
-from schemas.actions import ActionResult, Operation, ProposedAction
-from schemas.artifacts import ArtifactRef
-from schemas.digests import DIGEST_PATTERN
-from schemas.grants import GrantQuery
 
 
 class TurnInput(BaseModel):

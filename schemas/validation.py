@@ -5,10 +5,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from agent_worker.schemas.approvals import ApprovalDecision
+from agent_worker.schemas.tasks import TASK_ID_PATTERN, TASK_ID_RULE, FollowUp, TaskInput, TaskState
 from pydantic import BaseModel, ValidationError
-
-from schemas.approvals import ApprovalDecision
-from schemas.tasks import TASK_ID_PATTERN, TASK_ID_RULE, FollowUp, TaskInput, TaskState
 
 
 class InvalidPayload(ValueError):

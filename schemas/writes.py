@@ -6,10 +6,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from agent_worker.schemas.authz import AuthzRequest
+from agent_worker.schemas.digests import DIGEST_PATTERN, digest_bytes
 from pydantic import BaseModel, Field
-
-from schemas.authz import AuthzRequest
-from schemas.digests import DIGEST_PATTERN, digest_bytes
 
 
 def operation_key(task_id: str, call_id: str, run_chain: str | None = None) -> str:

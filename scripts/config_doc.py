@@ -20,10 +20,9 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from agent_worker.schemas.config import ENV_PREFIX, WorkerConfig  # noqa: E402
 from pydantic import SecretStr  # noqa: E402
 from pydantic.fields import FieldInfo  # noqa: E402
-
-from schemas.config import ENV_PREFIX, WorkerConfig  # noqa: E402
 
 OUTPUT = REPO / "docs" / "configuration.md"
 

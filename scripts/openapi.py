@@ -22,10 +22,9 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from agent_worker.api import ApiConfig, build_api  # noqa: E402
+from agent_worker.inbox.auth import Authenticator  # noqa: E402
 from temporalio.client import Client  # noqa: E402
-
-from api import ApiConfig, build_api  # noqa: E402
-from inbox.auth import Authenticator  # noqa: E402
 
 OUTPUT = REPO / "clients" / "typescript" / "openapi.json"
 # Never dialled: ``lazy=True`` connects on the first call, and building the document makes none.

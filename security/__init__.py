@@ -1,6 +1,6 @@
 """Security: payload encryption (a Temporal payload codec and its codec server) and signed approvals."""
 
-from security.codec import (
+from agent_worker.security.codec import (
     DecryptionError,
     EncryptionCodec,
     EncryptionError,

@@ -34,16 +34,15 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from agent_worker.schemas.payloads import DATA_CONVERTER
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from google.protobuf.message import DecodeError
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import DataConverter, DefaultFailureConverterWithEncodedAttributes, PayloadCodec
 
-from schemas.payloads import DATA_CONVERTER
-
 if TYPE_CHECKING:
-    from schemas.config import WorkerConfig
+    from agent_worker.schemas.config import WorkerConfig
 
 ENCODING = b"binary/encrypted"
 KEY_ID_METADATA = "encryption-key-id"
@@ -247,7 +246,7 @@ def converter_from_env(env: Mapping[str, str]) -> DataConverter:
     Raises:
         KeySpecError: naming the variable, when the keys or key id are malformed.
     """
-    from schemas.config import WorkerConfig
+    from agent_worker.schemas.config import WorkerConfig
 
     return converter_for(
         WorkerConfig(encryption_keys=env.get(ENV_KEYS) or None, encryption_key_id=env.get(ENV_KEY_ID) or None)

@@ -17,7 +17,7 @@ Point clients at it::
 
 and, in the Web UI, set the codec server endpoint (Settings, or the UI's ``codec.endpoint`` config).
 
-Run it with ``python -m security.codec_server --port 8081``. Its configuration is the worker's
+Run it with ``python -m agent_worker.security.codec_server --port 8081``. Its configuration is the worker's
 (``WorkerConfig``, read once at start): keys from ``AGENT_WORKER_ENCRYPTION_KEYS``
 (``kid:BASE64KEY,...``) and ``AGENT_WORKER_ENCRYPTION_KEY_ID``, the token from
 ``AGENT_WORKER_CODEC_TOKEN``, logging from ``AGENT_WORKER_LOG_FORMAT`` and ``AGENT_WORKER_LOG_LEVEL``.
@@ -48,16 +48,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
 import structlog
+from agent_worker.schemas.config import ENV_PREFIX
+from agent_worker.security import hosts
+from agent_worker.security.codec import ENV_KEYS, EncryptionError
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.converter import PayloadCodec
 
-from schemas.config import ENV_PREFIX
-from security import hosts
-from security.codec import ENV_KEYS, EncryptionError
-
 if TYPE_CHECKING:
-    from schemas.config import WorkerConfig
+    from agent_worker.schemas.config import WorkerConfig
 
 log = structlog.get_logger("agent_worker.codec_server")
 
@@ -317,13 +316,13 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
-    """``python -m security.codec_server``: serve until SIGINT/SIGTERM. The configuration
+    """``python -m agent_worker.security.codec_server``: serve until SIGINT/SIGTERM. The configuration
     (``WorkerConfig``: keys, token, logging) is read from ``env`` once, here."""
-    from schemas.config import ConfigError, WorkerConfig
-    from telemetry import configure_logging
+    from agent_worker.schemas.config import ConfigError, WorkerConfig
+    from agent_worker.telemetry import configure_logging
 
     parser = argparse.ArgumentParser(
-        prog="python -m security.codec_server", description=__doc__.split("\n")[0]
+        prog="python -m agent_worker.security.codec_server", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST})")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
@@ -354,7 +353,7 @@ def serve(
 ) -> int:
     """Serve ``config``'s keys (``encryption_keys``, ``encryption_key_id``), behind its
     ``codec_token`` when set, until SIGINT/SIGTERM; ``fail(message)`` reports a refusal to start."""
-    from security.codec import KeySpecError, converter_for
+    from agent_worker.security.codec import KeySpecError, converter_for
 
     spec = config.encryption_keys.get_secret_value() if config.encryption_keys else ""
     if not spec.strip():

@@ -25,8 +25,8 @@ import binascii
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from schemas.digests import canonical_json
-from security import ed25519
+from agent_worker.schemas.digests import canonical_json
+from agent_worker.security import ed25519
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey

@@ -16,9 +16,8 @@ import sys
 from typing import Any
 
 import structlog
-
-from schemas.config import WorkerConfig
-from security.redact import redact, redact_value
+from agent_worker.schemas.config import WorkerConfig
+from agent_worker.security.redact import redact, redact_value
 
 
 def redact_secrets(_logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:

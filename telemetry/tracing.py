@@ -96,11 +96,10 @@ def configure_tracing(
 
 
 def _route_agent_spans(provider: ReplaySafeTracerProvider, *, agents_to_openai: bool) -> None:
+    from agent_worker.telemetry.agent_spans import AgentSpanMirror
     from agents.tracing import add_trace_processor, set_trace_processors, set_tracing_disabled
 
-    from telemetry.agent_spans import AgentSpanMirror
-
-    mirror = AgentSpanMirror(provider.get_tracer("telemetry.agent_spans"))
+    mirror = AgentSpanMirror(provider.get_tracer("agent_worker.telemetry.agent_spans"))
     if agents_to_openai:
         add_trace_processor(mirror)
     else:

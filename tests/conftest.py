@@ -7,12 +7,12 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from agent_worker.activities.sandbox.docker import docker_available
+from agent_worker.cli.sandbox_image import build_image
+from agent_worker.schemas.config import WorkerConfig
+from agent_worker.telemetry import configure_logging
 from temporalio.client import Client
 
-from activities.sandbox.docker import docker_available
-from cli.sandbox_image import build_image
-from schemas.config import WorkerConfig
-from telemetry import configure_logging
 from tests.helpers.postgres_server import PostgresServer, start_postgres
 from tests.helpers.revocation import gated
 from tests.helpers.s3_server import s3_server

@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 import json
 
+from agent_worker.schemas.tasks import TaskPhase
 from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
 
-from schemas.tasks import TaskPhase
 from tests.helpers.support import TaskEnv, example_spec
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from agent_worker.schemas.tasks import TaskPhase
 from temporalio.client import Client, WorkflowHandle
 
-from schemas.tasks import TaskPhase
 from tests.helpers.histories import events_of, round_trips
 from tests.helpers.support import DevServer, TaskEnv, make_config, running_worker
 

@@ -21,16 +21,16 @@ from typing import Any
 import httpx
 import pytest
 from ag_ui.core import TextMessageContentEvent, TextMessageEndEvent, TextMessageStartEvent
+from agent_worker.activities.stores.state import build_stream_backend
+from agent_worker.api import ApiConfig, build_api
+from agent_worker.api.agui_events import CURSOR, Translator
+from agent_worker.inbox.auth import Authenticator
+from agent_worker.inbox.serve import serving
+from agent_worker.schemas.streams import StreamEntry, assemble_text
+from agent_worker.schemas.tasks import TaskPhase
 from temporalio.client import Client
 
-from activities.stores.state import build_stream_backend
 from agent_worker.client import AgentWorkerClient
-from api import ApiConfig, build_api
-from api.agui_events import CURSOR, Translator
-from inbox.auth import Authenticator
-from inbox.serve import serving
-from schemas.streams import StreamEntry, assemble_text
-from schemas.tasks import TaskPhase
 from tests.helpers.browser import chromium
 from tests.helpers.openai_stub import OpenAIStub, response_json
 from tests.helpers.support import (

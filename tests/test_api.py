@@ -13,12 +13,12 @@ from typing import Any
 
 import httpx
 import pytest
+from agent_worker.activities.events import JsonlEventSink
+from agent_worker.api import ApiConfig, build_api
+from agent_worker.inbox.auth import Authenticator
 from openapi_spec_validator import validate
 from temporalio.api.enums.v1 import EventType
 
-from activities.events import JsonlEventSink
-from api import ApiConfig, build_api
-from inbox.auth import Authenticator
 from tests.helpers.support import TaskEnv, example_spec
 
 LEAD = "lead-0f3c9a7e51d2b8c4"

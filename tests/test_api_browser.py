@@ -14,15 +14,15 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
+from agent_worker.activities.events import JsonlEventSink
+from agent_worker.api import ApiConfig, build_api
+from agent_worker.inbox.auth import Authenticator
+from agent_worker.inbox.serve import serving
+from agent_worker.schemas.events import EventType
 from starlette.applications import Starlette
 from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
-from activities.events import JsonlEventSink
-from api import ApiConfig, build_api
-from inbox.auth import Authenticator
-from inbox.serve import serving
-from schemas.events import EventType
 from tests.helpers.browser import chromium
 from tests.helpers.support import TaskEnv, example_spec, until
 

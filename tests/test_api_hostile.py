@@ -13,9 +13,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
+from agent_worker.api import ApiConfig, build_api
+from agent_worker.inbox.auth import Authenticator
 
-from api import ApiConfig, build_api
-from inbox.auth import Authenticator
 from tests.helpers.serving import serving_process
 from tests.helpers.support import TaskEnv, example_spec, until
 

@@ -14,19 +14,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_worker.activities.notify import EmailNotifier, NotifyActivities, WebhookNotifier
+from agent_worker.activities.notify.ledger import SqliteNotificationLedger
+from agent_worker.cli.devserver import free_port
+from agent_worker.schemas.notify import NotifyInput
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
+from agent_worker.schemas.validation import InvalidPayload, parse_task_input
+from agent_worker.workflows import AgentTaskWorkflow
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.notify import EmailNotifier, NotifyActivities, WebhookNotifier
-from activities.notify.ledger import SqliteNotificationLedger
-from cli.devserver import free_port
-from schemas.notify import NotifyInput
-from schemas.tasks import TaskPhase, TaskResult
-from schemas.validation import InvalidPayload, parse_task_input
 from tests.helpers.receivers import SmtpReceiver, smtp_receiver, webhook_receiver
 from tests.helpers.support import TaskEnv, assert_replays, example_spec, spawn_worker, until
-from workflows import AgentTaskWorkflow
 
 EMAILS = {"finance-lead": "fl@example.com", "cfo": "cfo@example.com"}
 

@@ -9,19 +9,19 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from agent_worker.activities.authz import SqliteAuthorizer
+from agent_worker.activities.business import SqliteBusinessStore
+from agent_worker.activities.events import JsonlEventSink
+from agent_worker.cli.main import main as cli_main
+from agent_worker.schemas.config import WorkerConfig
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
+from agent_worker.schemas.writes import WriteInput, WriteReceipt
+from agent_worker.workflows import AgentTaskWorkflow
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 
-from activities.authz import SqliteAuthorizer
-from activities.business import SqliteBusinessStore
-from activities.events import JsonlEventSink
-from cli.main import main as cli_main
-from schemas.config import WorkerConfig
-from schemas.tasks import TaskPhase, TaskResult
-from schemas.writes import WriteInput, WriteReceipt
 from tests.helpers.revocation import approve_then_revoke, approved_write
 from tests.helpers.support import TaskEnv, assert_replays, example_spec, make_config, running_worker
 from tests.test_signed_approvals import signed_spec
-from workflows import AgentTaskWorkflow
 
 
 async def test_a_tool_the_agent_does_not_have_goes_back_to_the_model_as_a_tool_error(env: TaskEnv) -> None:

@@ -20,20 +20,25 @@ from typing import Any
 
 import psycopg
 import pytest
+from agent_worker.activities.artifacts import ArtifactStore, LocalArtifactStore
+from agent_worker.activities.errors import (
+    ArtifactCorrupt,
+    ArtifactError,
+    ArtifactNotFound,
+    ArtifactUnavailable,
+)
+from agent_worker.activities.stores.artifacts import build_artifact_store
+from agent_worker.activities.stores.postgres_artifacts import TABLE, PostgresArtifactStore
+from agent_worker.activities.stores.s3 import S3ArtifactStore
+from agent_worker.cli.devserver import free_port
+from agent_worker.schemas.config import ConfigError, WorkerConfig
+from agent_worker.schemas.digests import digest_bytes
+from agent_worker.schemas.tasks import TaskPhase
+from agent_worker.workflows import AgentTaskWorkflow
 
-from activities.artifacts import ArtifactStore, LocalArtifactStore
-from activities.errors import ArtifactCorrupt, ArtifactError, ArtifactNotFound, ArtifactUnavailable
-from activities.stores.artifacts import build_artifact_store
-from activities.stores.postgres_artifacts import TABLE, PostgresArtifactStore
-from activities.stores.s3 import S3ArtifactStore
-from cli.devserver import free_port
-from schemas.config import ConfigError, WorkerConfig
-from schemas.digests import digest_bytes
-from schemas.tasks import TaskPhase
 from tests.helpers.postgres_server import PostgresServer
 from tests.helpers.s3_server import new_bucket
 from tests.helpers.support import REPO, DevServer, TaskEnv, example_spec, make_config, run_cli, running_worker
-from workflows import AgentTaskWorkflow
 
 BACKENDS = ["local", "s3", "postgres"]
 
@@ -204,13 +209,17 @@ def test_a_worker_whose_bucket_is_missing_refuses_to_start_naming_it(
         "TEMPORAL_ADDRESS": dev_server.address,
         "AGENT_WORKER_TASK_QUEUE": f"tq-{uuid.uuid4().hex[:8]}",
         "AGENT_WORKER_DATA_DIR": str(tmp_path / "data"),
-        "AGENT_WORKER_AGENTS": "examples.monthly_report.agent:registration",
+        "AGENT_WORKER_AGENTS": "agent_worker.examples.monthly_report.agent:registration",
         "AGENT_WORKER_ARTIFACT_BACKEND": "s3",
         "AGENT_WORKER_ARTIFACT_BUCKET": "bucket-nobody-made",
         "AGENT_WORKER_ARTIFACT_ENDPOINT_URL": s3_endpoint,
     }
     done = subprocess.run(
-        [sys.executable, "-m", "cli.main", "worker"], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "agent_worker.cli.main", "worker"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode != 0
     assert "artifact store" in done.stderr and "s3://bucket-nobody-made/" in done.stderr, done.stderr

@@ -13,18 +13,18 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from agent_worker.activities.events import JsonlEventSink
+from agent_worker.schemas.approvals import MAX_EDITED_ARGS_BYTES, MAX_PRINCIPAL_CHARS, DecisionOutcome
+from agent_worker.schemas.tasks import TaskPhase
+from agent_worker.workflows import AgentTaskWorkflow
+from agent_worker.workflows.bounds import MAX_PAYLOAD_BYTES, MAX_SPEC_BYTES
+from agent_worker.workflows.inputs import MAX_PENDING_FOLLOW_UP_BYTES
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowUpdateRPCTimeoutOrCancelledError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.events import JsonlEventSink
 from agent_worker.plugin import DEADLOCK_WINDOW
-from schemas.approvals import MAX_EDITED_ARGS_BYTES, MAX_PRINCIPAL_CHARS, DecisionOutcome
-from schemas.tasks import TaskPhase
 from tests.helpers.support import TaskEnv, assert_replays, spawn_worker
-from workflows import AgentTaskWorkflow
-from workflows.bounds import MAX_PAYLOAD_BYTES, MAX_SPEC_BYTES
-from workflows.inputs import MAX_PENDING_FOLLOW_UP_BYTES
 
 STALE = "sha256:" + "0" * 64
 # Answers that say "ask again": a server that gave up waiting for a busy worker, and (resource

@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_worker.schemas.tasks import Budgets, Reservation, TaskPhase, TaskResult, TaskStatus, Usage
+from agent_worker.schemas.validation import InvalidPayload, parse_task_input
+from agent_worker.workflows import AgentTaskWorkflow
+from agent_worker.workflows.budgets import child_budgets, exhausted, left, share
 from temporalio.client import Client, WorkflowUpdateFailedError
 
-from schemas.tasks import Budgets, Reservation, TaskPhase, TaskResult, TaskStatus, Usage
-from schemas.validation import InvalidPayload, parse_task_input
 from tests.helpers.openai_stub import OpenAIStub, response_json
 from tests.helpers.receivers import WebhookReceiver, webhook_receiver
 from tests.helpers.support import (
@@ -32,8 +34,6 @@ from tests.helpers.support import (
     run_cli,
     running_worker,
 )
-from workflows import AgentTaskWorkflow
-from workflows.budgets import child_budgets, exhausted, left, share
 
 CALL_USD = 0.06
 CHILDREN = ("call_a", "call_b", "call_c")

@@ -9,12 +9,12 @@ import uuid
 from pathlib import Path
 
 import pytest
+from agent_worker.activities.sandbox import sandbox_id_for
+from agent_worker.schemas.tasks import TaskPhase
+from agent_worker.workflows import AgentTaskWorkflow
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
-from activities.sandbox import sandbox_id_for
-from schemas.tasks import TaskPhase
 from tests.helpers.support import TaskEnv
-from workflows import AgentTaskWorkflow
 
 
 def processes_with(marker: str) -> list[int]:

@@ -11,11 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from agent_worker.cli.main import main as cli_main
+from agent_worker.schemas import visibility
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import WorkflowFailureError
 
-from cli.main import main as cli_main
-from schemas import visibility
 from tests.helpers.support import REPO, TaskEnv, connect, example_spec, free_port
 
 
@@ -68,7 +68,7 @@ async def test_dev_starts_the_embedded_server_with_wal_and_search_attributes(tmp
     port = free_port()
     db = tmp_path / "dev" / "temporal.db"
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "cli.main", "dev", "--port", str(port), "--db-filename", str(db), "--headless",
+        sys.executable, "-m", "agent_worker.cli.main", "dev", "--port", str(port), "--db-filename", str(db), "--headless",
         cwd=REPO,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.DEVNULL,
@@ -102,10 +102,14 @@ def test_help_lists_every_command_and_each_command_has_its_own_help_and_handler(
     each command's `--help` exits 0 showing its own usage, and each registered a handler."""
     import subprocess
 
-    from cli.main import build_parser
+    from agent_worker.cli.main import build_parser
 
     shown = subprocess.run(
-        [sys.executable, "-m", "cli", "--help"], cwd=REPO, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "agent_worker.cli", "--help"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert shown.returncode == 0, shown.stderr
     listed = shown.stdout.split("{", 1)[1].split("}", 1)[0].split(",")

@@ -12,14 +12,14 @@ import pkgutil
 from pathlib import Path
 from typing import Any
 
+from agent_worker.schemas.events import Event
+from agent_worker.schemas.payloads import DATA_CONVERTER, is_compact
+from agent_worker.schemas.sandbox import CommandRecord, ExecInput
+from agent_worker.schemas.tasks import TaskResult
+from agent_worker.schemas.turns import TurnInput, TurnResult
 from pydantic import BaseModel
 
-import schemas
-from schemas.events import Event
-from schemas.payloads import DATA_CONVERTER, is_compact
-from schemas.sandbox import CommandRecord, ExecInput
-from schemas.tasks import TaskResult
-from schemas.turns import TurnInput, TurnResult
+from agent_worker import schemas
 
 HISTORIES = Path(__file__).parent / "histories"
 EXAMPLE = "test_approval_by_temporal_cli_completes_with_evidence.json"
@@ -29,7 +29,7 @@ def marked() -> set[str]:
     found = set()
     for module in pkgutil.iter_modules(schemas.__path__):
         for name, value in inspect.getmembers(
-            importlib.import_module(f"schemas.{module.name}"), inspect.isclass
+            importlib.import_module(f"agent_worker.schemas.{module.name}"), inspect.isclass
         ):
             if issubclass(value, BaseModel) and value.__dict__.get("compact_payload") is True:
                 found.add(name)

@@ -10,17 +10,17 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from agent_worker.activities.agent.compaction import SUMMARY_PREFIX, estimate_tokens, split_point
+from agent_worker.activities.agent.registry import AgentRegistry
+from agent_worker.activities.agent.turn import AgentActivities
+from agent_worker.activities.artifacts import LocalArtifactStore
+from agent_worker.activities.events import JsonlEventSink
+from agent_worker.cli.main import main as cli_main
+from agent_worker.schemas.actions import ActionResult, ActionStatus
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
+from agent_worker.schemas.turns import TurnInput, TurnResult
 from temporalio.testing import ActivityEnvironment
 
-from activities.agent.compaction import SUMMARY_PREFIX, estimate_tokens, split_point
-from activities.agent.registry import AgentRegistry
-from activities.agent.turn import AgentActivities
-from activities.artifacts import LocalArtifactStore
-from activities.events import JsonlEventSink
-from cli.main import main as cli_main
-from schemas.actions import ActionResult, ActionStatus
-from schemas.tasks import TaskPhase, TaskResult
-from schemas.turns import TurnInput, TurnResult
 from tests.helpers.compaction_agent import BUDGET, LimitedStub, StepScript
 from tests.helpers.support import (
     TEST_AGENTS,

@@ -20,15 +20,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_worker.cli.devserver import temporal_binary
+from agent_worker.schemas import visibility
+from agent_worker.schemas.config import WorkerConfig
+from agent_worker.security.codec import new_key
+from agent_worker.telemetry.health import Health, serve_health
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client
 
-from cli.devserver import temporal_binary
-from schemas import visibility
-from schemas.config import WorkerConfig
-from security.codec import new_key
-from telemetry.health import Health, serve_health
 from tests.helpers.compose import (
     COMPOSE_FILE,
     docker_compose,
@@ -200,7 +200,7 @@ def test_the_stores_setup_job_creates_the_database_and_bucket_on_real_services(
     import psycopg
 
     job = services(config)["stores-setup"]
-    assert job["entrypoint"][:3] == ["python", "-m", "activities.stores.provision"]
+    assert job["entrypoint"][:3] == ["python", "-m", "agent_worker.activities.stores.provision"]
     database = f"agent_worker_{uuid.uuid4().hex[:6]}"
     env = {
         **{k: unescape(str(v)) for k, v in job["environment"].items()},
@@ -226,7 +226,7 @@ def test_the_stores_setup_job_creates_the_database_and_bucket_on_real_services(
     assert f"database {database}: created" in outputs[0] and f"bucket {bucket}: created" in outputs[0]
     assert f"database {database}: exists" in outputs[1] and f"bucket {bucket}: exists" in outputs[1]
     psycopg.connect(postgres.dsn_for(database)).close()
-    from activities.stores.s3 import S3ArtifactStore
+    from agent_worker.activities.stores.s3 import S3ArtifactStore
 
     S3ArtifactStore(bucket, endpoint_url=s3_endpoint).check()
 
@@ -372,7 +372,7 @@ def test_the_ui_decodes_through_the_codec_server_by_default(config: dict[str, An
     [(_, ui_port, _)] = published(svc["temporal-ui"])
     assert svc["temporal-ui"]["environment"]["TEMPORAL_CODEC_ENDPOINT"] == f"http://localhost:{codec_port}"
     assert f"--ui-origin=http://localhost:{ui_port}" in svc["codec-server"]["command"]
-    assert svc["codec-server"]["entrypoint"] == ["python", "-m", "security.codec_server"]
+    assert svc["codec-server"]["entrypoint"] == ["python", "-m", "agent_worker.security.codec_server"]
     assert "--host=0.0.0.0" in svc["codec-server"]["command"]
     assert {
         "AGENT_WORKER_ENCRYPTION_KEYS",

@@ -25,11 +25,11 @@ from typing import Any
 
 import httpx
 import pytest
+from agent_worker.schemas.config import WorkerConfig
+from agent_worker.schemas.streams import StreamEntry, assemble_text
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
 from temporalio.client import Client
 
-from schemas.config import WorkerConfig
-from schemas.streams import StreamEntry, assemble_text
-from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.compose import healthcheck_argv, resolve, services, unescape
 from tests.helpers.gated_model import GatedModel
 from tests.helpers.postgres_server import PostgresServer
@@ -238,9 +238,13 @@ async def test_two_workers_the_api_and_redis_stream_a_turn_running_on_the_other_
             "hands": fleet.env(hands_svc, tmp_path / "hands-data"),
             "api": fleet.env(api_svc),
         }
-        control = fleet.spawn(["-m", "cli.main", *control_svc["command"]], envs["control"], "control.log")
-        hands = fleet.spawn(["-m", "cli.main", *hands_svc["command"]], envs["hands"], "hands.log")
-        api = fleet.spawn(["-m", "cli.main", *api_argv], envs["api"], "api.log")
+        control = fleet.spawn(
+            ["-m", "agent_worker.cli.main", *control_svc["command"]], envs["control"], "control.log"
+        )
+        hands = fleet.spawn(
+            ["-m", "agent_worker.cli.main", *hands_svc["command"]], envs["hands"], "hands.log"
+        )
+        api = fleet.spawn(["-m", "agent_worker.cli.main", *api_argv], envs["api"], "api.log")
         with stopped_at_exit([api, hands, control]):
             for name, proc, svc in (("control", control, control_svc), ("hands", hands, hands_svc)):
                 port = int(envs[name]["AGENT_WORKER_HEALTH_BIND"].rsplit(":", 1)[1])

@@ -9,8 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from schemas.config import ENV_PREFIX, WorkerConfig
+from agent_worker.schemas.config import ENV_PREFIX, WorkerConfig
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "config_doc.py"

@@ -7,11 +7,10 @@ import asyncio
 import base64
 
 import pytest
+from agent_worker.schemas.config import WorkerConfig
+from agent_worker.security.codec import KEY_ID_METADATA, EncryptionCodec, KeySpecError, converter_for
+from agent_worker.security.codec_server import serve
 from temporalio.api.common.v1 import Payload
-
-from schemas.config import WorkerConfig
-from security.codec import KEY_ID_METADATA, EncryptionCodec, KeySpecError, converter_for
-from security.codec_server import serve
 
 KEY = base64.b64encode(b"k" * 32).decode()
 OTHER = base64.b64encode(b"o" * 32).decode()

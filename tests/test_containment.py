@@ -19,17 +19,14 @@ from pathlib import Path
 
 import docker
 import pytest
-from temporalio.client import Client, WorkflowFailureError
-from temporalio.exceptions import ApplicationError
-
-from activities.artifacts import LocalArtifactStore
-from activities.sandbox import ProcessSandbox, SandboxActivities
-from activities.sandbox.base import LABEL_DEPLOYMENT, LABEL_NAMESPACE, LABEL_TASK
-from activities.sandbox.docker import DockerSandbox
-from activities.sandbox.reaper import SandboxReaper
-from schemas.actions import SandboxCommand
-from schemas.config import ConfigError
-from schemas.sandbox import (
+from agent_worker.activities.artifacts import LocalArtifactStore
+from agent_worker.activities.sandbox import ProcessSandbox, SandboxActivities
+from agent_worker.activities.sandbox.base import LABEL_DEPLOYMENT, LABEL_NAMESPACE, LABEL_TASK
+from agent_worker.activities.sandbox.docker import DockerSandbox
+from agent_worker.activities.sandbox.reaper import SandboxReaper
+from agent_worker.schemas.actions import SandboxCommand
+from agent_worker.schemas.config import ConfigError
+from agent_worker.schemas.sandbox import (
     CommandRecord,
     CreateSandboxInput,
     DestroySandboxInput,
@@ -39,8 +36,11 @@ from schemas.sandbox import (
     SandboxRef,
     SandboxSpec,
 )
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import ApplicationError
+
+from agent_worker.worker import build_sandboxes
 from tests.helpers.support import REPO, TaskEnv, example_spec, make_config, running_worker, until
-from worker import build_sandboxes
 
 MIB = 1024 * 1024
 
@@ -252,7 +252,7 @@ def test_process_tier_without_isolation_is_refused_unless_unsafe_dev(tmp_path: P
 def _worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "cli.main", "worker"],
+            [sys.executable, "-m", "agent_worker.cli.main", "worker"],
             env=env,
             cwd=REPO,
             stdout=out,

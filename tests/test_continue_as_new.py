@@ -11,11 +11,12 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from agent_worker.activities.events import JsonlEventSink
+from agent_worker.cli.main import main as cli_main
+from agent_worker.schemas.tasks import EvidenceArchive, TaskInput, TaskPhase, TaskResult
+from agent_worker.workflows import AgentTaskWorkflow
 from temporalio.client import Client
 
-from activities.events import JsonlEventSink
-from cli.main import main as cli_main
-from schemas.tasks import EvidenceArchive, TaskInput, TaskPhase, TaskResult
 from tests.helpers.support import (
     DevServer,
     TaskEnv,
@@ -27,7 +28,6 @@ from tests.helpers.support import (
     run_ids,
     running_worker,
 )
-from workflows import AgentTaskWorkflow
 
 
 @pytest.fixture(scope="module")

@@ -7,12 +7,12 @@ import asyncio
 from typing import Any
 
 import pytest
+from agent_worker.cli.main import main as cli_main
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
+from agent_worker.workflows import AgentTaskWorkflow
 from temporalio.client import WorkflowUpdateFailedError
 
-from cli.main import main as cli_main
-from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.support import TaskEnv, example_spec
-from workflows import AgentTaskWorkflow
 
 STALE = "sha256:" + "0" * 64
 

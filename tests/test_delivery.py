@@ -9,10 +9,10 @@ import json
 import time
 
 import pytest
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
+from agent_worker.workflows import AgentTaskWorkflow
 
-from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.support import TaskEnv, example_spec, run_cli
-from workflows import AgentTaskWorkflow
 
 WAIT = 3.0
 

@@ -10,7 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cli.devserver import port_open
+from agent_worker.cli.devserver import port_open
+
 from tests.helpers.support import REPO, free_port
 
 
@@ -25,7 +26,7 @@ async def test_demo_runs_end_to_end_from_nothing(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "cli.main",
+            "agent_worker.cli.main",
             "demo",
             "--approve",
             "--address",

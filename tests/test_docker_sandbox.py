@@ -12,13 +12,12 @@ from pathlib import Path
 
 import docker
 import pytest
-
-from activities.artifacts import LocalArtifactStore
-from activities.sandbox import SandboxActivities
-from activities.sandbox.docker import DockerSandbox
-from schemas.actions import SandboxCommand
-from schemas.digests import digest_bytes
-from schemas.sandbox import (
+from agent_worker.activities.artifacts import LocalArtifactStore
+from agent_worker.activities.sandbox import SandboxActivities
+from agent_worker.activities.sandbox.docker import DockerSandbox
+from agent_worker.schemas.actions import SandboxCommand
+from agent_worker.schemas.digests import digest_bytes
+from agent_worker.schemas.sandbox import (
     CommandRecord,
     CreateSandboxInput,
     DestroySandboxInput,
@@ -27,6 +26,7 @@ from schemas.sandbox import (
     SandboxRef,
     SandboxSpec,
 )
+
 from tests.helpers.containers import containers_of
 
 SECRET = "aw-test-secret-value-do-not-leak"

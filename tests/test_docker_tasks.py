@@ -15,14 +15,15 @@ from pathlib import Path
 
 import docker
 import pytest
+from agent_worker.activities.sandbox.base import LABEL_TASK
+from agent_worker.activities.sandbox.docker import DockerSandbox
+from agent_worker.cli.main import main as cli_main
+from agent_worker.cli.sandboxes import REAPER_SCHEDULE_ID, schedule_reaper
+from agent_worker.schemas.sandbox import CreateSandboxInput, ReapInput, SandboxBackend, SandboxSpec
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
+from agent_worker.workflows import AgentTaskWorkflow
 from temporalio.client import Client, WorkflowFailureError
 
-from activities.sandbox.base import LABEL_TASK
-from activities.sandbox.docker import DockerSandbox
-from cli.main import main as cli_main
-from cli.sandboxes import REAPER_SCHEDULE_ID, schedule_reaper
-from schemas.sandbox import CreateSandboxInput, ReapInput, SandboxBackend, SandboxSpec
-from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.containers import containers_of, the_container
 from tests.helpers.matrix import Record, leftover_sandboxes, record
 from tests.helpers.support import (
@@ -34,7 +35,6 @@ from tests.helpers.support import (
     spawn_worker,
     until,
 )
-from workflows import AgentTaskWorkflow
 
 
 @pytest.fixture

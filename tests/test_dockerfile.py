@@ -40,7 +40,7 @@ def test_the_dockerfile_installs_the_package_and_runs_agent_worker() -> None:
     users = [args for kind, args in instructions if kind == "USER"]
     assert users and users[-1] not in ("root", "0")
     # The entrypoint is the console script the package declares.
-    assert 'agent-worker = "cli.main:run"' in (REPO / "pyproject.toml").read_text()
+    assert 'agent-worker = "agent_worker.cli.main:run"' in (REPO / "pyproject.toml").read_text()
     ignored = set((REPO / ".dockerignore").read_text().split())
     assert {".git", ".venv"} <= ignored, "the build context must not carry the venv or git history"
 

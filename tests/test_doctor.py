@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_worker.cli.doctor import DOCTOR_SCHEDULE_ID
+from agent_worker.schemas.health import DoctorReport
 from temporalio import workflow
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from agent_worker.client import WORKFLOW_TYPE
-from cli.doctor import DOCTOR_SCHEDULE_ID
-from schemas.health import DoctorReport
 from tests.helpers.openai_stub import OpenAIStub
 from tests.helpers.support import (
     DevServer,

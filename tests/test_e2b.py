@@ -13,12 +13,10 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from temporalio.exceptions import ApplicationError
-
-from activities.artifacts import LocalArtifactStore
-from activities.errors import SandboxError
-from activities.sandbox import SandboxActivities
-from activities.sandbox.base import (
+from agent_worker.activities.artifacts import LocalArtifactStore
+from agent_worker.activities.errors import SandboxError
+from agent_worker.activities.sandbox import SandboxActivities
+from agent_worker.activities.sandbox.base import (
     LABEL_BACKEND,
     LABEL_CREATED,
     LABEL_RUN,
@@ -26,9 +24,17 @@ from activities.sandbox.base import (
     LABEL_TENANT,
     sandbox_id_for,
 )
-from activities.sandbox.e2b import LABEL_SANDBOX, E2BSandbox
-from schemas.actions import SandboxCommand
-from schemas.sandbox import CreateSandboxInput, ExecInput, SandboxBackend, SandboxRef, SandboxSpec
+from agent_worker.activities.sandbox.e2b import LABEL_SANDBOX, E2BSandbox
+from agent_worker.schemas.actions import SandboxCommand
+from agent_worker.schemas.sandbox import (
+    CreateSandboxInput,
+    ExecInput,
+    SandboxBackend,
+    SandboxRef,
+    SandboxSpec,
+)
+from temporalio.exceptions import ApplicationError
+
 from tests.helpers.e2b_standin import E2BStandIn, StoredSandbox
 
 TASK = "task-e2b-test"

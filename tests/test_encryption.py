@@ -16,6 +16,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_worker.cli.devserver import temporal_binary
+from agent_worker.schemas.payloads import DATA_CONVERTER
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
+from agent_worker.security.codec import (
+    DecryptionError,
+    EncryptionCodec,
+    KeySpecError,
+    data_converter,
+    new_key,
+    parse_keys,
+)
+from agent_worker.security.codec_server import CodecServer
+from agent_worker.workflows import AgentTaskWorkflow
 from google.protobuf import json_format
 from google.protobuf.message import Message
 from temporalio.api.common.v1 import Payload
@@ -24,20 +37,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter
 from temporalio.worker import Replayer
 
-from cli.devserver import temporal_binary
-from schemas.payloads import DATA_CONVERTER
-from schemas.tasks import TaskPhase, TaskResult
-from security.codec import (
-    DecryptionError,
-    EncryptionCodec,
-    KeySpecError,
-    data_converter,
-    new_key,
-    parse_keys,
-)
-from security.codec_server import CodecServer
 from tests.helpers.support import REPO, TaskEnv, example_spec, running_worker, spawn_worker
-from workflows import AgentTaskWorkflow
 
 EXPECTED_TOTAL = "9633.99"
 # Indexed by the server, so never encoded.
@@ -345,7 +345,7 @@ async def test_worker_and_cli_encrypt_when_keys_are_configured(config_env: TaskE
     cli_env = {**config_env.worker_env(), **crypto_env}
 
     def cli(*args: str, env: Mapping[str, str] = cli_env) -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, "-m", "cli.main", "--address", config_env.address, *args]
+        command = [sys.executable, "-m", "agent_worker.cli.main", "--address", config_env.address, *args]
         return subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
 
     worker = spawn_worker(config_env, tmp_path / "worker.log", **crypto_env)

@@ -11,15 +11,15 @@ import uuid
 
 import httpx
 import pytest
+from agent_worker.activities.notify import WebhookNotifier
+from agent_worker.api import ApiConfig, build_api
+from agent_worker.cli.main import main as cli_main
+from agent_worker.inbox.auth import Authenticator
+from agent_worker.schemas.notify import NotifyInput
+from agent_worker.schemas.validation import InvalidPayload
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.notify import WebhookNotifier
 from agent_worker.client import AgentWorkerClient
-from api import ApiConfig, build_api
-from cli.main import main as cli_main
-from inbox.auth import Authenticator
-from schemas.notify import NotifyInput
-from schemas.validation import InvalidPayload
 from tests.helpers.receivers import webhook_receiver
 from tests.helpers.support import TaskEnv, example_spec
 

@@ -12,17 +12,23 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from agent_worker.activities.events import EventActivities, JsonlEventSink
+from agent_worker.cli.main import main as cli_main
+from agent_worker.schemas.events import (
+    Event,
+    EventType,
+    PublishEventsInput,
+    PublishEventsResult,
+    event_id_for,
+)
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
+from agent_worker.workflows import AgentTaskWorkflow
 from pydantic import BaseModel
 from temporalio import activity
 
 import agent_worker.plugin
 import agent_worker.worker
-from activities.events import EventActivities, JsonlEventSink
-from cli.main import main as cli_main
-from schemas.events import Event, EventType, PublishEventsInput, PublishEventsResult, event_id_for
-from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.support import TaskEnv, assert_replays, example_spec, running_worker, spawn_worker
-from workflows import AgentTaskWorkflow
 
 
 async def test_event_stream_is_exactly_once_in_order_across_a_crash_and_a_replay(
@@ -92,13 +98,13 @@ async def test_events_command_prints_the_timeline(env: TaskEnv, capsys: pytest.C
 
 
 def test_the_committed_json_schemas_match_the_models() -> None:
-    """`schemas/jsonschema/` is what the models generate today (run `python -m schemas.export`)."""
-    from schemas.export import OUT, render
+    """`schemas/jsonschema/` is what the models generate today (run `python -m agent_worker.schemas.export`)."""
+    from agent_worker.schemas.export import OUT, render
 
     expected = render()
     assert sorted(p.name for p in OUT.glob("*.json")) == sorted(expected)
     for name, text in expected.items():
-        assert (OUT / name).read_text() == text, f"{name} is stale: run python -m schemas.export"
+        assert (OUT / name).read_text() == text, f"{name} is stale: run python -m agent_worker.schemas.export"
     event = json.loads(expected["event.v1.schema.json"])
     assert event["properties"]["schema"]["const"] == "agent-worker.event/v1"
     assert set(event["required"]) >= {"event_id", "task_id", "seq", "type", "at", "phase"}

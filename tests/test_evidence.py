@@ -9,13 +9,13 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from agent_worker.activities.artifacts import LocalArtifactStore
+from agent_worker.cli.evidence import expand, referenced
+from agent_worker.cli.main import main as cli_main
+from agent_worker.schemas.artifacts import ArtifactRef
+from agent_worker.schemas.sandbox import CommandRecord
+from agent_worker.schemas.tasks import Evidence, EvidenceArchive, TaskPhase, TaskResult
 
-from activities.artifacts import LocalArtifactStore
-from cli.evidence import expand, referenced
-from cli.main import main as cli_main
-from schemas.artifacts import ArtifactRef
-from schemas.sandbox import CommandRecord
-from schemas.tasks import Evidence, EvidenceArchive, TaskPhase, TaskResult
 from tests.helpers.support import TaskEnv, example_spec
 
 

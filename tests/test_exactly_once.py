@@ -13,15 +13,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
+from agent_worker.schemas.writes import WriteInput, operation_key
+from agent_worker.workflows import AgentTaskWorkflow
 from temporalio.client import Client
 
-from schemas.tasks import TaskPhase, TaskResult
-from schemas.writes import WriteInput, operation_key
 from tests.helpers.business_backends import BACKENDS, Backend, open_backend
 from tests.helpers.matrix import Record, leftover_sandboxes, record
 from tests.helpers.postgres_server import PostgresServer
 from tests.helpers.support import DevServer, TaskEnv, make_config, running_worker, spawn_worker
-from workflows import AgentTaskWorkflow
 
 FAULTY = "tests.helpers.faults:faulty_writer"
 

@@ -8,13 +8,14 @@ import json
 import subprocess
 from decimal import Decimal
 
+from agent_worker.cli.devserver import temporal_binary
+from agent_worker.schemas.digests import digest_bytes
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
+from agent_worker.schemas.writes import operation_key
+from agent_worker.workflows import AgentTaskWorkflow
+
 from agent_worker.client import DECISION_SIGNAL
-from cli.devserver import temporal_binary
-from schemas.digests import digest_bytes
-from schemas.tasks import TaskPhase, TaskResult
-from schemas.writes import operation_key
 from tests.helpers.support import REPO, TaskEnv, assert_replays, example_spec
-from workflows import AgentTaskWorkflow
 
 SHEETS = sorted((REPO / "examples" / "monthly_report" / "sheets").glob("*.csv"))
 EXPECTED_TOTAL = "9633.99"

@@ -8,12 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from activities.agent.tools import plan_call
-from activities.errors import ToolPlanError
-from examples.monthly_report.agent import draft_report, run_python, submit_report
-from schemas.actions import BusinessWrite, SandboxCommand
-from schemas.validation import parse_task_input
+from agent_worker.activities.agent.tools import plan_call
+from agent_worker.activities.errors import ToolPlanError
+from agent_worker.examples.monthly_report.agent import draft_report, run_python, submit_report
+from agent_worker.schemas.actions import BusinessWrite, SandboxCommand
+from agent_worker.schemas.validation import parse_task_input
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "monthly_report"
 DIGEST = "sha256:" + "ab" * 32

@@ -19,10 +19,11 @@ from typing import Any
 
 import docker
 import pytest
+from agent_worker.schemas.tasks import TaskPhase, TaskResult, TaskStatus
+from agent_worker.workflows import AgentTaskWorkflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from schemas.tasks import TaskPhase, TaskResult, TaskStatus
 from tests.helpers.containers import task_containers
 from tests.helpers.matrix import Record, leftover_sandboxes, record
 from tests.helpers.support import (
@@ -38,7 +39,6 @@ from tests.helpers.support import (
     spawn_worker,
     until,
 )
-from workflows import AgentTaskWorkflow
 
 
 def events_of(status: TaskStatus, kind: str) -> list[Any]:

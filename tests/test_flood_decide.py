@@ -16,6 +16,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from agent_worker.schemas.tasks import TaskPhase
+from agent_worker.workflows import AgentTaskWorkflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import (
     WorkflowHandle,
@@ -24,11 +26,9 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from schemas.tasks import TaskPhase
 from tests.helpers.load import loaded_to
 from tests.helpers.support import TaskEnv, spawn_worker
 from tests.test_bounds import STALE, assert_no_workflow_task_failed, recorder
-from workflows import AgentTaskWorkflow
 
 FLOOD_SIZE = 10_000
 IN_FLIGHT = 40  # as the signal flood

@@ -17,14 +17,15 @@ from pathlib import Path
 
 import httpx
 import pytest
+from agent_worker.activities.task_history import read_history
+from agent_worker.api import ApiConfig, build_api
+from agent_worker.inbox.auth import Authenticator
+from agent_worker.schemas.events import EventType
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
+from agent_worker.workflows import AgentTaskWorkflow
 from temporalio.client import Client, WorkflowFailureError
 
-from activities.task_history import read_history
 from agent_worker.client import AgentWorkerClient
-from api import ApiConfig, build_api
-from inbox.auth import Authenticator
-from schemas.events import EventType
-from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.business_backends import open_backend
 from tests.helpers.fork_agents import MAKE
 from tests.helpers.postgres_server import PostgresServer
@@ -38,7 +39,6 @@ from tests.helpers.support import (
     run_ids,
     running_worker,
 )
-from workflows import AgentTaskWorkflow
 
 REPO = Path(__file__).resolve().parent.parent
 FORK_AGENTS = [*TEST_AGENTS, "tests.helpers.fork_agents:registrations"]

@@ -10,17 +10,24 @@ import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from agent_worker.schemas.conditions import warm_conditions
 from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from agent_worker.plugin import LIBRARY_PASSTHROUGH
-from schemas.conditions import warm_conditions
 from tests.helpers.support import HISTORY_IDS, REPO, WORKFLOWS
 
 HISTORIES = REPO / "tests" / "histories"
-OURS = ("workflows", "schemas", "activities", "telemetry", "security", "agent_worker")
+OURS = (
+    "agent_worker.workflows",
+    "agent_worker.schemas",
+    "agent_worker.activities",
+    "agent_worker.telemetry",
+    "agent_worker.security",
+    "agent_worker",
+)
 
 
 def _committed(folder: Path) -> list[tuple[Path, str]]:
@@ -65,7 +72,7 @@ def test_the_workflow_code_is_imported_inside_the_sandbox() -> None:
             ):
                 for statement in ast.walk(node):
                     if isinstance(statement, ast.ImportFrom) and (statement.module or "").startswith(
-                        "workflows"
+                        "agent_worker.workflows"
                     ):
                         passed_through.append(f"{path.name}:{statement.lineno}")
     assert not passed_through, passed_through

@@ -36,6 +36,15 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import pytest
+from agent_worker.schemas import visibility
+from agent_worker.schemas.approvals import ApprovalRequest
+from agent_worker.schemas.events import Event
+from agent_worker.schemas.events import EventType as TaskEvent
+from agent_worker.schemas.tasks import PolicySpec, TaskPhase, TaskResult, TaskSpec, TaskState, TaskStatus
+from agent_worker.schemas.validation import InvalidPayload, parse_decision, parse_follow_up, parse_task_input
+from agent_worker.workflows import AgentTaskWorkflow
+from agent_worker.workflows.bounds import EVENT_TEXT_CHARS, IGNORED_REASON_CHARS, cut
+from agent_worker.workflows.decisions import why_not
 from hypothesis import HealthCheck, Phase, assume, example, given, seed, settings
 from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
@@ -46,17 +55,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Replayer
 
-from schemas import visibility
-from schemas.approvals import ApprovalRequest
-from schemas.events import Event
-from schemas.events import EventType as TaskEvent
-from schemas.tasks import PolicySpec, TaskPhase, TaskResult, TaskSpec, TaskState, TaskStatus
-from schemas.validation import InvalidPayload, parse_decision, parse_follow_up, parse_task_input
 from tests.helpers.fuzz_strategies import payloads, task_inputs
 from tests.helpers.support import TaskEnv, example_spec
-from workflows import AgentTaskWorkflow
-from workflows.bounds import EVENT_TEXT_CHARS, IGNORED_REASON_CHARS, cut
-from workflows.decisions import why_not
 
 T = TypeVar("T")
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from agent_worker.activities.grants import GrantStore, find_grant
+from agent_worker.activities.stores import postgres_db
+from agent_worker.activities.stores.state import build_grant_store, migrate_state
+from agent_worker.schemas.grants import Grant, GrantQuery, Remember, grant_id_for, in_scope
 
-from activities.grants import GrantStore, find_grant
-from activities.stores import postgres_db
-from activities.stores.state import build_grant_store, migrate_state
-from schemas.grants import Grant, GrantQuery, Remember, grant_id_for, in_scope
 from tests.helpers.postgres_server import PostgresServer
 from tests.helpers.support import make_config
 

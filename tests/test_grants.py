@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_worker.activities.events import JsonlEventSink
+from agent_worker.activities.stores.state import build_grant_store
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
+from agent_worker.security.signing import new_private_key, public_key_text
 
-from activities.events import JsonlEventSink
-from activities.stores.state import build_grant_store
 from agent_worker.client import AgentWorkerClient, DecisionRefused
-from schemas.tasks import TaskPhase, TaskResult
-from security.signing import new_private_key, public_key_text
 from tests.helpers.support import TaskEnv, assert_replays, example_spec, run_cli, running_worker
 
 POLICY: dict[str, Any] = {"default_approvers": ["finance-lead"], "grants": {}}

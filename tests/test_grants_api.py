@@ -11,11 +11,11 @@ from typing import Any
 
 import httpx
 import pytest
+from agent_worker.activities.stores.state import build_grant_store
+from agent_worker.api import ApiConfig, build_api
+from agent_worker.inbox.auth import Authenticator
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
 
-from activities.stores.state import build_grant_store
-from api import ApiConfig, build_api
-from inbox.auth import Authenticator
-from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.support import TaskEnv
 
 LEAD = "lead-4b1e8c2d7f90a3e5"

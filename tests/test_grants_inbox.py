@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import asyncio
 
-from activities.stores.state import build_grant_store
-from inbox import build_app, running_inbox
-from inbox.pages import task_url
-from schemas.tasks import TaskResult
+from agent_worker.activities.stores.state import build_grant_store
+from agent_worker.inbox import build_app, running_inbox
+from agent_worker.inbox.pages import task_url
+from agent_worker.schemas.tasks import TaskResult
+
 from tests.helpers.browser import fetch
 from tests.helpers.support import TaskEnv
 from tests.test_inbox_web import csrf_of, listed, session_cookie

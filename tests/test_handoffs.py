@@ -11,20 +11,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_worker.activities.agent.registry import AgentRegistry, agent_graph, find_tool
+from agent_worker.activities.agent.turn import AgentActivities
+from agent_worker.activities.artifacts import LocalArtifactStore
+from agent_worker.activities.errors import ToolPlanError
+from agent_worker.inbox import build_app, running_inbox
+from agent_worker.inbox.pages import task_url
+from agent_worker.schemas.actions import ActionResult, ActionStatus
+from agent_worker.schemas.events import EventType
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
+from agent_worker.schemas.turns import TurnInput
+from agent_worker.workflows import AgentTaskWorkflow
 from agents import Agent, FunctionTool, handoff
 from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment
 
-from activities.agent.registry import AgentRegistry, agent_graph, find_tool
-from activities.agent.turn import AgentActivities
-from activities.artifacts import LocalArtifactStore
-from activities.errors import ToolPlanError
-from inbox import build_app, running_inbox
-from inbox.pages import task_url
-from schemas.actions import ActionResult, ActionStatus
-from schemas.events import EventType
-from schemas.tasks import TaskPhase, TaskResult
-from schemas.turns import TurnInput
 from tests.helpers.browser import fetch
 from tests.helpers.handoff_agents import SPECIALIST, STAMPS, TRIAGE
 from tests.helpers.support import (
@@ -38,7 +39,6 @@ from tests.helpers.support import (
     sigkill,
     worker_process,
 )
-from workflows import AgentTaskWorkflow
 
 HANDOFF_AGENTS = "tests.helpers.handoff_agents:registrations"
 LEAD = {"X-Forwarded-User": "finance-lead"}

@@ -12,13 +12,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-from activities.business.base import payload_digest, record_id_for
-from activities.business.http import HttpBusinessWriter, http_writer
-from activities.business.sqlite import SqliteBusinessStore
-from activities.errors import WriteConflict, WriteError, WriteUnavailable, WriteUnknown
-from examples.business_service import BusinessService
-from schemas.writes import WriteInput, WriteOutcome, operation_key
+from agent_worker.activities.business.base import payload_digest, record_id_for
+from agent_worker.activities.business.http import HttpBusinessWriter, http_writer
+from agent_worker.activities.business.sqlite import SqliteBusinessStore
+from agent_worker.activities.errors import WriteConflict, WriteError, WriteUnavailable, WriteUnknown
+from agent_worker.examples.business_service import BusinessService
+from agent_worker.schemas.writes import WriteInput, WriteOutcome, operation_key
 
 
 def write_input(call_id: str = "call-1", record_type: str = "invoice", **payload: object) -> WriteInput:

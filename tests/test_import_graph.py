@@ -48,7 +48,9 @@ def test_the_project_has_no_import_cycle_and_no_upward_import() -> None:
 def test_no_workflow_helper_imports_the_workflow() -> None:
     """The workflow's helpers take a ``TaskContext``: only ``workflows/__init__.py`` imports
     ``workflows.agent_task``, even for type checking."""
-    importers = {e.source for e in check_imports.edges(ROOT) if e.target == "workflows.agent_task"}
+    importers = {
+        e.source for e in check_imports.edges(ROOT) if e.target == "agent_worker.workflows.agent_task"
+    }
     assert importers == {"workflows"}
 
 
@@ -59,9 +61,9 @@ def test_a_planted_cycle_through_a_type_only_import_fails_with_its_edges(tmp_pat
         tmp_path,
         {
             "workflows/__init__.py": "",
-            "workflows/task.py": "def run():\n    from workflows.helper import Helper\n",
+            "workflows/task.py": "def run():\n    from agent_worker.workflows.helper import Helper\n",
             "workflows/helper.py": (
-                "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from workflows.task import Task\n"
+                "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from agent_worker.workflows.task import Task\n"
             ),
         },
     )
@@ -94,7 +96,7 @@ def test_an_activity_importing_a_workflow_is_an_upward_import(tmp_path: Path) ->
             "workflows/__init__.py": "",
             "workflows/options.py": "TURN = 1\n",
             "activities/__init__.py": "",
-            "activities/turn.py": "from workflows import options\n",
+            "activities/turn.py": "from agent_worker.workflows import options\n",
         },
     )
     done = _run(root)
@@ -113,7 +115,7 @@ def test_schemas_importing_any_other_part_of_the_project_fails(tmp_path: Path) -
         {
             "schemas/__init__.py": "",
             "schemas/tasks.py": "from .events import Event\n",
-            "schemas/events.py": "import telemetry.metrics\nEvent = 1\n",
+            "schemas/events.py": "import agent_worker.telemetry.metrics\nEvent = 1\n",
             "telemetry/__init__.py": "",
             "telemetry/metrics.py": "",
         },
@@ -131,7 +133,7 @@ def test_workflows_importing_the_cli_or_the_inbox_fails(tmp_path: Path) -> None:
         tmp_path,
         {
             "workflows/__init__.py": "",
-            "workflows/task.py": "import cli.render\nfrom inbox import app\n",
+            "workflows/task.py": "import agent_worker.cli.render\nfrom agent_worker.inbox import app\n",
             "cli/__init__.py": "",
             "cli/render.py": "",
             "inbox/__init__.py": "",

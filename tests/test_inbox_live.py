@@ -12,11 +12,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from inbox import build_app, running_inbox
-from inbox.auth import COOKIE
-from inbox.pages import task_url
-from schemas.streams import StreamEntry, assemble_text
-from schemas.tasks import TaskPhase, TaskResult
+from agent_worker.inbox import build_app, running_inbox
+from agent_worker.inbox.auth import COOKIE
+from agent_worker.inbox.pages import task_url
+from agent_worker.schemas.streams import StreamEntry, assemble_text
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
+
 from tests.helpers.browser import chromium, fetch, save_screenshot
 from tests.helpers.openai_stub import OpenAIStub
 from tests.helpers.support import TaskEnv

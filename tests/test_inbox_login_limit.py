@@ -10,16 +10,15 @@ import re
 from pathlib import Path
 
 import httpx
-from temporalio.client import Client
-
-from inbox import build_app
-from inbox.auth import (
+from agent_worker.inbox import build_app
+from agent_worker.inbox.auth import (
     COOKIE,
     LOGIN_WINDOW_SECONDS,
     MAX_FAILED_LOGINS,
     MAX_FAILED_LOGINS_PER_CLIENT,
     LoginThrottle,
 )
+from temporalio.client import Client
 
 LEAD_TOKEN = "lead-0f3c9a7e51d2b8c4"
 
@@ -84,7 +83,7 @@ async def test_wrong_tokens_are_limited_per_client_and_in_all(client: Client, tm
 def test_the_throttle_keeps_a_bounded_memory() -> None:
     """A guesser cycling through addresses leaves at most MAX_THROTTLED_CLIENTS of them (and
     MAX_FAILED_LOGINS failures in all) in memory."""
-    from inbox.auth import MAX_THROTTLED_CLIENTS
+    from agent_worker.inbox.auth import MAX_THROTTLED_CLIENTS
 
     throttle = LoginThrottle(clock=lambda: 0.0)
     for n in range(MAX_THROTTLED_CLIENTS + 500):

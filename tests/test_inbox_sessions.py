@@ -13,10 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from agent_worker.inbox import build_app, running_inbox
+from agent_worker.inbox.auth import COOKIE, Authenticator
 from temporalio.client import Client
 
-from inbox import build_app, running_inbox
-from inbox.auth import COOKIE, Authenticator
 from tests.helpers.browser import chromium, fetch
 from tests.test_inbox_web import STRANGER_TOKEN, csrf_of, http_sign_in, session_cookie, tokens_file
 

@@ -14,18 +14,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_worker.inbox import InboxConfigError, build_app, load_tokens, running_inbox
+from agent_worker.inbox.auth import COOKIE
+from agent_worker.inbox.pages import task_url
+from agent_worker.schemas.approvals import DecisionKind
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
+from agent_worker.security.signing import new_private_key, public_key_text
+from agent_worker.workflows import AgentTaskWorkflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from inbox import InboxConfigError, build_app, load_tokens, running_inbox
-from inbox.auth import COOKIE
-from inbox.pages import task_url
-from schemas.approvals import DecisionKind
-from schemas.tasks import TaskPhase, TaskResult
-from security.signing import new_private_key, public_key_text
 from tests.helpers.browser import chromium, fetch, save_screenshot, wait_for
 from tests.helpers.support import TaskEnv, example_spec
-from workflows import AgentTaskWorkflow
 
 LEAD_TOKEN = "lead-0f3c9a7e51d2b8c4"
 STRANGER_TOKEN = "mallory-7d1e2f9a0b3c"

@@ -53,41 +53,41 @@ LINES: dict[str, str | None] = {
 # on a line without it they may fail to import; every other module imports on every line.
 EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "postgres": (
-        "activities.stores.postgres",
-        "activities.stores.postgres_artifacts",
-        "activities.stores.postgres_db",
+        "agent_worker.activities.stores.postgres",
+        "agent_worker.activities.stores.postgres_artifacts",
+        "agent_worker.activities.stores.postgres_db",
     ),
-    "redis": ("activities.stores.redis_streams",),
-    "s3": ("activities.stores.s3",),
-    "api": ("api", "inbox"),
-    "otel": ("telemetry.agent_spans",),
+    "redis": ("agent_worker.activities.stores.redis_streams",),
+    "s3": ("agent_worker.activities.stores.s3",),
+    "api": ("agent_worker.api", "agent_worker.inbox"),
+    "otel": ("agent_worker.telemetry.agent_spans",),
 }
 # What each extra enables, run in its venv (after every module has imported).
 EXTRA_CHECKS: dict[str, str] = {
     "docker": """
-from activities.sandbox.docker import docker_available
+from agent_worker.activities.sandbox.docker import docker_available
 import docker.utils.socket
 problem = docker_available("agent-worker-matrix:absent")
 assert problem is None or "docker package" not in problem, problem
 """,
     "e2b": """
 import e2b, httpx
-from activities.sandbox.e2b import E2BSandbox
+from agent_worker.activities.sandbox.e2b import E2BSandbox
 """,
     "s3": """
-from activities.stores.s3 import S3ArtifactStore
+from agent_worker.activities.stores.s3 import S3ArtifactStore
 store = S3ArtifactStore("matrix", endpoint_url="http://127.0.0.1:9", region_name="us-east-1")
 assert store.bucket == "matrix"
 """,
     "postgres": """
 import psycopg, psycopg_pool
-from activities.business.postgres import postgres_writer
-from activities.stores.postgres_db import new_pool
+from agent_worker.activities.business.postgres import postgres_writer
+from agent_worker.activities.stores.postgres_db import new_pool
 assert psycopg.pq.__impl__ in ("binary", "c"), psycopg.pq.__impl__
 """,
     "otel": """
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from telemetry.tracing import configure_tracing
+from agent_worker.telemetry.tracing import configure_tracing
 exporter = InMemorySpanExporter()
 provider = configure_tracing(endpoint=None, exporter=exporter)
 with provider.get_tracer("matrix").start_as_current_span("matrix-span"):
@@ -100,13 +100,13 @@ from agents.extensions.models.litellm_model import LitellmModel
 LitellmModel(model="ollama/llama3", base_url="http://127.0.0.1:9")
 """,
     "api": """
-from api import ApiConfig, build_api
-from inbox import build_app, cmd_inbox_web
+from agent_worker.api import ApiConfig, build_api
+from agent_worker.inbox import build_app, cmd_inbox_web
 """,
     "redis": """
 import os
-from activities.stores.redis_streams import RedisStreamBackend
-from schemas.streams import StreamEntry
+from agent_worker.activities.stores.redis_streams import RedisStreamBackend
+from agent_worker.schemas.streams import StreamEntry
 store = RedisStreamBackend(os.environ["MATRIX_REDIS_URL"], prefix="matrix:")
 assert store.append("t", "c", [StreamEntry(task_id="t", kind="token", data={"text": "hi"})]) == [1]
 assert [e.data["text"] for e in store.read("t", "c")] == ["hi"]
@@ -223,7 +223,13 @@ def test_each_install_line_runs_the_cli_and_imports_every_module_it_has(
     modules = runs["modules"]
     walked = json.loads(modules.stdout.splitlines()[0]) if modules.stdout else {}
     assert walked, said(modules)
-    assert {"agent_worker", "cli", "workflows", "activities", "worker"} <= set(walked["roots"])
+    assert {
+        "agent_worker",
+        "agent_worker.cli",
+        "agent_worker.workflows",
+        "agent_worker.activities",
+        "worker",
+    } <= set(walked["roots"])
     wrong = {m: e for m, e in walked["failed"].items() if not may_fail(m, line)}
     assert not wrong, f"modules that fail to import on the {line} line: {wrong}"
     for module, error in walked["failed"].items():

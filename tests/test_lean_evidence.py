@@ -9,13 +9,13 @@ from __future__ import annotations
 import asyncio
 import json
 
+import agent_worker.activities.sandbox.activities as sandbox_activities
 import pytest
+from agent_worker.schemas.sandbox import CommandRecord, record_digest
+from agent_worker.schemas.tasks import INLINE_EVIDENCE, EvidenceArchive, TaskPhase, TaskResult
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import WorkflowHandle
 
-import activities.sandbox.activities as sandbox_activities
-from schemas.sandbox import CommandRecord, record_digest
-from schemas.tasks import INLINE_EVIDENCE, EvidenceArchive, TaskPhase, TaskResult
 from tests.helpers.support import TaskEnv, assert_replays
 
 

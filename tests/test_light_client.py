@@ -35,14 +35,14 @@ HEAVY = (
     "httpx",
     "aiohttp",
     "opentelemetry",
-    "activities.agent",
-    "activities.sandbox",
-    "activities.stores",
-    "activities.business",
-    "activities.tools",
-    "activities.artifacts",
-    "activities.notify",
-    "workflows",
+    "agent_worker.activities.agent",
+    "agent_worker.activities.sandbox",
+    "agent_worker.activities.stores",
+    "agent_worker.activities.business",
+    "agent_worker.activities.tools",
+    "agent_worker.activities.artifacts",
+    "agent_worker.activities.notify",
+    "agent_worker.workflows",
     "agent_worker.worker",
 )
 
@@ -59,8 +59,8 @@ LIGHT = {
     ),
     "the CLI's task commands": textwrap.dedent(
         """
-        import agent_worker.client, agent_worker.connection, cli.tasks
-        from cli.main import build_parser
+        import agent_worker.client, agent_worker.connection, agent_worker.cli.tasks
+        from agent_worker.cli.main import build_parser
         parser = build_parser()
         parser.parse_args(["status", "t-1"])
         parser.parse_args(["start", "task.json"])
@@ -71,7 +71,7 @@ LIGHT = {
     # port 1, so each stops there, as a command against a cluster that is down does).
     "`status` and `approve` run against an unreachable cluster": textwrap.dedent(
         """
-        from cli.main import main
+        from agent_worker.cli.main import main
         approve = ["approve", "t-1", "--request", "r", "--version", "sha256:" + "0" * 64, "--as", "lead"]
         for argv in (["status", "t-1"], approve):
             assert main(["--address", "127.0.0.1:1", *argv]) == 1
@@ -115,7 +115,9 @@ def test_the_check_sees_the_worker_s_heavy_modules() -> None:
     """The same check on the worker finds the Agents SDK, the sandboxes and the workflows, so an
     empty answer above means they were not loaded (not that the check is blind); and the author
     API, reached through ``agent_worker``, still loads what it needs on first use."""
-    assert {"agents", "activities.sandbox", "workflows", "openai"} <= set(
+    assert {"agents", "agent_worker.activities.sandbox", "agent_worker.workflows", "openai"} <= set(
         loaded_after("import agent_worker.worker")
     )
-    assert {"agents", "activities.agent"} <= set(loaded_after("from agent_worker import write_tool, Agent"))
+    assert {"agents", "agent_worker.activities.agent"} <= set(
+        loaded_after("from agent_worker import write_tool, Agent")
+    )

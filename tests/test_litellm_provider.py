@@ -18,12 +18,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_worker.activities.agent.providers import (
+    LITELLM_LOCAL_COST_MAP,
+    check_models,
+    use_bundled_litellm_cost_map,
+)
+from agent_worker.activities.agent.registry import AgentRegistration
+from agent_worker.schemas.config import ConfigError, WorkerConfig
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
 from agents import Agent
 
-from activities.agent.providers import LITELLM_LOCAL_COST_MAP, check_models, use_bundled_litellm_cost_map
-from activities.agent.registry import AgentRegistration
-from schemas.config import ConfigError, WorkerConfig
-from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.openai_stub import OpenAIStub
 from tests.helpers.support import REPO, TaskEnv, spawn_worker, stop_worker
 
@@ -174,9 +178,9 @@ def _hook(event, args):
 
 sys.addaudithook(_hook)
 from agents import Agent
-from activities.agent.providers import resolve_chain
-from activities.agent.registry import AgentRegistration
-from schemas.config import WorkerConfig
+from agent_worker.activities.agent.providers import resolve_chain
+from agent_worker.activities.agent.registry import AgentRegistration
+from agent_worker.schemas.config import WorkerConfig
 
 config = WorkerConfig.from_env(
     {"AGENT_WORKER_PROVIDERS": os.environ["PROVIDERS"]}, model_provider="openai"

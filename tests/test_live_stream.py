@@ -17,18 +17,18 @@ from typing import Any
 
 import httpx
 import pytest
+from agent_worker.activities.stores.state import build_stream_backend
+from agent_worker.activities.stores.streams import StreamBackend
+from agent_worker.api import ApiConfig, build_api
+from agent_worker.cli.context import CliContext
+from agent_worker.cli.events import cmd_events
+from agent_worker.inbox.auth import Authenticator
+from agent_worker.inbox.serve import serving
+from agent_worker.schemas.streams import StreamEntry, assemble_text
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 
-from activities.stores.state import build_stream_backend
-from activities.stores.streams import StreamBackend
-from api import ApiConfig, build_api
-from cli.context import CliContext
-from cli.events import cmd_events
-from inbox.auth import Authenticator
-from inbox.serve import serving
-from schemas.streams import StreamEntry, assemble_text
-from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.openai_stub import OpenAIStub
 from tests.helpers.support import DevServer, TaskEnv, make_config, running_worker, until
 

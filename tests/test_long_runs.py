@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_worker.cli.evidence import expand
+from agent_worker.schemas.tasks import INLINE_EVIDENCE, Evidence, TaskPhase, TaskResult
+from agent_worker.workflows import AgentTaskWorkflow
 from temporalio.client import Client
 
-from cli.evidence import expand
-from schemas.tasks import INLINE_EVIDENCE, Evidence, TaskPhase, TaskResult
 from tests.helpers.support import (
     DevServer,
     TaskEnv,
@@ -22,7 +23,6 @@ from tests.helpers.support import (
     run_ids,
     running_worker,
 )
-from workflows import AgentTaskWorkflow
 
 TWO_MB = 2 * 1024 * 1024
 

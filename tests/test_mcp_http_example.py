@@ -1,5 +1,5 @@
 """The MCP-over-HTTP example of docs/mcp.md, run as a user would: the example server
-(`python -m examples.mcp_notes.http_server`, the official `mcp` SDK 2.x's `MCPServer` over
+(`python -m agent_worker.examples.mcp_notes.http_server`, the official `mcp` SDK 2.x's `MCPServer` over
 Streamable HTTP) on a loopback port, and the doc's agent block, as written, in its own process
 against it (a real embedded Temporal server and worker, the scripted model)."""
 
@@ -15,8 +15,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 import mcp.server.mcpserver
-
-from cli.devserver import free_port, port_open, stop_process_group
+from agent_worker.cli.devserver import free_port, port_open, stop_process_group
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "mcp.md"
@@ -45,7 +44,15 @@ def test_the_http_example_server_serves_the_docs_agent_which_completes_and_write
     port = free_port()
     notes = tmp_path / "notes.json"
     server = subprocess.Popen(
-        [sys.executable, "-m", "examples.mcp_notes.http_server", "--port", str(port), "--notes", str(notes)],
+        [
+            sys.executable,
+            "-m",
+            "agent_worker.examples.mcp_notes.http_server",
+            "--port",
+            str(port),
+            "--notes",
+            str(notes),
+        ],
         cwd=REPO,
         start_new_session=True,
     )

@@ -22,14 +22,14 @@ from typing import Any
 import httpx
 import httpx2
 import pytest
+from agent_worker.api.mcp_tools import MCP_PATH
+from agent_worker.examples import EXAMPLES
+from agent_worker.schemas.visibility import STATUS_QUERY
 from mcp import ClientSession, MCPError
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from temporalio.service import RPCError, RPCStatusCode
 
-from api.mcp_tools import MCP_PATH
-from examples import EXAMPLES
-from schemas.visibility import STATUS_QUERY
 from tests.helpers.serving import serving_process
 from tests.helpers.support import REPO, TaskEnv, example_spec
 

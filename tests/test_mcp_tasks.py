@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
 from temporalio.client import Client
 
-from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.mcp_servers import TicketServer, start_tickets
 from tests.helpers.mcp_tasks import approve_next, mcp_env, scheduled
 from tests.helpers.support import DevServer, assert_replays, running_worker, spawn_worker

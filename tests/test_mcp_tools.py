@@ -15,17 +15,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_worker.activities.agent.tools import effect_of, plan_call
+from agent_worker.activities.artifacts import LocalArtifactStore
+from agent_worker.activities.errors import AgentError, McpUnavailable
+from agent_worker.activities.tools.mcp import (
+    McpRules,
+    McpWrite,
+    call_mcp_tool,
+    durable_mcp_tools,
+    unavailable_cause,
+)
+from agent_worker.activities.tools.mcp_contain import containment_problem
+from agent_worker.schemas.actions import EffectClass, McpCall
+from agent_worker.schemas.tools import McpCatalog, ToolCallInput
 from agents import Agent, FunctionTool, RunConfig, Runner, function_tool
 from agents.mcp import MCPServerStdio, MCPServerStreamableHttp
 
-from activities.agent.tools import effect_of, plan_call
-from activities.artifacts import LocalArtifactStore
-from activities.errors import AgentError, McpUnavailable
-from activities.tools.mcp import McpRules, McpWrite, call_mcp_tool, durable_mcp_tools, unavailable_cause
-from activities.tools.mcp_contain import containment_problem
 from agent_worker.testing import Script
-from schemas.actions import EffectClass, McpCall
-from schemas.tools import McpCatalog, ToolCallInput
 from tests.helpers.mcp_servers import SERVERS, TicketServer, start_tickets
 
 TICKET_RULES = McpRules(
@@ -142,7 +148,7 @@ async def test_a_write_tool_stops_the_run_and_plans_an_mcp_call_without_the_key_
 async def test_planning_a_write_with_invalid_arguments_names_the_problem(
     tickets: TicketServer, store: LocalArtifactStore
 ) -> None:
-    from activities.errors import ToolPlanError
+    from agent_worker.activities.errors import ToolPlanError
 
     agent = Agent(name="helper", mcp_servers=[_http(tickets.url)])
     async with durable_mcp_tools(agent, [TICKET_RULES], store, None) as (durable, _ref):
@@ -423,8 +429,8 @@ async def test_a_read_tool_whose_server_is_gone_fails_the_turn_with_mcp_unavaila
 _WITHOUT_BWRAP = """
 import sys
 from agents.mcp import MCPServerStdio
-from activities.errors import McpUnavailable
-from activities.tools.mcp_contain import contained_server
+from agent_worker.activities.errors import McpUnavailable
+from agent_worker.activities.tools.mcp_contain import contained_server
 server = MCPServerStdio({"command": sys.executable, "args": ["server.py"]}, name="notes")
 try:
     contained_server(server, network=False, timeout_seconds=5, unsafe_dev=False)

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import httpx2
 import mcp_types
+from agent_worker.activities.tools import mcp_types_compat as compat
 from mcp import MCPError
-
-from activities.tools import mcp_types_compat as compat
 
 
 def test_a_tools_argument_schema_is_read_from_the_mcp_sdks_tool():

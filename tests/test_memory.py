@@ -17,13 +17,13 @@ from typing import Any
 
 import psycopg
 import pytest
+from agent_worker.activities.stores import postgres_db
+from agent_worker.activities.stores.memory import MAX_FACT_CHARS, MEMORY_SYSTEM, build_memory_store
+from agent_worker.activities.stores.state import migrate_state
+from agent_worker.schemas.config import WorkerConfig
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
 from temporalio.client import Client
 
-from activities.stores import postgres_db
-from activities.stores.memory import MAX_FACT_CHARS, MEMORY_SYSTEM, build_memory_store
-from activities.stores.state import migrate_state
-from schemas.config import WorkerConfig
-from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.postgres_server import PostgresServer
 from tests.helpers.support import (
     TEST_AGENTS,

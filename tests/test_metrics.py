@@ -14,13 +14,13 @@ from argparse import Namespace
 from pathlib import Path
 
 import pytest
+from agent_worker.cli.devserver import dev_command, port_open, stop_process_group
+from agent_worker.cli.errors import CliError
+from agent_worker.schemas.health import DoctorInput, DoctorReport, Thresholds
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
+from agent_worker.workflows import AgentTaskWorkflow, FleetDoctorWorkflow
 
-from cli.devserver import dev_command, port_open, stop_process_group
-from cli.errors import CliError
-from schemas.health import DoctorInput, DoctorReport, Thresholds
-from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.support import REPO, TaskEnv, example_spec, free_port, spawn_worker, worker_process
-from workflows import AgentTaskWorkflow, FleetDoctorWorkflow
 
 MONITORING = Path(__file__).resolve().parent.parent / "monitoring"
 OURS = [
@@ -208,7 +208,16 @@ def test_agent_worker_dev_serves_the_server_metrics_on_its_fixed_port_or_the_one
         )
     port, metrics = free_port(), free_port()
     log = tmp_path / "dev.log"
-    argv = [sys.executable, "-m", "cli.main", "dev", "--port", str(port), "--metrics-port", str(metrics)]
+    argv = [
+        sys.executable,
+        "-m",
+        "agent_worker.cli.main",
+        "dev",
+        "--port",
+        str(port),
+        "--metrics-port",
+        str(metrics),
+    ]
     argv += ["--headless", "--db-filename", str(tmp_path / "temporal.db")]
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)

@@ -14,14 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_worker.activities.agent.journal import JournaledModel, ModelCallJournal
+from agent_worker.activities.agent.providers import ModelChain, check_models, fallback_reason, resolve_chain
+from agent_worker.activities.agent.registry import AgentRegistration
+from agent_worker.schemas.config import ConfigError, WorkerConfig
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
+from agent_worker.security.redact import config_secrets
+from agent_worker.workflows import AgentTaskWorkflow
 from agents import Agent, RunConfig, Runner
 
-from activities.agent.journal import JournaledModel, ModelCallJournal
-from activities.agent.providers import ModelChain, check_models, fallback_reason, resolve_chain
-from activities.agent.registry import AgentRegistration
-from schemas.config import ConfigError, WorkerConfig
-from schemas.tasks import TaskPhase, TaskResult
-from security.redact import config_secrets
 from tests.helpers.openai_stub import OpenAIStub
 from tests.helpers.support import (
     TEST_AGENTS,
@@ -31,7 +32,6 @@ from tests.helpers.support import (
     running_worker,
     spawn_worker,
 )
-from workflows import AgentTaskWorkflow
 
 
 def _agent(name: str, model: str | None = None) -> Agent[Any]:

@@ -12,12 +12,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from agent_worker.activities.notify import EmailNotifier, NotifyActivities, WebhookNotifier
+from agent_worker.activities.notify.activities import Notifier
+from agent_worker.activities.notify.ledger import SqliteNotificationLedger
+from agent_worker.schemas.notify import NotifyInput
 from temporalio.testing import ActivityEnvironment
-
-from activities.notify import EmailNotifier, NotifyActivities, WebhookNotifier
-from activities.notify.activities import Notifier
-from activities.notify.ledger import SqliteNotificationLedger
-from schemas.notify import NotifyInput
 
 
 def reminder() -> NotifyInput:

@@ -12,10 +12,11 @@ import signal
 from pathlib import Path
 
 import pytest
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
+from agent_worker.schemas.writes import operation_key
+from agent_worker.workflows import AgentTaskWorkflow
 from temporalio.client import Client
 
-from schemas.tasks import TaskPhase, TaskResult
-from schemas.writes import operation_key
 from tests.helpers.own_tools import archive_store, invoices
 from tests.helpers.support import (
     TEST_AGENTS,
@@ -27,7 +28,6 @@ from tests.helpers.support import (
     running_worker,
     spawn_worker,
 )
-from workflows import AgentTaskWorkflow
 
 AGENTS = [*TEST_AGENTS, "tests.helpers.own_tools:registrations"]
 

@@ -9,8 +9,9 @@ import asyncio
 import time
 from typing import Any
 
-from schemas.actions import ActionStatus
-from schemas.tasks import TaskPhase, TaskResult, TaskStatus
+from agent_worker.schemas.actions import ActionStatus
+from agent_worker.schemas.tasks import TaskPhase, TaskResult, TaskStatus
+
 from tests.helpers.matrix import Record
 from tests.helpers.support import TaskEnv, assert_replays
 

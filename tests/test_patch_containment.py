@@ -11,14 +11,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-
-from activities.agent.sandbox_agents import APPLY_PATCH_SOURCE
-from activities.artifacts import LocalArtifactStore
-from activities.sandbox import ProcessSandbox, SandboxActivities
-from activities.sandbox.apply_patch import main as apply_patch
-from activities.sandbox.docker import DockerSandbox
-from schemas.actions import SandboxCommand
-from schemas.sandbox import (
+from agent_worker.activities.agent.sandbox_agents import APPLY_PATCH_SOURCE
+from agent_worker.activities.artifacts import LocalArtifactStore
+from agent_worker.activities.sandbox import ProcessSandbox, SandboxActivities
+from agent_worker.activities.sandbox.apply_patch import main as apply_patch
+from agent_worker.activities.sandbox.docker import DockerSandbox
+from agent_worker.schemas.actions import SandboxCommand
+from agent_worker.schemas.sandbox import (
     CommandRecord,
     CreateSandboxInput,
     DestroySandboxInput,
@@ -27,8 +26,9 @@ from schemas.sandbox import (
     SandboxRef,
     SandboxSpec,
 )
+
+from agent_worker.worker import build_sandboxes
 from tests.helpers.support import make_config
-from worker import build_sandboxes
 
 
 def _patch(*ops: str) -> str:

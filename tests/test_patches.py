@@ -7,7 +7,7 @@ import ast
 import re
 from pathlib import Path
 
-from workflows import patches
+from agent_worker.workflows import patches
 
 WORKFLOWS = Path(__file__).resolve().parent.parent / "workflows"
 

@@ -7,14 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from agent_worker.schemas.actions import BusinessWrite, action_version
+from agent_worker.schemas.approvals import ApprovalDecision
+from agent_worker.schemas.artifacts import InputFile
+from agent_worker.schemas.tasks import PolicyRule, PolicyVerdict, TaskSpec
+from agent_worker.schemas.validation import InvalidPayload, parse_task_input
+from agent_worker.schemas.writes import operation_key
 from pydantic import ValidationError
-
-from schemas.actions import BusinessWrite, action_version
-from schemas.approvals import ApprovalDecision
-from schemas.artifacts import InputFile
-from schemas.tasks import PolicyRule, PolicyVerdict, TaskSpec
-from schemas.validation import InvalidPayload, parse_task_input
-from schemas.writes import operation_key
 
 DIGEST = "sha256:" + "ab" * 32
 SPEC = {"agent": "monthly-report", "prompt": "Report 2026-10."}

@@ -7,14 +7,19 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from agent_worker.schemas.actions import (
+    BusinessWrite,
+    EffectClass,
+    ProposedAction,
+    SandboxCommand,
+    action_version,
+)
+from agent_worker.schemas.approvals import ApprovalDecision, ApprovalRequest
+from agent_worker.schemas.conditions import compile_condition
+from agent_worker.schemas.tasks import PolicyRule, PolicySpec, PolicyVerdict
+from agent_worker.workflows.decisions import why_not
+from agent_worker.workflows.policy import evaluate
 from pydantic import ValidationError
-
-from schemas.actions import BusinessWrite, EffectClass, ProposedAction, SandboxCommand, action_version
-from schemas.approvals import ApprovalDecision, ApprovalRequest
-from schemas.conditions import compile_condition
-from schemas.tasks import PolicyRule, PolicySpec, PolicyVerdict
-from workflows.decisions import why_not
-from workflows.policy import evaluate
 
 DIGEST = "sha256:" + "ab" * 32
 

@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_worker.activities.events import JsonlEventSink
+from agent_worker.cli.main import main as cli_main
+from agent_worker.schemas.tasks import PolicyVerdict, TaskPhase, TaskResult
 from pydantic import ValidationError
 from temporalio.client import WorkflowFailureError
 
-from activities.events import JsonlEventSink
 from agent_worker.client import AgentWorkerClient
-from cli.main import main as cli_main
-from schemas.tasks import PolicyVerdict, TaskPhase, TaskResult
 from tests.helpers.support import TaskEnv, assert_replays
 
 LIMIT_RULES = [

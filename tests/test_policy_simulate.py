@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_worker.activities.agent import ConversationModel
+from agent_worker.activities.events import JsonlEventSink
+from agent_worker.cli.main import main as cli_main
+from agent_worker.schemas.tasks import TaskPhase
 
-from activities.agent import ConversationModel
-from activities.events import JsonlEventSink
-from cli.main import main as cli_main
-from schemas.tasks import TaskPhase
 from tests.helpers.history_variants import with_arguments
 from tests.helpers.support import REPO, TaskEnv
 

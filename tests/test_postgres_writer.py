@@ -14,12 +14,12 @@ from typing import Any
 
 import psycopg
 import pytest
+from agent_worker.activities.business.base import load_writer
+from agent_worker.activities.business.postgres import PostgresBusinessStore
+from agent_worker.activities.business.sqlite import SqliteBusinessStore
+from agent_worker.activities.errors import WriteConflict, WriteError, WriteUnavailable, WriteUnknown
+from agent_worker.schemas.writes import WriteInput, WriteOutcome, operation_key
 
-from activities.business.base import load_writer
-from activities.business.postgres import PostgresBusinessStore
-from activities.business.sqlite import SqliteBusinessStore
-from activities.errors import WriteConflict, WriteError, WriteUnavailable, WriteUnknown
-from schemas.writes import WriteInput, WriteOutcome, operation_key
 from tests.helpers.postgres_server import AnswerDroppingProxy, PostgresServer, start_postgres
 
 
@@ -228,7 +228,7 @@ def test_custom_table_keeps_its_own_records(server: PostgresServer, store: Postg
 
 def test_factory_loads_through_load_writer(server: PostgresServer) -> None:
     """``module:factory`` loading builds a working writer from a DSN."""
-    writer = load_writer("activities.business.postgres:postgres_writer", dsn=server.dsn)
+    writer = load_writer("agent_worker.activities.business.postgres:postgres_writer", dsn=server.dsn)
     assert isinstance(writer, PostgresBusinessStore)
     writer.close()
 

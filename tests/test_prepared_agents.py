@@ -8,16 +8,16 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from agent_worker.activities.agent.models import ConversationModel, first_user_text
+from agent_worker.activities.agent.registry import AgentRegistration, AgentRegistry
+from agent_worker.activities.agent.turn import AgentActivities
+from agent_worker.activities.artifacts import LocalArtifactStore
+from agent_worker.schemas.turns import TurnInput
 from agents import Agent
 from agents.items import TResponseOutputItem
 from temporalio.testing import ActivityEnvironment
 
-from activities.agent.models import ConversationModel, first_user_text
-from activities.agent.registry import AgentRegistration, AgentRegistry
-from activities.agent.turn import AgentActivities
-from activities.artifacts import LocalArtifactStore
 from agent_worker.testing import assistant_message
-from schemas.turns import TurnInput
 from tests.helpers.support import make_config
 
 

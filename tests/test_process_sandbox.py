@@ -13,14 +13,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from temporalio.exceptions import ApplicationError
-
-from activities.artifacts import LocalArtifactStore
-from activities.errors import SandboxError
-from activities.sandbox import ProcessSandbox, SandboxActivities
-from schemas.actions import SandboxCommand
-from schemas.digests import digest_bytes
-from schemas.sandbox import (
+from agent_worker.activities.artifacts import LocalArtifactStore
+from agent_worker.activities.errors import SandboxError
+from agent_worker.activities.sandbox import ProcessSandbox, SandboxActivities
+from agent_worker.schemas.actions import SandboxCommand
+from agent_worker.schemas.digests import digest_bytes
+from agent_worker.schemas.sandbox import (
     CommandRecord,
     CreateSandboxInput,
     DestroySandboxInput,
@@ -29,6 +27,7 @@ from schemas.sandbox import (
     SandboxRef,
     SandboxSpec,
 )
+from temporalio.exceptions import ApplicationError
 
 TASK = "task-sandbox-test"
 INPUTS = {"sales.csv": b"date,amount\n2026-10-01,12.50\n", "notes.txt": "caf\u00e9\n".encode()}

@@ -17,8 +17,9 @@ import ast
 import re
 from pathlib import Path
 
+from agent_worker.schemas.visibility import STATUS_QUERY
+
 from agent_worker.client import DECISION_SIGNAL, DECISION_UPDATE, INPUT_SIGNAL, PENDING_QUERY, WORKFLOW_TYPE
-from schemas.visibility import STATUS_QUERY
 
 REPO = Path(__file__).resolve().parent.parent
 OWNERS = {REPO / "workflows", REPO / "agent_worker" / "client.py", REPO / "schemas" / "visibility.py"}

@@ -11,14 +11,7 @@ from typing import Any
 
 import openai
 import pytest
-from agents import Agent, ModelSettings, RunConfig, Runner
-from agents.exceptions import ModelBehaviorError, ModelTimeoutError
-from agents.models.openai_provider import OpenAIProvider
-from openai import AsyncOpenAI
-from openai.types.responses import Response
-from temporalio.exceptions import ApplicationError
-
-from activities.agent.provider_errors import (
+from agent_worker.activities.agent.provider_errors import (
     MAX_RETRY_AFTER,
     REJECTED,
     RETRYABLE,
@@ -26,6 +19,13 @@ from activities.agent.provider_errors import (
     no_sdk_retries,
     provider_failure,
 )
+from agents import Agent, ModelSettings, RunConfig, Runner
+from agents.exceptions import ModelBehaviorError, ModelTimeoutError
+from agents.models.openai_provider import OpenAIProvider
+from openai import AsyncOpenAI
+from openai.types.responses import Response
+from temporalio.exceptions import ApplicationError
+
 from tests.helpers.openai_stub import OpenAIStub, response_json
 
 

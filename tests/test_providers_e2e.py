@@ -8,13 +8,13 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
+from agent_worker.workflows import AgentTaskWorkflow
 from temporalio.client import WorkflowFailureError
 
-from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.matrix import Record, leftover_sandboxes, record
 from tests.helpers.openai_stub import OpenAIStub
 from tests.helpers.support import DevServer, TaskEnv, assert_replays, make_config, running_worker
-from workflows import AgentTaskWorkflow
 
 
 @pytest.fixture

@@ -52,8 +52,8 @@ def test_the_public_face_exports_exactly_its_pinned_names_and_each_imports() -> 
 
 def test_old_import_paths_still_give_the_same_objects() -> None:
     """The author API re-exported by `agent_worker` is the very object the internal modules hold."""
-    from activities.agent import AgentRegistration, write_tool
-    from schemas.tasks import TaskSpec
+    from agent_worker.activities.agent import AgentRegistration, write_tool
+    from agent_worker.schemas.tasks import TaskSpec
 
     assert agent_worker.AgentRegistration is AgentRegistration
     assert agent_worker.write_tool is write_tool
@@ -162,7 +162,7 @@ async def test_a_decision_signed_with_the_principals_key_is_accepted_where_the_p
 ) -> None:
     """Under a policy requiring signatures, an unsigned decision is refused and one made with
     `sign_with` (over the pending request's run chain) completes the task."""
-    from security.signing import new_private_key, public_key_text
+    from agent_worker.security.signing import new_private_key, public_key_text
 
     key = new_private_key("finance-lead", tmp_path)
     spec = example_spec()

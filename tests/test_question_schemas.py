@@ -7,12 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
-from activities.agent.ask import plan_question
-from activities.errors import ToolPlanError
-from schemas.questions import AnswerType, Question, answer_problem, answer_text
-from schemas.validation import InvalidPayload, parse_decision
-from security.signing import signed_message
+from agent_worker.activities.agent.ask import plan_question
+from agent_worker.activities.errors import ToolPlanError
+from agent_worker.schemas.questions import AnswerType, Question, answer_problem, answer_text
+from agent_worker.schemas.validation import InvalidPayload, parse_decision
+from agent_worker.security.signing import signed_message
 
 VERSION = "sha256:" + "a" * 64
 FORM = {
@@ -105,10 +104,10 @@ def test_a_signature_covers_the_answer_and_other_decisions_sign_what_they_signed
 def test_a_question_always_goes_to_a_person_whatever_the_policy_allows() -> None:
     """A rule on ask_human names who answers; with no rule the default approvers do; a rule that would
     allow the question sends it to the default approvers, and with none it is denied saying why."""
-    from schemas.actions import ProposedAction, action_version
-    from schemas.tasks import PolicySpec, PolicyVerdict
-    from workflows.policy import evaluate
-    from workflows.questions import route
+    from agent_worker.schemas.actions import ProposedAction, action_version
+    from agent_worker.schemas.tasks import PolicySpec, PolicyVerdict
+    from agent_worker.workflows.policy import evaluate
+    from agent_worker.workflows.questions import route
 
     question = plan_question({"question": "who?"})
     arguments = {"question": "who?"}

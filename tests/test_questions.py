@@ -14,19 +14,19 @@ from typing import Any
 
 import httpx
 import pytest
+from agent_worker.api import ApiConfig, build_api
+from agent_worker.inbox import build_app, running_inbox
+from agent_worker.inbox.auth import COOKIE, Authenticator
+from agent_worker.inbox.pages import task_url
+from agent_worker.schemas.approvals import DecisionKind
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
+from agent_worker.workflows import AgentTaskWorkflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowUpdateFailedError
 
-from api import ApiConfig, build_api
-from inbox import build_app, running_inbox
-from inbox.auth import COOKIE, Authenticator
-from inbox.pages import task_url
-from schemas.approvals import DecisionKind
-from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.ask_agents import SAW
 from tests.helpers.browser import fetch
 from tests.helpers.support import TEST_AGENTS, TaskEnv, assert_replays, make_config, run_cli, running_worker
-from workflows import AgentTaskWorkflow
 
 LEAD = "lead-0f3c9a7e51d2b8c4"
 ASK_AGENTS = [*TEST_AGENTS, "tests.helpers.ask_agents:registrations"]

@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_worker.schemas.approvals import DecisionKind
+from agent_worker.schemas.tasks import TaskPhase, TaskResult, TaskSpec
+from agent_worker.workflows import AgentTaskWorkflow
 from pydantic import ValidationError
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 
-from schemas.approvals import DecisionKind
-from schemas.tasks import TaskPhase, TaskResult, TaskSpec
 from tests.helpers.support import (
     REPO,
     DevServer,
@@ -30,7 +31,6 @@ from tests.helpers.support import (
     worker_process,
 )
 from tests.test_readme import runnable_blocks
-from workflows import AgentTaskWorkflow
 
 STARTER = "alice"
 

@@ -14,11 +14,11 @@ from typing import Any
 
 import httpx
 import pytest
+from agent_worker.api import ApiConfig, build_api
+from agent_worker.inbox import build_app, running_inbox
+from agent_worker.inbox.auth import Authenticator
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
 
-from api import ApiConfig, build_api
-from inbox import build_app, running_inbox
-from inbox.auth import Authenticator
-from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.browser import chromium, save_screenshot, wait_for
 from tests.helpers.support import TaskEnv
 from tests.test_inbox_web import listed, sign_in

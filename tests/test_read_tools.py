@@ -10,19 +10,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_worker.activities.agent import AgentRegistration, AgentRegistry, ConversationModel, tool_outputs
+from agent_worker.activities.agent.turn import AgentActivities
+from agent_worker.activities.artifacts import LocalArtifactStore
+from agent_worker.activities.events import JsonlEventSink
+from agent_worker.schemas.actions import ActionResult, ActionStatus
+from agent_worker.schemas.digests import canonical_json, digest_bytes
+from agent_worker.schemas.tasks import TaskPhase
+from agent_worker.schemas.turns import MAX_TOOL_CALL_RECORDS, TurnInput
 from agents import Agent, function_tool
 from agents.items import TResponseOutputItem
 from agents.testing import assistant_message, function_call
 from temporalio.testing import ActivityEnvironment
 
-from activities.agent import AgentRegistration, AgentRegistry, ConversationModel, tool_outputs
-from activities.agent.turn import AgentActivities
-from activities.artifacts import LocalArtifactStore
-from activities.events import JsonlEventSink
-from schemas.actions import ActionResult, ActionStatus
-from schemas.digests import canonical_json, digest_bytes
-from schemas.tasks import TaskPhase
-from schemas.turns import MAX_TOOL_CALL_RECORDS, TurnInput
 from tests.helpers.support import TEST_AGENTS, TaskEnv, assert_replays, make_config, run_cli, running_worker
 
 

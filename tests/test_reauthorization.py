@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import asyncio
 
-from schemas.tasks import TaskPhase, TaskResult
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
+from agent_worker.workflows import AgentTaskWorkflow
+
 from tests.helpers.matrix import Record, leftover_sandboxes, record
 from tests.helpers.revocation import approve_then_revoke, approved_write
 from tests.helpers.support import TaskEnv, assert_replays, decision
-from workflows import AgentTaskWorkflow
 
 
 async def test_revoked_after_approval_blocks_the_write_and_asks_again(

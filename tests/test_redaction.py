@@ -13,14 +13,14 @@ import signal
 import uuid
 from pathlib import Path
 
+from agent_worker.schemas.config import WorkerConfig
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
+from agent_worker.security.redact import config_secrets, redact, register_secrets
+from agent_worker.workflows import AgentTaskWorkflow
 from temporalio.client import Client, WorkflowFailureError
 
-from schemas.config import WorkerConfig
-from schemas.tasks import TaskPhase, TaskResult
-from security.redact import config_secrets, redact, register_secrets
 from tests.helpers.openai_stub import OpenAIStub
 from tests.helpers.support import DevServer, TaskEnv, make_config, spawn_worker
-from workflows import AgentTaskWorkflow
 
 
 async def everything_said_about(handle, events_dir: Path) -> str:  # type: ignore[no-untyped-def]

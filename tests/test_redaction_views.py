@@ -11,16 +11,16 @@ import uuid
 from pathlib import Path
 
 import httpx
+from agent_worker.activities.agent.streaming import HELD_TOKEN_CHARS, TurnStream
+from agent_worker.activities.stores.state import build_stream_backend
+from agent_worker.activities.stores.streams import SqliteStreamBackend
+from agent_worker.api import ApiConfig, build_api
+from agent_worker.inbox.auth import Authenticator
+from agent_worker.schemas.tasks import TaskPhase
+from agent_worker.security.redact import MASK, register_secrets
 from temporalio.client import Client
 
-from activities.agent.streaming import HELD_TOKEN_CHARS, TurnStream
-from activities.stores.state import build_stream_backend
-from activities.stores.streams import SqliteStreamBackend
 from agent_worker.client import AgentWorkerClient
-from api import ApiConfig, build_api
-from inbox.auth import Authenticator
-from schemas.tasks import TaskPhase
-from security.redact import MASK, register_secrets
 from tests.helpers.openai_stub import OpenAIStub
 from tests.helpers.support import DevServer, TaskEnv, make_config, running_worker
 

@@ -13,15 +13,22 @@ from pathlib import Path
 from typing import get_args
 
 import pytest
+from agent_worker.schemas.tasks import (
+    CURRENT_RELEASE,
+    FIRST_RELEASE,
+    Release,
+    TaskInput,
+    TaskPhase,
+    TaskResult,
+)
+from agent_worker.schemas.validation import InvalidPayload, parse_task_input
+from agent_worker.workflows import patches
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 
 import agent_worker
 from agent_worker.client import AgentWorkerClient
-from schemas.tasks import CURRENT_RELEASE, FIRST_RELEASE, Release, TaskInput, TaskPhase, TaskResult
-from schemas.validation import InvalidPayload, parse_task_input
 from tests.helpers.support import TaskEnv, assert_replays, example_spec, run_ids
-from workflows import patches
 
 REPO = Path(__file__).resolve().parent.parent
 PATCH_MARKER = "core_patch"

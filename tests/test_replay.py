@@ -9,11 +9,11 @@ import re
 from pathlib import Path
 
 import pytest
+from agent_worker.schemas.visibility import WORKFLOW_TYPE
+from agent_worker.workflows.patches import FOLDED_AT_0_2
 
-from schemas.visibility import WORKFLOW_TYPE
 from tests.helpers.matrix import Record, record
 from tests.helpers.support import HISTORY_IDS, replay_committed
-from workflows.patches import FOLDED_AT_0_2
 
 HISTORIES = Path(__file__).parent / "histories"
 EXPECTED = {

@@ -18,14 +18,14 @@ from temporalio.common import RawValue
 # imports passes through (as in workflows/).
 with workflow.unsafe.imports_passed_through():
     import pytest
+    from agent_worker.cli.replay import NONDETERMINISTIC, OK, add_parser, cmd_replay, default_workflows
+    from agent_worker.cli.tasks import CliError
+    from agent_worker.schemas.tasks import TaskPhase, TaskResult
+    from agent_worker.workflows import AgentTaskWorkflow, FleetDoctorWorkflow, SandboxReaperWorkflow
     from temporalio.client import Client, WorkflowHistory
 
     from agent_worker.client import TASKS_QUERY, WORKFLOW_TYPE
-    from cli.replay import NONDETERMINISTIC, OK, add_parser, cmd_replay, default_workflows
-    from cli.tasks import CliError
-    from schemas.tasks import TaskPhase, TaskResult
     from tests.helpers.support import TaskEnv, example_spec
-    from workflows import AgentTaskWorkflow, FleetDoctorWorkflow, SandboxReaperWorkflow
 
 
 @workflow.defn(name=WORKFLOW_TYPE)

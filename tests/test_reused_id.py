@@ -12,18 +12,18 @@ from pathlib import Path
 
 import docker
 import pytest
+from agent_worker.activities.events import JsonlEventSink
+from agent_worker.activities.sandbox.docker import WORK_DIR
+from agent_worker.cli.main import main as cli_main
+from agent_worker.schemas.approvals import ApprovalDecision
+from agent_worker.schemas.events import EventType
+from agent_worker.schemas.tasks import TaskPhase, TaskResult, TaskStatus
+from agent_worker.schemas.writes import operation_key
+from agent_worker.security.signing import new_private_key, public_key_text, sign
+from agent_worker.workflows import AgentTaskWorkflow
 from temporalio.client import Client, WorkflowUpdateFailedError
 
-from activities.events import JsonlEventSink
-from activities.sandbox.docker import WORK_DIR
-from cli.main import main as cli_main
-from schemas.approvals import ApprovalDecision
-from schemas.events import EventType
-from schemas.tasks import TaskPhase, TaskResult, TaskStatus
-from schemas.writes import operation_key
-from security.signing import new_private_key, public_key_text, sign
 from tests.helpers.support import DevServer, TaskEnv, example_spec, make_config, running_worker
-from workflows import AgentTaskWorkflow
 
 
 def _created_sandbox(status: TaskStatus) -> str:

@@ -12,8 +12,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from agent_worker.workflows.patches import ONE_MARKER_COVERS, PATCHES_AT_START
+
 from tests.helpers.histories import after_first_signal, round_trips
-from workflows.patches import ONE_MARKER_COVERS, PATCHES_AT_START
 
 HISTORY = Path(__file__).parent / "histories" / "test_approval_by_temporal_cli_completes_with_evidence.json"
 BEFORE = HISTORY.parent / "pre-minimum-round-trips" / HISTORY.name

@@ -11,27 +11,28 @@ from pathlib import Path
 
 import docker
 import pytest
+from agent_worker.activities.agent import AgentRegistration, AgentRegistry
+from agent_worker.activities.agent.sandbox_agents import (
+    APPLY_PATCH_SOURCE,
+    SandboxAgentRefused,
+    compact_after_tokens,
+    durable_agent,
+)
+from agent_worker.activities.agent.tools import effect_of, plan_call
+from agent_worker.activities.errors import ToolPlanError
+from agent_worker.activities.events import JsonlEventSink
+from agent_worker.activities.sandbox.apply_patch import main as apply_patch
+from agent_worker.schemas.actions import EffectClass, SandboxCommand
+from agent_worker.schemas.config import ConfigError
+from agent_worker.schemas.events import EventType
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
+from agent_worker.workflows import AgentTaskWorkflow
 from agents import Agent, handoff
 from agents.sandbox import Manifest, SandboxAgent
 from agents.sandbox.capabilities import Filesystem, Memory, Shell, Skill, Skills
 from agents.sandbox.entries import File
 from temporalio.client import Client
 
-from activities.agent import AgentRegistration, AgentRegistry
-from activities.agent.sandbox_agents import (
-    APPLY_PATCH_SOURCE,
-    SandboxAgentRefused,
-    compact_after_tokens,
-    durable_agent,
-)
-from activities.agent.tools import effect_of, plan_call
-from activities.errors import ToolPlanError
-from activities.events import JsonlEventSink
-from activities.sandbox.apply_patch import main as apply_patch
-from schemas.actions import EffectClass, SandboxCommand
-from schemas.config import ConfigError
-from schemas.events import EventType
-from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.agents import CODER_PATCH
 from tests.helpers.containers import containers_of
 from tests.helpers.support import (
@@ -43,7 +44,6 @@ from tests.helpers.support import (
     sigkill,
     worker_process,
 )
-from workflows import AgentTaskWorkflow
 
 CALC = "def add(a, b):\n    return a - b\n"
 TEST_CALC = "from calc import add\nassert add(2, 3) == 5, add(2, 3)\nprint('tests pass')\n"
@@ -218,8 +218,8 @@ def test_what_cannot_be_made_durable_is_refused_by_name(agent: Agent, named: str
     with pytest.raises(SandboxAgentRefused, match=named):
         durable_agent(agent)
     registry = AgentRegistry([AgentRegistration(name="bad", build=lambda: agent)])
-    from activities.agent import AgentActivities
-    from activities.artifacts import LocalArtifactStore
+    from agent_worker.activities.agent import AgentActivities
+    from agent_worker.activities.artifacts import LocalArtifactStore
 
     with pytest.raises(ConfigError, match=f"agent 'bad'.*{named}"):
         AgentActivities(registry, LocalArtifactStore(tmp_path / "artifacts"), make_config(tmp_path / "data"))

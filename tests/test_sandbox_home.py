@@ -20,17 +20,17 @@ from typing import Any
 
 import psycopg
 import pytest
+from agent_worker.activities.stores import postgres_db
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
+from agent_worker.workflows import AgentTaskWorkflow
+from agent_worker.workflows.options import home_queue
 from pydantic import SecretStr
 from temporalio.client import WorkflowHandle
 
-from activities.stores import postgres_db
-from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.home_agents import MARK
 from tests.helpers.matrix import Record, record
 from tests.helpers.postgres_server import PostgresServer
 from tests.helpers.support import TEST_AGENTS, TaskEnv, assert_replays, decision, spawn_worker
-from workflows import AgentTaskWorkflow
-from workflows.options import home_queue
 
 # Short, so that a host that stays away costs the test seconds (the default is a minute).
 HOME_WAIT_SECONDS = 3

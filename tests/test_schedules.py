@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_worker.schemas.schedules import ScheduleView, TaskSchedule
+from agent_worker.schemas.tasks import TaskPhase
 from pydantic import ValidationError
 from temporalio.client import (
     Client,
@@ -34,8 +36,6 @@ from temporalio.client import (
 
 from agent_worker.client import AgentWorkerClient, TaskEnded, workflow_input
 from agent_worker.schedules import ScheduleNotFound, TaskSchedules
-from schemas.schedules import ScheduleView, TaskSchedule
-from schemas.tasks import TaskPhase
 from tests.helpers.support import TaskEnv, example_spec, run_cli
 
 REPO = Path(__file__).resolve().parent.parent
@@ -366,9 +366,9 @@ def test_the_docs_commands_are_the_ones_the_tests_run() -> None:
 def test_the_cli_takes_each_overlap_policy_in_either_spelling_and_lists_by_default() -> None:
     """`--overlap` takes every policy as the docs write it (`buffer-one`) or as the schema does
     (`buffer_one`), refuses others (exit 2), and `agent-worker schedule` alone lists the schedules."""
-    from cli.main import build_parser
-    from cli.schedules import cmd_list
-    from schemas.schedules import OverlapPolicy
+    from agent_worker.cli.main import build_parser
+    from agent_worker.cli.schedules import cmd_list
+    from agent_worker.schemas.schedules import OverlapPolicy
 
     parser = build_parser()
     for policy in OverlapPolicy:

@@ -10,6 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_worker.activities.sdk_shims import (
+    AgentWorkflowRunner,
+    _DirectContextInstance,
+    deadlock_window_seconds,
+    handoff_agent,
+    sdk_instance_class,
+)
 from agents import Agent, handoff
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
@@ -18,13 +25,6 @@ from temporalio.converter import ActivitySerializationContext, WorkflowSerializa
 from temporalio.worker import Replayer, Worker
 from temporalio.worker.workflow_sandbox import SandboxRestrictions
 
-from activities.sdk_shims import (
-    AgentWorkflowRunner,
-    _DirectContextInstance,
-    deadlock_window_seconds,
-    handoff_agent,
-    sdk_instance_class,
-)
 from agent_worker.plugin import DEADLOCK_WINDOW, workflow_runner
 from agent_worker.worker import build_workers
 from tests.helpers.slow_workflow import SlowActivation

@@ -15,14 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_worker.activities.shadow import ShadowActivities
+from agent_worker.activities.stores.artifacts import build_artifact_store
+from agent_worker.cli.main import main as cli_main
+from agent_worker.schemas.actions import ActionResult, ActionStatus
+from agent_worker.schemas.config import EXAMPLE_AGENT
+from agent_worker.schemas.tasks import TaskPhase
+from agent_worker.workflows import AgentTaskWorkflow
 from temporalio.client import Client
 
-from activities.shadow import ShadowActivities
-from activities.stores.artifacts import build_artifact_store
-from cli.main import main as cli_main
-from schemas.actions import ActionResult, ActionStatus
-from schemas.config import EXAMPLE_AGENT
-from schemas.tasks import TaskPhase
 from tests.helpers.openai_stub import OpenAIStub
 from tests.helpers.shadow_agents import DIVERGING, SCORE_LOG_ENV
 from tests.helpers.support import (
@@ -34,7 +35,6 @@ from tests.helpers.support import (
     make_config,
     running_worker,
 )
-from workflows import AgentTaskWorkflow
 
 CANDIDATE = "tests.helpers.shadow_agents:candidate"
 SCORER = "tests.helpers.shadow_agents:score"
@@ -242,7 +242,7 @@ async def test_the_documented_example_replays_the_monthly_report_with_every_acti
 
     code, out, err = await shadow(
         capsys, env, "--agent", "monthly-report", "--candidate", EXAMPLE_AGENT, "--since", "1h",
-        "--scorer", "examples.shadow_scorer:same_answer", "--out", str(tmp_path / "report"),
+        "--scorer", "agent_worker.examples.shadow_scorer:same_answer", "--out", str(tmp_path / "report"),
     )  # fmt: skip
     assert code == 0, err
     report = json.loads((tmp_path / "report" / "shadow-report.json").read_text())

@@ -9,12 +9,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from agent_worker.cli.shadow_record import read_recorded_task
+from agent_worker.schemas.shadow import SHADOW_RUN_WORKFLOW, ShadowRunInput, ShadowRunResult, ShadowTaskRef
+from agent_worker.schemas.tasks import TaskPhase
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError
 
-from cli.shadow_record import read_recorded_task
-from schemas.shadow import SHADOW_RUN_WORKFLOW, ShadowRunInput, ShadowRunResult, ShadowTaskRef
-from schemas.tasks import TaskPhase
 from tests.helpers.shadow_agents import DIVERGING, GATE_ENV, GATED_FROM, SCORE_LOG_ENV
 from tests.helpers.support import TaskEnv, running_worker, sigkill, until, worker_process
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from agent_worker.activities.shadow import ShadowActivities
+from agent_worker.activities.stores.artifacts import build_artifact_store
+from agent_worker.schemas.shadow import ShadowScoreInput
 from temporalio.testing import ActivityEnvironment
 
-from activities.shadow import ShadowActivities
-from activities.stores.artifacts import build_artifact_store
-from schemas.shadow import ShadowScoreInput
 from tests.helpers.openai_stub import OpenAIStub
 from tests.helpers.support import make_config
 
@@ -26,7 +26,7 @@ def score_input(scorer: str) -> ShadowScoreInput:
 
 
 async def test_the_llm_judge_asks_the_worker_s_configured_model_and_reads_its_score(tmp_path: Path) -> None:
-    """``--scorer activities.shadow_judge:judge`` sends the task, the recorded answer and the
+    """``--scorer agent_worker.activities.shadow_judge:judge`` sends the task, the recorded answer and the
     candidate's to the model the worker is configured with (here a real HTTP server speaking the
     OpenAI API) and returns the score on the first line of its answer, with the answer as detail."""
     with OpenAIStub() as stub:
@@ -34,7 +34,7 @@ async def test_the_llm_judge_asks_the_worker_s_configured_model_and_reads_its_sc
         config = make_config(tmp_path / "data", **stub.settings())
         activities = ShadowActivities(build_artifact_store(config), config)
         result = await ActivityEnvironment().run(
-            activities.score, score_input("activities.shadow_judge:judge")
+            activities.score, score_input("agent_worker.activities.shadow_judge:judge")
         )
         assert result.error is None and result.score == 0.8
         assert result.detail.endswith("terser than the reference.")
@@ -48,7 +48,9 @@ async def test_a_scorer_that_fails_is_reported_with_its_error_and_no_score(tmp_p
     why, so the task's report row says 'error' instead of the whole shadow run failing."""
     config = make_config(tmp_path / "data")
     activities = ShadowActivities(build_artifact_store(config), config)
-    result = await ActivityEnvironment().run(activities.score, score_input("activities.shadow_judge:judge"))
+    result = await ActivityEnvironment().run(
+        activities.score, score_input("agent_worker.activities.shadow_judge:judge")
+    )
     assert result.score is None and result.error and "AgentError" in result.error
     missing = await ActivityEnvironment().run(activities.score, score_input("no.such.module:score"))
     assert missing.score is None and "cannot load scorer" in (missing.error or "")

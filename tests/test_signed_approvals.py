@@ -8,14 +8,14 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from agent_worker.cli.main import main as cli_main
+from agent_worker.schemas.approvals import ApprovalDecision
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
+from agent_worker.security.signing import new_private_key, public_key_text, sign
+from agent_worker.workflows import AgentTaskWorkflow
 from temporalio.client import WorkflowUpdateFailedError
 
-from cli.main import main as cli_main
-from schemas.approvals import ApprovalDecision
-from schemas.tasks import TaskPhase, TaskResult
-from security.signing import new_private_key, public_key_text, sign
 from tests.helpers.support import TaskEnv, example_spec
-from workflows import AgentTaskWorkflow
 
 
 def signed_spec(keys: Path) -> dict:
@@ -41,7 +41,7 @@ async def test_forged_altered_replayed_and_unsigned_decisions_are_ignored(
 ) -> None:
     """Each bad decision is ignored with its reason; the update refuses a forged one; the task keeps
     waiting, and a valid signature from the CLI then completes it."""
-    from security.signing import load_private_key
+    from agent_worker.security.signing import load_private_key
 
     keys = tmp_path / "keys"
     spec = signed_spec(keys)
@@ -84,9 +84,8 @@ async def test_forged_altered_replayed_and_unsigned_decisions_are_ignored(
 
 def test_a_policy_requiring_signatures_needs_a_key_for_every_approver() -> None:
     """A policy that requires signatures but lacks an approver's key is refused, naming the approver."""
+    from agent_worker.schemas.tasks import PolicySpec
     from pydantic import ValidationError
-
-    from schemas.tasks import PolicySpec
 
     with pytest.raises(ValidationError, match="finance-lead"):
         PolicySpec.model_validate(
@@ -102,10 +101,9 @@ def test_the_verifier_accepts_genuine_signatures_and_refuses_flipped_bits_and_ma
     and a key or signature of the wrong length or off the curve is refused, not raised."""
     import os
 
+    from agent_worker.security import ed25519
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-    from security import ed25519
 
     for _ in range(20):
         key = Ed25519PrivateKey.generate()

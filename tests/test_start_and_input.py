@@ -11,11 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
+from agent_worker.cli.devserver import temporal_binary
+from agent_worker.cli.main import main as cli_main
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
 from agent_worker.client import WORKFLOW_TYPE
-from cli.devserver import temporal_binary
-from cli.main import main as cli_main
 from tests.helpers.support import TaskEnv, event_types, example_spec
 
 

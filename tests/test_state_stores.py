@@ -22,25 +22,25 @@ from typing import Any
 
 import psycopg
 import pytest
-from agents.items import ModelResponse
-from agents.usage import Usage
-from openai.types.responses import ResponseOutputMessage, ResponseOutputText
-from pydantic import SecretStr
-from temporalio.client import Client, WorkflowHandle
-
-from activities.events import plan_replace
-from activities.stores import postgres_db
-from activities.stores.state import (
+from agent_worker.activities.events import plan_replace
+from agent_worker.activities.stores import postgres_db
+from agent_worker.activities.stores.state import (
     build_admission,
     build_authorizer,
     build_event_sink,
     build_journal,
     migrate_state,
 )
-from schemas.authz import AuthzRequest
-from schemas.config import WorkerConfig
-from schemas.events import Event, delivery_basis
-from schemas.tasks import TaskPhase
+from agent_worker.schemas.authz import AuthzRequest
+from agent_worker.schemas.config import WorkerConfig
+from agent_worker.schemas.events import Event, delivery_basis
+from agent_worker.schemas.tasks import TaskPhase
+from agents.items import ModelResponse
+from agents.usage import Usage
+from openai.types.responses import ResponseOutputMessage, ResponseOutputText
+from pydantic import SecretStr
+from temporalio.client import Client, WorkflowHandle
+
 from tests.helpers.agents import CALL_LOG_ENV
 from tests.helpers.postgres_server import PostgresServer, start_postgres
 from tests.helpers.support import (
@@ -267,12 +267,16 @@ def test_a_worker_whose_state_database_is_down_refuses_to_start_naming_the_store
         "TEMPORAL_ADDRESS": dev_server.address,
         "AGENT_WORKER_TASK_QUEUE": f"tq-{uuid.uuid4().hex[:8]}",
         "AGENT_WORKER_DATA_DIR": str(tmp_path / "data"),
-        "AGENT_WORKER_AGENTS": "examples.monthly_report.agent:registration",
+        "AGENT_WORKER_AGENTS": "agent_worker.examples.monthly_report.agent:registration",
         "AGENT_WORKER_STATE_BACKEND": "postgres",
         "AGENT_WORKER_STATE_DSN": f"host=127.0.0.1 port={port} dbname=nowhere connect_timeout=2",
     }
     done = subprocess.run(
-        [sys.executable, "-m", "cli.main", "worker"], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "agent_worker.cli.main", "worker"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode != 0
     assert "state stores" in done.stderr and "event sink" in done.stderr, done.stderr

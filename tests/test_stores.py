@@ -9,12 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from activities.artifacts import LocalArtifactStore
-from activities.business import SqliteBusinessStore
-from activities.errors import ArtifactCorrupt, ArtifactNotFound, WriteConflict
-from schemas.digests import digest_bytes, digest_json
-from schemas.writes import WriteInput, WriteOutcome, operation_key
+from agent_worker.activities.artifacts import LocalArtifactStore
+from agent_worker.activities.business import SqliteBusinessStore
+from agent_worker.activities.errors import ArtifactCorrupt, ArtifactNotFound, WriteConflict
+from agent_worker.schemas.digests import digest_bytes, digest_json
+from agent_worker.schemas.writes import WriteInput, WriteOutcome, operation_key
 
 DIGEST = "sha256:" + "ab" * 32
 KEY = operation_key("task-1", "call-1")

@@ -12,13 +12,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from agent_worker.activities.agent.streaming import TurnStream
+from agent_worker.activities.stores.redis_streams import RedisStreamBackend
+from agent_worker.activities.stores.state import build_stream_backend
+from agent_worker.activities.stores.streams import SqliteStreamBackend, StreamBackend
+from agent_worker.schemas.config import ConfigError, WorkerConfig
+from agent_worker.schemas.streams import StreamEntry, assemble_text, voided
 
-from activities.agent.streaming import TurnStream
-from activities.stores.redis_streams import RedisStreamBackend
-from activities.stores.state import build_stream_backend
-from activities.stores.streams import SqliteStreamBackend, StreamBackend
-from schemas.config import ConfigError, WorkerConfig
-from schemas.streams import StreamEntry, assemble_text, voided
 from tests.helpers.redis_server import redis_server
 
 
@@ -178,7 +178,7 @@ def test_superseded_entries_void_what_they_name() -> None:
 async def test_a_store_that_is_down_never_fails_or_holds_up_the_turn(tmp_path: Path) -> None:
     """A turn's writer over a Redis nobody listens on: emits return at once, closing waits at most
     its bound, and the lost entries are counted."""
-    from cli.devserver import free_port
+    from agent_worker.cli.devserver import free_port
 
     stream = TurnStream(RedisStreamBackend(f"redis://127.0.0.1:{free_port()}/0"), "t", "c", 1)
     started = time.monotonic()

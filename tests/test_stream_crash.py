@@ -12,11 +12,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from agent_worker.activities.stores.redis_streams import RedisStreamBackend
+from agent_worker.activities.stores.streams import SqliteStreamBackend, StreamBackend
+from agent_worker.schemas.streams import StreamEntry, assemble_text, voided
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
 
-from activities.stores.redis_streams import RedisStreamBackend
-from activities.stores.streams import SqliteStreamBackend, StreamBackend
-from schemas.streams import StreamEntry, assemble_text, voided
-from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.openai_stub import OpenAIStub, response_json
 from tests.helpers.redis_server import redis_server
 from tests.helpers.support import TaskEnv, sigkill, worker_process

@@ -9,14 +9,14 @@ import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
 
+from agent_worker.activities.events import JsonlEventSink
+from agent_worker.activities.stores.live_events import LiveEventTap
+from agent_worker.activities.stores.state import build_stream_backend
+from agent_worker.activities.stores.streams import SqliteStreamBackend
+from agent_worker.schemas.events import Event, EventType
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
 from temporalio.client import Client
 
-from activities.events import JsonlEventSink
-from activities.stores.live_events import LiveEventTap
-from activities.stores.state import build_stream_backend
-from activities.stores.streams import SqliteStreamBackend
-from schemas.events import Event, EventType
-from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.support import DevServer, TaskEnv, make_config, running_worker
 
 

@@ -10,13 +10,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from agent_worker.activities.agent.registry import AgentRegistration
+from agent_worker.activities.stores.state import build_stream_backend
+from agent_worker.schemas.config import WorkerConfig
+from agent_worker.schemas.streams import assemble_text, voided
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
 from agents import Agent
 
-from activities.agent.registry import AgentRegistration
-from activities.stores.state import build_stream_backend
-from schemas.config import WorkerConfig
-from schemas.streams import assemble_text, voided
-from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.openai_stub import OpenAIStub
 from tests.helpers.support import DevServer, TaskEnv, running_worker
 

@@ -21,18 +21,18 @@ from typing import Any
 import openai
 import pytest
 import structlog
+from agent_worker.activities.agent import streaming
+from agent_worker.activities.agent.provider_errors import REJECTED, provider_failure
+from agent_worker.activities.agent.providers import resolve_chain
+from agent_worker.activities.agent.registry import AgentRegistration
+from agent_worker.activities.agent.streaming import StreamingModel, TurnStream, response_text
+from agent_worker.activities.stores.state import build_stream_backend
+from agent_worker.schemas.config import WorkerConfig
+from agent_worker.schemas.streams import assemble_text
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
 from agents import Agent, ModelSettings
 from agents.models.interface import ModelTracing
 
-from activities.agent import streaming
-from activities.agent.provider_errors import REJECTED, provider_failure
-from activities.agent.providers import resolve_chain
-from activities.agent.registry import AgentRegistration
-from activities.agent.streaming import StreamingModel, TurnStream, response_text
-from activities.stores.state import build_stream_backend
-from schemas.config import WorkerConfig
-from schemas.streams import assemble_text
-from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.openai_stub import OpenAIStub
 from tests.helpers.support import TaskEnv, spawn_worker, stop_worker
 

@@ -8,10 +8,10 @@ import asyncio
 import time
 
 import pytest
+from agent_worker.activities.sandbox import sandbox_id_for
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
-from activities.sandbox import sandbox_id_for
-from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.support import TaskEnv, assert_replays, run_ids
 
 

@@ -11,10 +11,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from agent_worker.activities.events import JsonlEventSink
+from agent_worker.schemas import visibility
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
 
-from activities.events import JsonlEventSink
-from schemas import visibility
-from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.support import TEST_AGENTS, TaskEnv, assert_replays, make_config, run_cli, running_worker
 
 THREAD_AGENTS = [*TEST_AGENTS, "tests.helpers.thread_agent:registrations"]

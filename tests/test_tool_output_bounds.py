@@ -16,10 +16,10 @@ import hashlib
 import json
 from pathlib import Path
 
+from agent_worker.activities.tools.results import OUTPUT_PREVIEW_CHARS
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
 from temporalio.client import Client
 
-from activities.tools.results import OUTPUT_PREVIEW_CHARS
-from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.mcp_tasks import approve_next
 from tests.helpers.read_flood_agent import FLOOD, HUGE, text_of
 from tests.helpers.support import TEST_AGENTS, DevServer, TaskEnv, assert_replays, make_config, running_worker

@@ -10,6 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_worker.activities.artifacts import ArtifactActivities, LocalArtifactStore
+from agent_worker.activities.events import EventActivities, JsonlEventSink
+from agent_worker.activities.sandbox import SandboxHere
+from agent_worker.activities.tenants import TenantActivities, TenantAdmission
+from agent_worker.schemas.config import WorkerConfig
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
+from agent_worker.telemetry import configure_tracing, tracing_interceptors
+from agent_worker.workflows import AgentTaskWorkflow
 from agents.tracing import set_trace_processors
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -18,16 +26,8 @@ from temporalio.contrib.opentelemetry import ReplaySafeTracerProvider
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, Worker
 
-from activities.artifacts import ArtifactActivities, LocalArtifactStore
-from activities.events import EventActivities, JsonlEventSink
-from activities.sandbox import SandboxHere
-from activities.tenants import TenantActivities, TenantAdmission
-from schemas.config import WorkerConfig
-from schemas.tasks import TaskPhase, TaskResult
-from telemetry import configure_tracing, tracing_interceptors
 from tests.helpers.openai_stub import OpenAIStub, response_json
 from tests.helpers.support import DevServer, TaskEnv, example_spec, make_config, running_worker
-from workflows import AgentTaskWorkflow
 
 
 @dataclass

@@ -10,11 +10,12 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from activities.sandbox import sandbox_id_for
-from schemas.tasks import TaskPhase, TaskResult
+from agent_worker.activities.sandbox import sandbox_id_for
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
+from agent_worker.workflows import AgentTaskWorkflow
+
 from tests.helpers.agents import CALL_LOG_ENV
 from tests.helpers.support import TaskEnv, assert_replays, spawn_worker
-from workflows import AgentTaskWorkflow
 
 
 async def test_sigkill_mid_turn_repeats_at_most_the_call_in_flight(

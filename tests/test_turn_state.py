@@ -7,14 +7,14 @@ import json
 from pathlib import Path
 
 import pytest
+from agent_worker.activities.agent.registry import AgentRegistry
+from agent_worker.activities.agent.turn import AgentActivities, needs_run_state
+from agent_worker.activities.artifacts import LocalArtifactStore
+from agent_worker.schemas.actions import ActionResult, ActionStatus
+from agent_worker.schemas.turns import TurnInput
 from agents import Agent, InputGuardrail, ModelSettings
 from temporalio.testing import ActivityEnvironment
 
-from activities.agent.registry import AgentRegistry
-from activities.agent.turn import AgentActivities, needs_run_state
-from activities.artifacts import LocalArtifactStore
-from schemas.actions import ActionResult, ActionStatus
-from schemas.turns import TurnInput
 from tests.helpers.support import TEST_AGENTS, make_config
 
 

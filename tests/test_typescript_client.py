@@ -17,14 +17,14 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from agent_worker.activities.events import JsonlEventSink
+from agent_worker.api import ApiConfig, build_api
+from agent_worker.inbox.auth import Authenticator
+from agent_worker.inbox.serve import serving
+from agent_worker.schemas.tasks import TaskPhase
 from temporalio.client import WorkflowExecutionStatus
 
-from activities.events import JsonlEventSink
 from agent_worker.client import AgentWorkerClient
-from api import ApiConfig, build_api
-from inbox.auth import Authenticator
-from inbox.serve import serving
-from schemas.tasks import TaskPhase
 from tests.helpers.support import REPO, TaskEnv, assert_replays
 
 PACKAGE = REPO / "clients" / "typescript"

@@ -10,8 +10,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from cli.devserver import temporal_binary
-from schemas.tasks import TaskPhase, TaskResult
+from agent_worker.cli.devserver import temporal_binary
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
+
 from tests.helpers.support import TaskEnv, example_spec, spawn_worker
 
 

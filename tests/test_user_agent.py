@@ -7,9 +7,10 @@ import asyncio
 import signal
 from pathlib import Path
 
-from schemas.tasks import TaskPhase, TaskResult
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
+from agent_worker.workflows import AgentTaskWorkflow
+
 from tests.helpers.support import TaskEnv, spawn_worker
-from workflows import AgentTaskWorkflow
 
 
 async def test_agent_registered_by_config_runs_end_to_end(config_env: TaskEnv, tmp_path: Path) -> None:

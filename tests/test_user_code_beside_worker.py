@@ -11,7 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from schemas.tasks import TaskPhase
+from agent_worker.schemas.tasks import TaskPhase
+
 from tests.helpers.support import REPO, TaskEnv
 
 USERS_WORKER = """raise SystemExit("the team's own worker.py was imported instead of the agent worker's")
@@ -63,7 +64,7 @@ def test_a_worker_with_no_agents_named_refuses_to_start_saying_how_to_name_them(
     with none exits at once, naming AGENT_WORKER_AGENTS."""
     env = config_env
     done = subprocess.run(
-        [sys.executable, "-m", "cli.main", "worker"],
+        [sys.executable, "-m", "agent_worker.cli.main", "worker"],
         env={**env.worker_env(), "AGENT_WORKER_AGENTS": ""},
         cwd=REPO,
         capture_output=True,

@@ -8,10 +8,10 @@ import json
 import subprocess
 
 import pytest
+from agent_worker.cli.devserver import temporal_binary
+from agent_worker.cli.main import main as cli_main
 from temporalio.api.sdk.v1 import WorkflowMetadata
 
-from cli.devserver import temporal_binary
-from cli.main import main as cli_main
 from tests.helpers.support import TaskEnv, example_spec, running_worker
 
 

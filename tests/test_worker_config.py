@@ -7,8 +7,8 @@ import re
 from pathlib import Path
 
 import pytest
+from agent_worker.schemas.config import ConfigError, WorkerConfig
 
-from schemas.config import ConfigError, WorkerConfig
 from tests.helpers.support import REPO
 
 
@@ -64,7 +64,7 @@ def test_the_workflow_cache_follows_its_memory_budget_unless_a_count_is_set() ->
     """The cache holds as many workflows as AGENT_WORKER_WORKFLOW_CACHE_MB allows at the measured MB
     per cached workflow (DEFAULT_WORKFLOW_CACHE_MB unset); AGENT_WORKER_MAX_CACHED_WORKFLOWS, even 0,
     wins. (The worker's use of it: tests/test_metrics.py evicts with a cache of one.)"""
-    from schemas.config import DEFAULT_WORKFLOW_CACHE_MB, MB_PER_CACHED_WORKFLOW
+    from agent_worker.schemas.config import DEFAULT_WORKFLOW_CACHE_MB, MB_PER_CACHED_WORKFLOW
 
     assert WorkerConfig().workflow_cache_size == int(DEFAULT_WORKFLOW_CACHE_MB / MB_PER_CACHED_WORKFLOW)
     doubled = WorkerConfig.from_env({"AGENT_WORKER_WORKFLOW_CACHE_MB": "150"})
@@ -81,7 +81,7 @@ def test_the_cache_count_uses_the_committed_measurement_of_memory_per_cached_wor
     measurement's noise: a figure left behind after the workflows got lighter (0.35 against 0.17 once
     the sandbox passed our packages through) halves the cache a budget buys, and a heavier workflow
     would overrun the budget."""
-    from schemas.config import MB_PER_CACHED_WORKFLOW
+    from agent_worker.schemas.config import MB_PER_CACHED_WORKFLOW
 
     report = (REPO / "bench" / "results" / "cache_memory.md").read_text()
     found = re.search(r"\*\*MB per cached workflow: ([0-9.]+)\*\*", report)

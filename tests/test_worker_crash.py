@@ -9,12 +9,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from agent_worker.cli.report import AgentReport, report
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
+from agent_worker.workflows import AgentTaskWorkflow
+
 from agent_worker.client import AgentWorkerClient
-from cli.report import AgentReport, report
-from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.matrix import Record, leftover_sandboxes, record
 from tests.helpers.support import TaskEnv, decision, example_spec, sigkill, worker_process
-from workflows import AgentTaskWorkflow
 
 
 async def test_sigkill_while_awaiting_approval_then_new_worker_completes_once(

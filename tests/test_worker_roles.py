@@ -14,11 +14,14 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from agent_worker.activities.events import JsonlEventSink
+from agent_worker.activities.sandbox.base import sandbox_id_for
+from agent_worker.schemas.tasks import TaskPhase, TaskResult
+from agent_worker.workflows import AgentTaskWorkflow
+from agent_worker.workflows.options import home_queue
+from agent_worker.workflows.placement import NOT_REGISTERED
 from temporalio.client import WorkflowHandle, WorkflowHistory
 
-from activities.events import JsonlEventSink
-from activities.sandbox.base import sandbox_id_for
-from schemas.tasks import TaskPhase, TaskResult
 from tests.helpers.histories import events_of, round_trips
 from tests.helpers.support import (
     TaskEnv,
@@ -28,9 +31,6 @@ from tests.helpers.support import (
     running_worker,
     spawn_worker,
 )
-from workflows import AgentTaskWorkflow
-from workflows.options import home_queue
-from workflows.placement import NOT_REGISTERED
 
 
 def healthz(port: int) -> tuple[int, dict]:

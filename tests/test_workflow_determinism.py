@@ -78,7 +78,13 @@ def test_what_is_allowed_passes(tmp_path: Path) -> None:
 def test_the_worker_runner_passes_only_workflow_code_and_libraries_through() -> None:
     """Of our packages, only the workflow code is passed through (for speed), and not even that with
     ``workflow_passthrough`` off; schemas, activities, telemetry, security and agent_worker never."""
-    ours = {"schemas", "activities", "telemetry", "security", "agent_worker"}
+    ours = {
+        "agent_worker.schemas",
+        "agent_worker.activities",
+        "agent_worker.telemetry",
+        "agent_worker.security",
+        "agent_worker",
+    }
     passed = workflow_runner().restrictions.passthrough_modules
     assert set(WORKFLOW_CODE) | set(LIBRARY_PASSTHROUGH) <= passed
     assert not ours & passed

@@ -12,10 +12,10 @@ import subprocess
 import time
 from pathlib import Path
 
+from agent_worker.schemas.tasks import TaskResult
+from agent_worker.schemas.writes import operation_key
 from temporalio.client import Client
 
-from schemas.tasks import TaskResult
-from schemas.writes import operation_key
 from tests.helpers.business_backends import Backend
 from tests.helpers.faults import fault_for
 from tests.helpers.support import DevServer, spawn_worker

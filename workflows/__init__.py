@@ -16,20 +16,20 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from workflows.agent_task import AgentTaskWorkflow
-    from workflows.doctor import FleetDoctorWorkflow
-    from workflows.reaper import SandboxReaperWorkflow
-    from workflows.shadow import ShadowRunWorkflow
-    from workflows.shadow_task import ShadowTaskWorkflow
+    from agent_worker.workflows.agent_task import AgentTaskWorkflow
+    from agent_worker.workflows.doctor import FleetDoctorWorkflow
+    from agent_worker.workflows.reaper import SandboxReaperWorkflow
+    from agent_worker.workflows.shadow import ShadowRunWorkflow
+    from agent_worker.workflows.shadow_task import ShadowTaskWorkflow
 
 # Read-only: with ``workflows`` passed through the sandbox, every task on a worker shares module state.
 _EXPORTS = MappingProxyType(
     {
-        "AgentTaskWorkflow": "workflows.agent_task",
-        "FleetDoctorWorkflow": "workflows.doctor",
-        "SandboxReaperWorkflow": "workflows.reaper",
-        "ShadowRunWorkflow": "workflows.shadow",
-        "ShadowTaskWorkflow": "workflows.shadow_task",
+        "AgentTaskWorkflow": "agent_worker.workflows.agent_task",
+        "FleetDoctorWorkflow": "agent_worker.workflows.doctor",
+        "SandboxReaperWorkflow": "agent_worker.workflows.reaper",
+        "ShadowRunWorkflow": "agent_worker.workflows.shadow",
+        "ShadowTaskWorkflow": "agent_worker.workflows.shadow_task",
     }
 )
 

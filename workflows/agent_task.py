@@ -18,11 +18,11 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
-    from activities.tenants import TenantActivities
-    from schemas.actions import ActionResult, ActionStatus
-    from schemas.approvals import ApprovalRequest, DecisionKind, DecisionOutcome
-    from schemas.events import EventType
-    from schemas.tasks import (
+    from agent_worker.activities.tenants import TenantActivities
+    from agent_worker.schemas.actions import ActionResult, ActionStatus
+    from agent_worker.schemas.approvals import ApprovalRequest, DecisionKind, DecisionOutcome
+    from agent_worker.schemas.events import EventType
+    from agent_worker.schemas.tasks import (
         FIRST_RELEASE,
         Release,
         TaskInput,
@@ -32,23 +32,28 @@ with workflow.unsafe.imports_passed_through():
         TaskState,
         TaskStatus,
     )
-    from schemas.tenants import ReleaseInput
-    from schemas.validation import InvalidPayload, parse_decision, parse_follow_up, parse_task_input
-    from telemetry import metrics
+    from agent_worker.schemas.tenants import ReleaseInput
+    from agent_worker.schemas.validation import (
+        InvalidPayload,
+        parse_decision,
+        parse_follow_up,
+        parse_task_input,
+    )
+    from agent_worker.telemetry import metrics
 
-from workflows import bounds, fork, options
-from workflows.approvals import ApprovalDesk
-from workflows.batch import BatchRunner, batch_view
-from workflows.budget_tree import BudgetKeeper, is_extension
-from workflows.context import TaskContext
-from workflows.decisions import expiry_problem, why_not
-from workflows.effects import EffectRunner
-from workflows.event_log import DELIVERY_BATCH, DELIVERY_BATCH_BEFORE, EventLog
-from workflows.evidence import EvidenceKeeper, evidence_of
-from workflows.grants import remember_problem
-from workflows.handoff import HandOff
-from workflows.inputs import decode, follow_up_refused
-from workflows.patches import (
+from agent_worker.workflows import bounds, fork, options
+from agent_worker.workflows.approvals import ApprovalDesk
+from agent_worker.workflows.batch import BatchRunner, batch_view
+from agent_worker.workflows.budget_tree import BudgetKeeper, is_extension
+from agent_worker.workflows.context import TaskContext
+from agent_worker.workflows.decisions import expiry_problem, why_not
+from agent_worker.workflows.effects import EffectRunner
+from agent_worker.workflows.event_log import DELIVERY_BATCH, DELIVERY_BATCH_BEFORE, EventLog
+from agent_worker.workflows.evidence import EvidenceKeeper, evidence_of
+from agent_worker.workflows.grants import remember_problem
+from agent_worker.workflows.handoff import HandOff
+from agent_worker.workflows.inputs import decode, follow_up_refused
+from agent_worker.workflows.patches import (
     BOUNDED_PATCH,
     BUDGET_TREE_PATCH,
     CHECK_EDITS_PATCH,
@@ -62,11 +67,11 @@ from workflows.patches import (
     ask_patches_at_start,
     patched,
 )
-from workflows.placement import Placement
-from workflows.sla import ApprovalClock
-from workflows.start import TaskStart
-from workflows.turns import TurnRunner
-from workflows.visibility import TaskVisibility
+from agent_worker.workflows.placement import Placement
+from agent_worker.workflows.sla import ApprovalClock
+from agent_worker.workflows.start import TaskStart
+from agent_worker.workflows.turns import TurnRunner
+from agent_worker.workflows.visibility import TaskVisibility
 
 # What ``status`` shows of the prompt.
 STATUS_PROMPT_CHARS = 500

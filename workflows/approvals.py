@@ -9,9 +9,9 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from activities.authz import AuthzActivities
-    from schemas.actions import BusinessWrite
-    from schemas.approvals import (
+    from agent_worker.activities.authz import AuthzActivities
+    from agent_worker.schemas.actions import BusinessWrite
+    from agent_worker.schemas.approvals import (
         ApprovalDecision,
         ApprovalRequest,
         ApprovalSla,
@@ -20,25 +20,25 @@ with workflow.unsafe.imports_passed_through():
         IgnoredDecision,
         Quorum,
     )
-    from schemas.authz import AuthzRequest
-    from schemas.events import EventType
-    from schemas.tasks import BatchItem, PolicySpec
-    from telemetry import metrics
+    from agent_worker.schemas.authz import AuthzRequest
+    from agent_worker.schemas.events import EventType
+    from agent_worker.schemas.tasks import BatchItem, PolicySpec
+    from agent_worker.telemetry import metrics
 
-from workflows import grants, options
-from workflows.bounds import IGNORED_REASON_CHARS, KEPT_TEXT_CHARS, cut
-from workflows.context import TaskContext
-from workflows.decisions import expiry_problem, find_request, why_not
-from workflows.handoff import HandOff
-from workflows.patches import (
+from agent_worker.workflows import grants, options
+from agent_worker.workflows.bounds import IGNORED_REASON_CHARS, KEPT_TEXT_CHARS, cut
+from agent_worker.workflows.context import TaskContext
+from agent_worker.workflows.decisions import expiry_problem, find_request, why_not
+from agent_worker.workflows.handoff import HandOff
+from agent_worker.workflows.patches import (
     DECISION_EXPIRY_PATCH,
     MINIMUM_ROUND_TRIPS_PATCH,
     REAUTHORIZE_PATCH,
     REOPEN_WITHOUT_REVOKED_PATCH,
     patched,
 )
-from workflows.questions import SETTLE_WITHOUT_RUNNING
-from workflows.quorum import count, progress
+from agent_worker.workflows.questions import SETTLE_WITHOUT_RUNNING
+from agent_worker.workflows.quorum import count, progress
 
 # Ignored decisions kept in the state (and shown by ``status``); the event sink has all of them.
 IGNORED_KEPT = 100

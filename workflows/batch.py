@@ -17,14 +17,14 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from schemas.actions import ActionResult
-    from schemas.tasks import BatchItem, BatchView, PolicyVerdict, TaskPhase
+    from agent_worker.schemas.actions import ActionResult
+    from agent_worker.schemas.tasks import BatchItem, BatchView, PolicyVerdict, TaskPhase
 
-from workflows import bounds
-from workflows.approvals import ApprovalDesk
-from workflows.context import TaskContext
-from workflows.effects import EffectRunner
-from workflows.patches import MINIMUM_ROUND_TRIPS_PATCH, PARALLEL_BATCH_PATCH, patched
+from agent_worker.workflows import bounds
+from agent_worker.workflows.approvals import ApprovalDesk
+from agent_worker.workflows.context import TaskContext
+from agent_worker.workflows.effects import EffectRunner
+from agent_worker.workflows.patches import MINIMUM_ROUND_TRIPS_PATCH, PARALLEL_BATCH_PATCH, patched
 
 # What ``status`` shows of each batch result.
 STATUS_OUTPUT_CHARS = 2_000

@@ -12,15 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent_worker.workflows.handoff import HandOff
+from agent_worker.workflows.patches import BOUNDED_PATCH  # re-exported: the patch that guards these bounds
 from pydantic import BaseModel
 from temporalio import workflow
 
-from workflows.handoff import HandOff
-from workflows.patches import BOUNDED_PATCH  # re-exported: the patch that guards these bounds
-
 with workflow.unsafe.imports_passed_through():  # payload models and helpers: one copy for all runs
-    from schemas.tasks import TaskResult
-    from schemas.validation import InvalidPayload
+    from agent_worker.schemas.tasks import TaskResult
+    from agent_worker.schemas.validation import InvalidPayload
 
 # Room under Temporal's 2 MB for the envelope, the headers and the other commands of the reply.
 MAX_PAYLOAD_BYTES = 1_500_000

@@ -9,7 +9,7 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from schemas.actions import (
+    from agent_worker.schemas.actions import (
         ActionResult,
         ActionStatus,
         BudgetRaise,
@@ -17,14 +17,14 @@ with workflow.unsafe.imports_passed_through():
         ProposedAction,
         action_version,
     )
-    from schemas.approvals import DecisionKind, DecisionRecord
-    from schemas.events import EventType
-    from schemas.notify import BudgetNotice, NotifyInput
-    from schemas.tasks import BatchItem, Budgets, PolicyVerdict, Reservation, TaskResult, Usage
-    from telemetry import metrics
+    from agent_worker.schemas.approvals import DecisionKind, DecisionRecord
+    from agent_worker.schemas.events import EventType
+    from agent_worker.schemas.notify import BudgetNotice, NotifyInput
+    from agent_worker.schemas.tasks import BatchItem, Budgets, PolicyVerdict, Reservation, TaskResult, Usage
+    from agent_worker.telemetry import metrics
 
-from workflows.approvals import ApprovalDesk
-from workflows.budgets import (
+from agent_worker.workflows.approvals import ApprovalDesk
+from agent_worker.workflows.budgets import (
     Exhausted,
     child_budgets,
     effective,
@@ -33,9 +33,9 @@ from workflows.budgets import (
     past_soft_limit,
     share,
 )
-from workflows.context import TaskContext
-from workflows.handoff import HandOff
-from workflows.sla import send_notice
+from agent_worker.workflows.context import TaskContext
+from agent_worker.workflows.handoff import HandOff
+from agent_worker.workflows.sla import send_notice
 
 # The tool name an extension request carries (what approvers see, and what ``revoke --tool`` names).
 EXTEND_TOOL = "budget.extend"

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():  # payload models and helpers: one copy for all runs
-    from schemas.tasks import Budgets, Reservation, Usage
+    from agent_worker.schemas.tasks import Budgets, Reservation, Usage
 
 # The budgets a sub-task draws from its parent (the others, turns and actions, are per task).
 SHARED = ("max_cost_usd", "max_tokens", "max_model_calls")

@@ -12,8 +12,8 @@ from typing import Any, Protocol
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():  # payload models and helpers: one copy for all runs
-    from schemas.events import EventType
-    from schemas.tasks import FIRST_RELEASE, Release, TaskPhase, TaskSpec, TaskState
+    from agent_worker.schemas.events import EventType
+    from agent_worker.schemas.tasks import FIRST_RELEASE, Release, TaskPhase, TaskSpec, TaskState
 
 
 class Emit(Protocol):

@@ -9,12 +9,12 @@ from datetime import datetime
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():  # payload models and helpers: one copy for all runs
-    from schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionKind
-    from schemas.tasks import PolicySpec
-    from security.signing import signature_problem
+    from agent_worker.schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionKind
+    from agent_worker.schemas.tasks import PolicySpec
+    from agent_worker.security.signing import signature_problem
 
-from workflows import quorum
-from workflows.questions import decision_problem
+from agent_worker.workflows import quorum
+from agent_worker.workflows.questions import decision_problem
 
 
 def find_request(requests: Iterable[ApprovalRequest], request_id: str) -> ApprovalRequest | None:

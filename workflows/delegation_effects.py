@@ -11,16 +11,16 @@ from temporalio.exceptions import ChildWorkflowError, is_cancelled_exception
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from schemas.actions import Delegation, ProposedAction
-    from schemas.artifacts import InputFile
-    from schemas.events import EventType
-    from schemas.tasks import DelegationRecord, TaskInput, TaskPhase, TaskResult, TaskSpec
+    from agent_worker.schemas.actions import Delegation, ProposedAction
+    from agent_worker.schemas.artifacts import InputFile
+    from agent_worker.schemas.events import EventType
+    from agent_worker.schemas.tasks import DelegationRecord, TaskInput, TaskPhase, TaskResult, TaskSpec
 
-from workflows import bounds
-from workflows.budget_tree import BudgetKeeper, child_usage
-from workflows.context import TaskContext
-from workflows.failures import failure_details, failure_message
-from workflows.patches import BOUNDED_PATCH, patched
+from agent_worker.workflows import bounds
+from agent_worker.workflows.budget_tree import BudgetKeeper, child_usage
+from agent_worker.workflows.context import TaskContext
+from agent_worker.workflows.failures import failure_details, failure_message
+from agent_worker.workflows.patches import BOUNDED_PATCH, patched
 
 
 class DelegationEffects:

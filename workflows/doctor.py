@@ -8,10 +8,10 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from activities.health import HealthActivities
-    from schemas.health import DoctorInput, DoctorReport
+    from agent_worker.activities.health import HealthActivities
+    from agent_worker.schemas.health import DoctorInput, DoctorReport
 
-from workflows import options
+from agent_worker.workflows import options
 
 
 @workflow.defn(name="FleetDoctor")

@@ -12,8 +12,8 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.agent.turn import AgentActivities
-    from schemas.actions import (
+    from agent_worker.activities.agent.turn import AgentActivities
+    from agent_worker.schemas.actions import (
         ActionResult,
         ActionStatus,
         BudgetRaise,
@@ -24,24 +24,24 @@ with workflow.unsafe.imports_passed_through():
         SandboxCommand,
         action_version,
     )
-    from schemas.approvals import ApprovalDecision, DecisionKind
-    from schemas.events import EventType
-    from schemas.tasks import BatchItem, PolicyVerdict, TaskPhase
-    from schemas.turns import PlanInput, PlanResult
+    from agent_worker.schemas.approvals import ApprovalDecision, DecisionKind
+    from agent_worker.schemas.events import EventType
+    from agent_worker.schemas.tasks import BatchItem, PolicyVerdict, TaskPhase
+    from agent_worker.schemas.turns import PlanInput, PlanResult
 
-from workflows import options
-from workflows.approvals import ApprovalDesk
-from workflows.budget_tree import BudgetKeeper
-from workflows.context import TaskContext
-from workflows.decisions import find_request
-from workflows.delegation_effects import DelegationEffects
-from workflows.handoff import HandOff
-from workflows.patches import CHECK_EDITS_PATCH, patched
-from workflows.placement import Placement
-from workflows.questions import settled
-from workflows.sandbox_effects import SandboxEffects
-from workflows.tool_effects import ToolEffects
-from workflows.write_effects import WriteEffects, WriteRevoked
+from agent_worker.workflows import options
+from agent_worker.workflows.approvals import ApprovalDesk
+from agent_worker.workflows.budget_tree import BudgetKeeper
+from agent_worker.workflows.context import TaskContext
+from agent_worker.workflows.decisions import find_request
+from agent_worker.workflows.delegation_effects import DelegationEffects
+from agent_worker.workflows.handoff import HandOff
+from agent_worker.workflows.patches import CHECK_EDITS_PATCH, patched
+from agent_worker.workflows.placement import Placement
+from agent_worker.workflows.questions import settled
+from agent_worker.workflows.sandbox_effects import SandboxEffects
+from agent_worker.workflows.tool_effects import ToolEffects
+from agent_worker.workflows.write_effects import WriteEffects, WriteRevoked
 
 _CHECKED_BY_WRITE = "checked by business.write before it wrote"
 

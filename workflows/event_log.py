@@ -12,9 +12,9 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
-    from activities.events import EventActivities
-    from activities.stores import live_events
-    from schemas.events import (
+    from agent_worker.activities.events import EventActivities
+    from agent_worker.activities.stores import live_events
+    from agent_worker.schemas.events import (
         Event,
         EventType,
         PublishEventsInput,
@@ -22,10 +22,10 @@ with workflow.unsafe.imports_passed_through():
         delivery_basis,
         event_id_for,
     )
-    from schemas.tasks import TaskState
+    from agent_worker.schemas.tasks import TaskState
 
-from workflows import bounds, options
-from workflows.patches import BOUNDED_PATCH, PACKED_EVENTS_PATCH, patched
+from agent_worker.workflows import bounds, options
+from agent_worker.workflows.patches import BOUNDED_PATCH, PACKED_EVENTS_PATCH, patched
 
 # Events the state keeps: past it, the oldest delivered ones are dropped.
 EVENT_TAIL = 100

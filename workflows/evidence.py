@@ -16,11 +16,11 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.artifacts import ArtifactActivities
-    from schemas.artifacts import ArtifactRef
-    from schemas.events import EventType
-    from schemas.sandbox import CommandRecord, record_digest
-    from schemas.tasks import (
+    from agent_worker.activities.artifacts import ArtifactActivities
+    from agent_worker.schemas.artifacts import ArtifactRef
+    from agent_worker.schemas.events import EventType
+    from agent_worker.schemas.sandbox import CommandRecord, record_digest
+    from agent_worker.schemas.tasks import (
         INLINE_EVIDENCE,
         INLINE_EVIDENCE_BEFORE,
         MAX_INLINE_TOOL_CALLS,
@@ -30,14 +30,14 @@ with workflow.unsafe.imports_passed_through():
         TaskInput,
         TaskState,
     )
-    from schemas.turns import TurnResult
+    from agent_worker.schemas.turns import TurnResult
 
-from workflows import options
-from workflows.bounds import size_of
-from workflows.context import TaskContext
-from workflows.failures import failure_code
-from workflows.handoff import HandOff
-from workflows.patches import ARCHIVE_EVIDENCE_PATCH, BOUNDED_PATCH, LEAN_EVIDENCE_PATCH, patched
+from agent_worker.workflows import options
+from agent_worker.workflows.bounds import size_of
+from agent_worker.workflows.context import TaskContext
+from agent_worker.workflows.failures import failure_code
+from agent_worker.workflows.handoff import HandOff
+from agent_worker.workflows.patches import ARCHIVE_EVIDENCE_PATCH, BOUNDED_PATCH, LEAN_EVIDENCE_PATCH, patched
 
 # Temporal refuses payloads over 2 MB (TMPRL1103); leave room for the envelope and the next run's start.
 MAX_CARRIED_BYTES = 1_500_000

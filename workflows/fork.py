@@ -27,18 +27,18 @@ from temporalio.common import RetryPolicy
 from temporalio.workflow import ActivityConfig
 
 with workflow.unsafe.imports_passed_through():
-    from activities.forks import ForkActivities
-    from schemas.actions import BusinessWrite, ProposedAction, SandboxCommand
-    from schemas.events import EventType
-    from schemas.forks import ForkState, ParentWrite, PrepareForkInput, write_operation
-    from schemas.tasks import FollowUp, PolicyVerdict, TaskState, Usage
-    from schemas.turns import TurnResult
-    from schemas.writes import WriteEvidence
+    from agent_worker.activities.forks import ForkActivities
+    from agent_worker.schemas.actions import BusinessWrite, ProposedAction, SandboxCommand
+    from agent_worker.schemas.events import EventType
+    from agent_worker.schemas.forks import ForkState, ParentWrite, PrepareForkInput, write_operation
+    from agent_worker.schemas.tasks import FollowUp, PolicyVerdict, TaskState, Usage
+    from agent_worker.schemas.turns import TurnResult
+    from agent_worker.schemas.writes import WriteEvidence
 
-from workflows import options
-from workflows.context import TaskContext
-from workflows.policy import PolicyDecision
-from workflows.sandbox_effects import SandboxEffects
+from agent_worker.workflows import options
+from agent_worker.workflows.context import TaskContext
+from agent_worker.workflows.policy import PolicyDecision
+from agent_worker.workflows.sandbox_effects import SandboxEffects
 
 # ``fork.prepare`` reads the parent's history (a few pages) and may store a conversation.
 PREPARE = ActivityConfig(

@@ -26,24 +26,24 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.grants import GrantActivities
-    from schemas.actions import BudgetRaise
-    from schemas.approvals import (
+    from agent_worker.activities.grants import GrantActivities
+    from agent_worker.schemas.actions import BudgetRaise
+    from agent_worker.schemas.approvals import (
         ApprovalDecision,
         ApprovalRequest,
         ApprovalSla,
         DecisionKind,
         DecisionRecord,
     )
-    from schemas.conditions import ConditionError, evaluate_condition
-    from schemas.events import EventType
-    from schemas.grants import Grant, GrantQuery, grant_id_for, policy_digest
-    from schemas.tasks import BatchItem
-    from security.signing import signature_problem
+    from agent_worker.schemas.conditions import ConditionError, evaluate_condition
+    from agent_worker.schemas.events import EventType
+    from agent_worker.schemas.grants import Grant, GrantQuery, grant_id_for, policy_digest
+    from agent_worker.schemas.tasks import BatchItem
+    from agent_worker.security.signing import signature_problem
 
-from workflows import options
-from workflows.context import TaskContext
-from workflows.decisions import find_request
+from agent_worker.workflows import options
+from agent_worker.workflows.context import TaskContext
+from agent_worker.workflows.decisions import find_request
 
 
 def query_for(task: TaskContext) -> GrantQuery | None:

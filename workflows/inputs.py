@@ -10,10 +10,10 @@ from temporalio import workflow
 from temporalio.common import RawValue
 
 with workflow.unsafe.imports_passed_through():
-    from schemas.tasks import FollowUp
-    from schemas.validation import InvalidPayload
+    from agent_worker.schemas.tasks import FollowUp
+    from agent_worker.schemas.validation import InvalidPayload
 
-from workflows.patches import BOUNDED_PATCH, patched
+from agent_worker.workflows.patches import BOUNDED_PATCH, patched
 
 # Follow-up input waiting for the next turn: more is refused at arrival, with the reason.
 MAX_PENDING_FOLLOW_UPS = 100

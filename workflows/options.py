@@ -5,11 +5,10 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
+from agent_worker.workflows.patches import ROLE_QUEUES_PATCH, patched
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.workflow import ActivityCancellationType, ActivityConfig, LocalActivityConfig
-
-from workflows.patches import ROLE_QUEUES_PATCH, patched
 
 BUSINESS_QUEUE_SUFFIX = ".business"
 # Worker roles each poll a queue of their own (``agent-worker worker --role``): workflows and light

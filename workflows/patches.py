@@ -21,7 +21,7 @@ from types import MappingProxyType
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from schemas.tasks import FIRST_RELEASE
+    from agent_worker.schemas.tasks import FIRST_RELEASE
 
 # Event delivery to the sink (``events.publish`` between steps and at the end). 0.1.0, 2026-11-29, 91bdf22.
 DELIVER_EVENTS_PATCH = "deliver-events"

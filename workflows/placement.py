@@ -34,14 +34,13 @@ from temporalio.exceptions import TimeoutError as ActivityTimeout
 from temporalio.workflow import ActivityConfig
 
 with workflow.unsafe.imports_passed_through():
+    from agent_worker.schemas.events import EventType
+    from agent_worker.schemas.sandbox import SandboxRef
     from pydantic import BaseModel
 
-    from schemas.events import EventType
-    from schemas.sandbox import SandboxRef
-
-from workflows import bounds, options
-from workflows.context import TaskContext
-from workflows.patches import BOUNDED_PATCH, SANDBOX_HOME_PATCH, patched
+from agent_worker.workflows import bounds, options
+from agent_worker.workflows.context import TaskContext
+from agent_worker.workflows.patches import BOUNDED_PATCH, SANDBOX_HOME_PATCH, patched
 
 # The failure type the SDK reports for an activity the worker that took it does not register.
 NOT_REGISTERED = "NotFoundError"

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():  # payload models and helpers: one copy for all runs
-    from schemas.actions import EffectClass, ProposedAction
-    from schemas.approvals import ApprovalSla, Quorum
-    from schemas.conditions import ConditionError, evaluate_condition
-    from schemas.tasks import PolicySpec, PolicyVerdict
+    from agent_worker.schemas.actions import EffectClass, ProposedAction
+    from agent_worker.schemas.approvals import ApprovalSla, Quorum
+    from agent_worker.schemas.conditions import ConditionError, evaluate_condition
+    from agent_worker.schemas.tasks import PolicySpec, PolicyVerdict
 
 
 @dataclass(frozen=True)

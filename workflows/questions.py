@@ -22,12 +22,12 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from schemas.actions import ActionResult, ActionStatus, BudgetRaise, ProposedAction
-    from schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionKind, DecisionRecord
-    from schemas.questions import Question, answer_problem, answer_text
-    from schemas.tasks import PolicySpec, PolicyVerdict
+    from agent_worker.schemas.actions import ActionResult, ActionStatus, BudgetRaise, ProposedAction
+    from agent_worker.schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionKind, DecisionRecord
+    from agent_worker.schemas.questions import Question, answer_problem, answer_text
+    from agent_worker.schemas.tasks import PolicySpec, PolicyVerdict
 
-from workflows.policy import PolicyDecision
+from agent_worker.workflows.policy import PolicyDecision
 
 # Decisions that run nothing: the authorizer is not asked again before their result is taken.
 SETTLE_WITHOUT_RUNNING = frozenset({DecisionKind.ANSWER, DecisionKind.RESPOND})

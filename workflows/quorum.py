@@ -18,7 +18,13 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():  # payload models: one copy for all runs
-    from schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionKind, DecisionRecord, Vote
+    from agent_worker.schemas.approvals import (
+        ApprovalDecision,
+        ApprovalRequest,
+        DecisionKind,
+        DecisionRecord,
+        Vote,
+    )
 
 
 def problem(request: ApprovalRequest, decision: ApprovalDecision, starter: str | None) -> str | None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from activities.sandbox.reaper import ReaperActivities
-    from schemas.sandbox import ReapInput, ReapResult
+    from agent_worker.activities.sandbox.reaper import ReaperActivities
+    from agent_worker.schemas.sandbox import ReapInput, ReapResult
 
-from workflows import options
+from agent_worker.workflows import options
 
 
 @workflow.defn(name="SandboxReaper")

@@ -13,11 +13,11 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
-    from activities.sandbox.activities import SandboxActivities, SandboxHere
-    from activities.stores import live_events
-    from schemas.actions import ProposedAction, SandboxCommand
-    from schemas.events import EventType
-    from schemas.sandbox import (
+    from agent_worker.activities.sandbox.activities import SandboxActivities, SandboxHere
+    from agent_worker.activities.stores import live_events
+    from agent_worker.schemas.actions import ProposedAction, SandboxCommand
+    from agent_worker.schemas.events import EventType
+    from agent_worker.schemas.sandbox import (
         CommandRecord,
         CreateSandboxInput,
         DestroySandboxInput,
@@ -25,20 +25,20 @@ with workflow.unsafe.imports_passed_through():
         PlaceSandboxInput,
         SandboxRef,
     )
-    from schemas.streams import StreamEntry
+    from agent_worker.schemas.streams import StreamEntry
 
-from workflows import options
-from workflows.bounds import cut
-from workflows.context import TaskContext
-from workflows.failures import (
+from agent_worker.workflows import options
+from agent_worker.workflows.bounds import cut
+from agent_worker.workflows.context import TaskContext
+from agent_worker.workflows.failures import (
     as_activity_error,
     failure_code,
     failure_detail,
     failure_message,
     failure_operation,
 )
-from workflows.handoff import HandOff
-from workflows.patches import (
+from agent_worker.workflows.handoff import HandOff
+from agent_worker.workflows.patches import (
     BOUNDED_PATCH,
     EXEC_HERE_PATCH,
     MINIMUM_ROUND_TRIPS_PATCH,
@@ -46,8 +46,8 @@ from workflows.patches import (
     SANDBOX_HOME_PATCH,
     patched,
 )
-from workflows.placement import Home, Placement, at_home, home_of, home_unanswered
-from workflows.takeover import record_takeover
+from agent_worker.workflows.placement import Home, Placement, at_home, home_of, home_unanswered
+from agent_worker.workflows.takeover import record_takeover
 
 # The error type of a local activity refused by a worker that does not hold the task's sandbox.
 ELSEWHERE = "sandbox_elsewhere"

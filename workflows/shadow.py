@@ -17,9 +17,7 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
-    from pydantic import ValidationError
-
-    from schemas.shadow import (
+    from agent_worker.schemas.shadow import (
         ShadowReportInput,
         ShadowReportResult,
         ShadowRunInput,
@@ -27,9 +25,10 @@ with workflow.unsafe.imports_passed_through():
         ShadowTaskInput,
         ShadowTaskRef,
     )
+    from pydantic import ValidationError
 
-from workflows import options
-from workflows.shadow_task import ShadowTaskWorkflow
+from agent_worker.workflows import options
+from agent_worker.workflows.shadow_task import ShadowTaskWorkflow
 
 INVALID_INPUT = "invalid_shadow_input"
 

@@ -26,7 +26,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from schemas.actions import (
+    from agent_worker.schemas.actions import (
         ActionResult,
         ActionStatus,
         EffectClass,
@@ -34,7 +34,7 @@ with workflow.unsafe.imports_passed_through():
         SandboxCommand,
         without_preview,
     )
-    from schemas.sandbox import (
+    from agent_worker.schemas.sandbox import (
         CommandRecord,
         CreateSandboxInput,
         DestroySandboxInput,
@@ -42,7 +42,7 @@ with workflow.unsafe.imports_passed_through():
         ExecInput,
         SandboxRef,
     )
-    from schemas.shadow import (
+    from agent_worker.schemas.shadow import (
         MAX_SHADOW_TURNS,
         SAME,
         ShadowAction,
@@ -55,10 +55,10 @@ with workflow.unsafe.imports_passed_through():
         ShadowTurnInput,
         ShadowTurnOutput,
     )
-    from schemas.tasks import PolicyVerdict
+    from agent_worker.schemas.tasks import PolicyVerdict
 
-from workflows import options
-from workflows.policy import evaluate
+from agent_worker.workflows import options
+from agent_worker.workflows.policy import evaluate
 
 # What the candidate is told about an action the shadow did not run.
 NOT_EXECUTED = (

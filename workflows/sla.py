@@ -13,17 +13,17 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
-    from activities.notify import NotifyActivities
-    from schemas.actions import ActionResult, ActionStatus
-    from schemas.approvals import ApprovalRequest
-    from schemas.events import EventType
-    from schemas.notify import NotificationKind, NotifyInput
-    from telemetry import metrics
+    from agent_worker.activities.notify import NotifyActivities
+    from agent_worker.schemas.actions import ActionResult, ActionStatus
+    from agent_worker.schemas.approvals import ApprovalRequest
+    from agent_worker.schemas.events import EventType
+    from agent_worker.schemas.notify import NotificationKind, NotifyInput
+    from agent_worker.telemetry import metrics
 
-from workflows import options
-from workflows.context import TaskContext
-from workflows.handoff import HandOff
-from workflows.patches import APPROVAL_SLA_PATCH, patched
+from agent_worker.workflows import options
+from agent_worker.workflows.context import TaskContext
+from agent_worker.workflows.handoff import HandOff
+from agent_worker.workflows.patches import APPROVAL_SLA_PATCH, patched
 
 # What the model (and the hand-off reason) is told of a request nobody decided: never "rejected".
 EXPIRED = "expired, unanswered"

@@ -9,20 +9,20 @@ from collections.abc import Awaitable, Callable
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from activities.artifacts import ArtifactActivities
-    from activities.tenants import TenantActivities
-    from activities.threads import ThreadActivities
-    from schemas.artifacts import ArtifactRef, IngestInput
-    from schemas.events import EventType
-    from schemas.tasks import FollowUp, TaskPhase
-    from schemas.tenants import AdmitInput
-    from schemas.threads import ResumeThreadInput
-    from telemetry import metrics
+    from agent_worker.activities.artifacts import ArtifactActivities
+    from agent_worker.activities.tenants import TenantActivities
+    from agent_worker.activities.threads import ThreadActivities
+    from agent_worker.schemas.artifacts import ArtifactRef, IngestInput
+    from agent_worker.schemas.events import EventType
+    from agent_worker.schemas.tasks import FollowUp, TaskPhase
+    from agent_worker.schemas.tenants import AdmitInput
+    from agent_worker.schemas.threads import ResumeThreadInput
+    from agent_worker.telemetry import metrics
 
-from workflows import options
-from workflows.context import TaskContext
-from workflows.patches import LEAN_EVIDENCE_PATCH, TENANT_ADMISSION_PATCH, patched
-from workflows.threads import first_message
+from agent_worker.workflows import options
+from agent_worker.workflows.context import TaskContext
+from agent_worker.workflows.patches import LEAN_EVIDENCE_PATCH, TENANT_ADMISSION_PATCH, patched
+from agent_worker.workflows.threads import first_message
 
 
 class TaskStart:

@@ -8,10 +8,10 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from schemas.events import EventType
-    from telemetry import metrics
+    from agent_worker.schemas.events import EventType
+    from agent_worker.telemetry import metrics
 
-from workflows.context import TaskContext
+from agent_worker.workflows.context import TaskContext
 
 
 def record_takeover(task: TaskContext, work: str, seconds: float | None, **data: object) -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():  # payload models and helpers: one copy for all runs
-    from schemas.artifacts import ArtifactRef
+    from agent_worker.schemas.artifacts import ArtifactRef
 
 
 def first_message(prompt: str, inputs: list[ArtifactRef]) -> str:

@@ -16,19 +16,19 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
-    from activities.tools.activities import ToolActivities
-    from schemas.actions import FunctionCall, McpCall, ProposedAction
-    from schemas.digests import digest_json
-    from schemas.events import EventType
-    from schemas.tasks import TaskPhase
-    from schemas.tools import ToolCallInput, ToolCallResult, ToolEffectRecord
-    from schemas.writes import operation_key
+    from agent_worker.activities.tools.activities import ToolActivities
+    from agent_worker.schemas.actions import FunctionCall, McpCall, ProposedAction
+    from agent_worker.schemas.digests import digest_json
+    from agent_worker.schemas.events import EventType
+    from agent_worker.schemas.tasks import TaskPhase
+    from agent_worker.schemas.tools import ToolCallInput, ToolCallResult, ToolEffectRecord
+    from agent_worker.schemas.writes import operation_key
 
-from workflows import bounds, options
-from workflows.context import TaskContext
-from workflows.failures import failure_code, failure_message
-from workflows.handoff import HandOff
-from workflows.placement import Placement
+from agent_worker.workflows import bounds, options
+from agent_worker.workflows.context import TaskContext
+from agent_worker.workflows.failures import failure_code, failure_message
+from agent_worker.workflows.handoff import HandOff
+from agent_worker.workflows.placement import Placement
 
 # Failures raised before the tool was called (no such agent or tool, arguments that no longer fit):
 # nothing happened, so the hand-off says so rather than "outcome unknown".

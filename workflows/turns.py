@@ -11,25 +11,30 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
-    from activities.agent.turn import AgentActivities
-    from schemas.actions import without_preview
-    from schemas.events import EventType
-    from schemas.tasks import BatchItem, PolicyVerdict, TaskPhase
-    from schemas.turns import TurnInput, TurnResult
+    from agent_worker.activities.agent.turn import AgentActivities
+    from agent_worker.schemas.actions import without_preview
+    from agent_worker.schemas.events import EventType
+    from agent_worker.schemas.tasks import BatchItem, PolicyVerdict, TaskPhase
+    from agent_worker.schemas.turns import TurnInput, TurnResult
 
-from workflows import fork, options
-from workflows.approvals import ApprovalDesk
-from workflows.budget_tree import BudgetKeeper, record_turn
-from workflows.context import TaskContext
-from workflows.evidence import EvidenceKeeper
-from workflows.failures import failure_code, failure_message
-from workflows.grants import query_for
-from workflows.handoff import HandOff
-from workflows.patches import INTERRUPT_PATCH, LEAN_EVIDENCE_PATCH, MCP_UNAVAILABLE_PATCH, patched
-from workflows.placement import Placement
-from workflows.policy import evaluate
-from workflows.questions import route
-from workflows.takeover import record_takeover
+from agent_worker.workflows import fork, options
+from agent_worker.workflows.approvals import ApprovalDesk
+from agent_worker.workflows.budget_tree import BudgetKeeper, record_turn
+from agent_worker.workflows.context import TaskContext
+from agent_worker.workflows.evidence import EvidenceKeeper
+from agent_worker.workflows.failures import failure_code, failure_message
+from agent_worker.workflows.grants import query_for
+from agent_worker.workflows.handoff import HandOff
+from agent_worker.workflows.patches import (
+    INTERRUPT_PATCH,
+    LEAN_EVIDENCE_PATCH,
+    MCP_UNAVAILABLE_PATCH,
+    patched,
+)
+from agent_worker.workflows.placement import Placement
+from agent_worker.workflows.policy import evaluate
+from agent_worker.workflows.questions import route
+from agent_worker.workflows.takeover import record_takeover
 
 
 class TurnRunner:

@@ -10,13 +10,13 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from schemas import visibility
-    from schemas.approvals import ApprovalRequest
-    from schemas.events import EventType
-    from schemas.tasks import TaskPhase, TaskSpec, TaskState
-    from telemetry import metrics
+    from agent_worker.schemas import visibility
+    from agent_worker.schemas.approvals import ApprovalRequest
+    from agent_worker.schemas.events import EventType
+    from agent_worker.schemas.tasks import TaskPhase, TaskSpec, TaskState
+    from agent_worker.telemetry import metrics
 
-from workflows.context import Emit
+from agent_worker.workflows.context import Emit
 
 
 class TaskVisibility:

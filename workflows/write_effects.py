@@ -14,12 +14,12 @@ from temporalio.exceptions import ActivityError, is_cancelled_exception
 from temporalio.workflow import ActivityConfig
 
 with workflow.unsafe.imports_passed_through():
-    from activities.business import BusinessActivities
-    from schemas.actions import BusinessWrite, ProposedAction
-    from schemas.authz import AuthzRequest
-    from schemas.events import EventType
-    from schemas.tasks import TaskPhase
-    from schemas.writes import (
+    from agent_worker.activities.business import BusinessActivities
+    from agent_worker.schemas.actions import BusinessWrite, ProposedAction
+    from agent_worker.schemas.authz import AuthzRequest
+    from agent_worker.schemas.events import EventType
+    from agent_worker.schemas.tasks import TaskPhase
+    from agent_worker.schemas.writes import (
         LookupInput,
         WriteEvidence,
         WriteInput,
@@ -27,13 +27,13 @@ with workflow.unsafe.imports_passed_through():
         WriteReceipt,
         operation_key,
     )
-    from telemetry import metrics
+    from agent_worker.telemetry import metrics
 
-from workflows import bounds, fork, options
-from workflows.context import TaskContext
-from workflows.failures import failure_code, failure_message
-from workflows.handoff import HandOff
-from workflows.patches import (
+from agent_worker.workflows import bounds, fork, options
+from agent_worker.workflows.context import TaskContext
+from agent_worker.workflows.failures import failure_code, failure_message
+from agent_worker.workflows.handoff import HandOff
+from agent_worker.workflows.patches import (
     BOUNDED_PATCH,
     MINIMUM_ROUND_TRIPS_PATCH,
     SETTLE_CANCELLED_WRITE_PATCH,

@@ -21,12 +21,11 @@ import json
 from typing import Any
 
 import pydantic
+from agent_worker.activities.agent.tools import EFFECT_ATTR, EffectDeclaration, return_workflow_result
+from agent_worker.activities.errors import ToolPlanError
+from agent_worker.schemas.actions import EffectClass
+from agent_worker.schemas.questions import ASK_TOOL, MAX_OPTIONS, AnswerType, Question
 from agents import FunctionTool
-
-from activities.agent.tools import EFFECT_ATTR, EffectDeclaration, return_workflow_result
-from activities.errors import ToolPlanError
-from schemas.actions import EffectClass
-from schemas.questions import ASK_TOOL, MAX_OPTIONS, AnswerType, Question
 
 DESCRIPTION = (
     "Ask a person a question and wait for the answer, which is this tool's output. Use it when you "

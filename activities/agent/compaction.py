@@ -32,13 +32,12 @@ import json
 from typing import Any
 
 import structlog
+from agent_worker.activities.agent.provider_errors import no_sdk_retries
+from agent_worker.activities.artifacts import ArtifactStore
+from agent_worker.activities.errors import AgentError
+from agent_worker.schemas.artifacts import ArtifactRef
+from agent_worker.schemas.turns import CompactionRecord
 from agents.models.interface import Model, ModelTracing
-
-from activities.agent.provider_errors import no_sdk_retries
-from activities.artifacts import ArtifactStore
-from activities.errors import AgentError
-from schemas.artifacts import ArtifactRef
-from schemas.turns import CompactionRecord
 
 log = structlog.get_logger(__name__)
 

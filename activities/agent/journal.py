@@ -21,12 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import structlog
+from agent_worker.schemas.digests import digest_json
 from agents.items import ModelResponse, TResponseOutputItem, TResponseStreamEvent
 from agents.models.interface import Model
 from agents.usage import Usage, deserialize_usage, serialize_usage
 from pydantic import TypeAdapter
-
-from schemas.digests import digest_json
 
 log = structlog.get_logger(__name__)
 

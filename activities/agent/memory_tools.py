@@ -20,12 +20,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from agent_worker.activities.agent.tools import current_turn, write_tool
+from agent_worker.activities.errors import ToolPlanError
+from agent_worker.activities.stores.memory import MAX_FACT_CHARS, MEMORY_RECORD_TYPE, MEMORY_SYSTEM
+from agent_worker.schemas.actions import BusinessWrite
 from agents import FunctionTool, function_tool
-
-from activities.agent.tools import current_turn, write_tool
-from activities.errors import ToolPlanError
-from activities.stores.memory import MAX_FACT_CHARS, MEMORY_RECORD_TYPE, MEMORY_SYSTEM
-from schemas.actions import BusinessWrite
 
 NOTHING_FOUND = "no remembered facts match"
 

@@ -12,12 +12,11 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+from agent_worker.activities.agent.registry import AgentRegistration
+from agent_worker.schemas.config import WorkerConfig
 from agents.items import ModelResponse, TResponseInputItem, TResponseOutputItem, TResponseStreamEvent
 from agents.models.interface import Model
 from agents.usage import Usage
-
-from activities.agent.registry import AgentRegistration
-from schemas.config import WorkerConfig
 
 
 class ConversationModel(Model, abc.ABC):
@@ -99,7 +98,7 @@ def model_for(registration: AgentRegistration, config: WorkerConfig) -> tuple[Mo
         ConfigError: the agent's model cannot be resolved (unknown provider, missing setting).
         AgentError: no real provider is configured and the agent has no scripted model.
     """
-    from activities.agent.providers import ModelChain, resolve_chain
+    from agent_worker.activities.agent.providers import ModelChain, resolve_chain
 
     chain = resolve_chain(registration, registration.build(), config)
     return ModelChain(chain), chain[0].label

@@ -18,15 +18,14 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
+from agent_worker.activities.agent.provider_errors import no_sdk_retries
+from agent_worker.activities.agent.providers import ModelChoice, resolve_chain
+from agent_worker.activities.agent.read_tools import bounded_agent
+from agent_worker.activities.agent.registry import AgentRegistration, AgentRegistry
+from agent_worker.activities.agent.sandbox_agents import SandboxAgentRefused, durable_agent
+from agent_worker.schemas.config import ConfigError, WorkerConfig
 from agents import Agent, RunConfig
 from agents.models.interface import Model
-
-from activities.agent.provider_errors import no_sdk_retries
-from activities.agent.providers import ModelChoice, resolve_chain
-from activities.agent.read_tools import bounded_agent
-from activities.agent.registry import AgentRegistration, AgentRegistry
-from activities.agent.sandbox_agents import SandboxAgentRefused, durable_agent
-from schemas.config import ConfigError, WorkerConfig
 
 
 @dataclass(frozen=True)

@@ -41,11 +41,10 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 import openai
+from agent_worker.security.redact import redact, redact_value
 from agents import ModelRetrySettings, ModelSettings
 from agents.exceptions import ModelTimeoutError
 from temporalio.exceptions import ApplicationError
-
-from security.redact import redact, redact_value
 
 RETRYABLE = "model_provider_retryable"
 REJECTED = "model_provider_rejected"

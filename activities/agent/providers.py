@@ -36,15 +36,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
+from agent_worker.activities.agent.provider_errors import REJECTED, UNAVAILABLE, provider_failure
+from agent_worker.activities.agent.registry import AgentRegistration
+from agent_worker.activities.errors import AgentError
+from agent_worker.schemas.config import ConfigError, ProviderConfig, WorkerConfig
+from agent_worker.security.redact import redact
 from agents import Agent
 from agents.items import ModelResponse, TResponseStreamEvent
 from agents.models.interface import Model
-
-from activities.agent.provider_errors import REJECTED, UNAVAILABLE, provider_failure
-from activities.agent.registry import AgentRegistration
-from activities.errors import AgentError
-from schemas.config import ConfigError, ProviderConfig, WorkerConfig
-from security.redact import redact
 
 log = structlog.get_logger(__name__)
 

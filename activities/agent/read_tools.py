@@ -25,13 +25,12 @@ import copy
 import weakref
 from typing import Any
 
+from agent_worker.activities.agent.registry import agent_graph, handoff_target
+from agent_worker.activities.agent.tools import effect_of, running_turn
+from agent_worker.activities.tools.results import OUTPUT_PREVIEW_CHARS, bounded_read
 from agents import Agent, FunctionTool, Handoff, ToolOutputText
 from agents.items import ItemHelpers
 from agents.tool_context import ToolContext
-
-from activities.agent.registry import agent_graph, handoff_target
-from activities.agent.tools import effect_of, running_turn
-from activities.tools.results import OUTPUT_PREVIEW_CHARS, bounded_read
 
 _BOUNDED_ATTR = "_agent_worker_bounded"
 

@@ -7,15 +7,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from agent_worker.activities.errors import ToolPlanError, UnknownAgent
+from agent_worker.activities.loading import load_object
+from agent_worker.activities.sdk_shims import handoff_agent
 from agents import Agent, FunctionTool, Handoff
 from agents.models.interface import Model
 
-from activities.errors import ToolPlanError, UnknownAgent
-from activities.loading import load_object
-from activities.sdk_shims import handoff_agent
-
 if TYPE_CHECKING:
-    from activities.tools.mcp import McpRules
+    from agent_worker.activities.tools.mcp import McpRules
 
 
 @dataclass(frozen=True)

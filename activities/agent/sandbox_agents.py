@@ -44,15 +44,14 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from agent_worker.activities.agent.registry import agent_graph, handoff_target
+from agent_worker.activities.agent.tools import sandbox_tool
+from agent_worker.activities.errors import AgentError, ToolPlanError
+from agent_worker.schemas.actions import SandboxCommand
 from agents import Agent
 from agents.sandbox import SandboxAgent
 from agents.sandbox.capabilities import Capability, Compaction, Filesystem, Shell, StaticCompactionPolicy
 from agents.sandbox.manifest import Manifest
-
-from activities.agent.registry import agent_graph, handoff_target
-from activities.agent.tools import sandbox_tool
-from activities.errors import AgentError, ToolPlanError
-from schemas.actions import SandboxCommand
 
 # The applier runs in the sandbox, from its source: it is standalone (standard library only).
 APPLY_PATCH_SOURCE = (Path(__file__).parent.parent / "sandbox" / "apply_patch.py").read_text(encoding="utf-8")

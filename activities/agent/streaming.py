@@ -35,17 +35,16 @@ from typing import Any
 import httpx
 import openai
 import structlog
+from agent_worker.activities.agent.providers import ModelChoice
+from agent_worker.activities.stores.streams import WRITER, StreamBackend
+from agent_worker.schemas.streams import StreamEntry, StreamKind
+from agent_worker.security.redact import redact_value
+from agent_worker.telemetry import metrics
 from agents.exceptions import ModelBehaviorError
 from agents.items import ModelResponse, TResponseStreamEvent
 from agents.models.interface import Model
 from agents.usage import Usage
 from temporalio import activity
-
-from activities.agent.providers import ModelChoice
-from activities.stores.streams import WRITER, StreamBackend
-from schemas.streams import StreamEntry, StreamKind
-from security.redact import redact_value
-from telemetry import metrics
 
 log = structlog.get_logger(__name__)
 

@@ -19,13 +19,12 @@ import time
 from typing import Any
 
 import pydantic
+from agent_worker.activities.agent.tools import effect_of
+from agent_worker.activities.artifacts import ArtifactStore
+from agent_worker.schemas.digests import canonical_json
+from agent_worker.schemas.turns import MAX_TOOL_CALL_RECORDS, ToolCallRecord
 from agents import Agent, FunctionTool, RunContextWrapper, RunHooks, Tool
 from agents.tool import default_tool_error_function
-
-from activities.agent.tools import effect_of
-from activities.artifacts import ArtifactStore
-from schemas.digests import canonical_json
-from schemas.turns import MAX_TOOL_CALL_RECORDS, ToolCallRecord
 
 # What the SDK's default failure function tells the model when a tool raised (a fixed text): the
 # hooks see only the output, so a call is recorded as an error when its output is this text. A tool

@@ -32,14 +32,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pydantic
+from agent_worker.activities.artifacts import ArtifactStore
+from agent_worker.activities.errors import ToolPlanError, TurnError
+from agent_worker.schemas.actions import BusinessWrite, Delegation, EffectClass, Operation, SandboxCommand
+from agent_worker.schemas.artifacts import ArtifactRef
 from agents import FunctionTool
 from agents.function_schema import FuncSchema, function_schema
 from agents.tool_context import ToolContext
-
-from activities.artifacts import ArtifactStore
-from activities.errors import ToolPlanError, TurnError
-from schemas.actions import BusinessWrite, Delegation, EffectClass, Operation, SandboxCommand
-from schemas.artifacts import ArtifactRef
 
 EFFECT_ATTR = "_agent_worker_effect"
 

@@ -18,22 +18,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 import structlog
-from agents import Agent, Runner
-from agents.exceptions import MaxTurnsExceeded
-from agents.items import ToolApprovalItem
-from agents.run_state import RunState
-from temporalio import activity
-
-from activities.agent import compaction
-from activities.agent.journal import JournaledModel, ModelCallJournal
-from activities.agent.prepared import PreparedAgent, PreparedAgents
-from activities.agent.provider_errors import provider_failure
-from activities.agent.providers import SCRIPTED, AgentRoutedModel, ModelChain, check_models
-from activities.agent.registry import AgentRegistry, find_agent, find_tool
-from activities.agent.sandbox_agents import compact_after_tokens
-from activities.agent.streaming import StreamingModel, TurnStream
-from activities.agent.tool_records import ReadToolRecorder
-from activities.agent.tools import (
+from agent_worker.activities.agent import compaction
+from agent_worker.activities.agent.journal import JournaledModel, ModelCallJournal
+from agent_worker.activities.agent.prepared import PreparedAgent, PreparedAgents
+from agent_worker.activities.agent.provider_errors import provider_failure
+from agent_worker.activities.agent.providers import SCRIPTED, AgentRoutedModel, ModelChain, check_models
+from agent_worker.activities.agent.registry import AgentRegistry, find_agent, find_tool
+from agent_worker.activities.agent.sandbox_agents import compact_after_tokens
+from agent_worker.activities.agent.streaming import StreamingModel, TurnStream
+from agent_worker.activities.agent.tool_records import ReadToolRecorder
+from agent_worker.activities.agent.tools import (
     TurnServices,
     bind_turn,
     effect_of,
@@ -41,15 +35,15 @@ from activities.agent.tools import (
     plan_call,
     unbind_turn,
 )
-from activities.artifacts import ArtifactStore
-from activities.errors import AgentError, ToolPlanError, TurnError, activity_boundary
-from activities.grants import GrantStore, find_grant
-from activities.stores.streams import StreamBackend
-from activities.tools import mcp as mcp_tools
-from schemas.actions import RAN, ActionResult, ActionStatus, ProposedAction, action_version
-from schemas.config import ConfigError, WorkerConfig
-from schemas.grants import ActionBasis, GrantQuery, tool_schema_digest
-from schemas.turns import (
+from agent_worker.activities.artifacts import ArtifactStore
+from agent_worker.activities.errors import AgentError, ToolPlanError, TurnError, activity_boundary
+from agent_worker.activities.grants import GrantStore, find_grant
+from agent_worker.activities.stores.streams import StreamBackend
+from agent_worker.activities.tools import mcp as mcp_tools
+from agent_worker.schemas.actions import RAN, ActionResult, ActionStatus, ProposedAction, action_version
+from agent_worker.schemas.config import ConfigError, WorkerConfig
+from agent_worker.schemas.grants import ActionBasis, GrantQuery, tool_schema_digest
+from agent_worker.schemas.turns import (
     MAX_CALL_RECORDS,
     CompactionRecord,
     ModelCall,
@@ -59,8 +53,13 @@ from schemas.turns import (
     TurnResult,
     TurnUsage,
 )
-from security.redact import redact
-from telemetry import metrics
+from agent_worker.security.redact import redact
+from agent_worker.telemetry import metrics
+from agents import Agent, Runner
+from agents.exceptions import MaxTurnsExceeded
+from agents.items import ToolApprovalItem
+from agents.run_state import RunState
+from temporalio import activity
 
 log = structlog.get_logger(__name__)
 
@@ -113,7 +112,7 @@ class AgentActivities:
     def memory(self) -> Any:
         """The memory store ``recall`` reads (``activities.stores.memory``), built on first use."""
         if self._memory is None:
-            from activities.stores.memory import build_memory_store
+            from agent_worker.activities.stores.memory import build_memory_store
 
             self._memory = build_memory_store(self.config)
         return self._memory

@@ -6,12 +6,11 @@ import asyncio
 from collections.abc import Mapping
 
 import structlog
+from agent_worker.activities.authz import Authorizer
+from agent_worker.activities.business.base import BusinessWriter
+from agent_worker.activities.errors import WriteError, activity_boundary
+from agent_worker.schemas.writes import LookupInput, LookupResult, WriteInput, WriteReceipt
 from temporalio import activity
-
-from activities.authz import Authorizer
-from activities.business.base import BusinessWriter
-from activities.errors import WriteError, activity_boundary
-from schemas.writes import LookupInput, LookupResult, WriteInput, WriteReceipt
 
 log = structlog.get_logger(__name__)
 

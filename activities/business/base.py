@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from activities.loading import load_object
-from schemas.digests import canonical_json, digest_bytes
-from schemas.writes import WriteInput, WriteReceipt
+from agent_worker.activities.loading import load_object
+from agent_worker.schemas.digests import canonical_json, digest_bytes
+from agent_worker.schemas.writes import WriteInput, WriteReceipt
 
 
 class BusinessWriter(Protocol):

@@ -26,10 +26,9 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
-
-from activities.business.base import payload_digest
-from activities.errors import WriteConflict, WriteError, WriteUnavailable, WriteUnknown
-from schemas.writes import WriteInput, WriteOutcome, WriteReceipt
+from agent_worker.activities.business.base import payload_digest
+from agent_worker.activities.errors import WriteConflict, WriteError, WriteUnavailable, WriteUnknown
+from agent_worker.schemas.writes import WriteInput, WriteOutcome, WriteReceipt
 
 WRITE = "business.write"
 LOOKUP = "business.lookup"

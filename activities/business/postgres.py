@@ -28,10 +28,10 @@ import json
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from activities.business.base import payload_digest, record_id_for
-from activities.errors import WriteConflict, WriteError, WriteUnavailable, WriteUnknown
-from schemas.digests import canonical_json
-from schemas.writes import WriteInput, WriteOutcome, WriteReceipt
+from agent_worker.activities.business.base import payload_digest, record_id_for
+from agent_worker.activities.errors import WriteConflict, WriteError, WriteUnavailable, WriteUnknown
+from agent_worker.schemas.digests import canonical_json
+from agent_worker.schemas.writes import WriteInput, WriteOutcome, WriteReceipt
 
 if TYPE_CHECKING:
     import psycopg
@@ -214,5 +214,5 @@ class PostgresBusinessStore:
 
 
 def postgres_writer(dsn: str) -> PostgresBusinessStore:
-    """The factory for ``AGENT_WORKER_BUSINESS_WRITER=activities.business.postgres:postgres_writer``."""
+    """The factory for ``AGENT_WORKER_BUSINESS_WRITER=agent_worker.activities.business.postgres:postgres_writer``."""
     return PostgresBusinessStore(dsn)

@@ -8,10 +8,10 @@ import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
 
-from activities.business.base import payload_digest, record_id_for
-from activities.errors import WriteConflict, WriteUnavailable, WriteUnknown
-from schemas.digests import canonical_json
-from schemas.writes import WriteInput, WriteOutcome, WriteReceipt
+from agent_worker.activities.business.base import payload_digest, record_id_for
+from agent_worker.activities.errors import WriteConflict, WriteUnavailable, WriteUnknown
+from agent_worker.schemas.digests import canonical_json
+from agent_worker.schemas.writes import WriteInput, WriteOutcome, WriteReceipt
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS business_records (

@@ -15,9 +15,9 @@ recorded it sends it again on the retry. The copy carries the same key (the webh
 
 from __future__ import annotations
 
-from activities.notify.activities import NotifyActivities, build_notifiers
-from activities.notify.email import EmailNotifier
-from activities.notify.ledger import NotificationLedger
-from activities.notify.webhook import WebhookNotifier
+from agent_worker.activities.notify.activities import NotifyActivities, build_notifiers
+from agent_worker.activities.notify.email import EmailNotifier
+from agent_worker.activities.notify.ledger import NotificationLedger
+from agent_worker.activities.notify.webhook import WebhookNotifier
 
 __all__ = ["EmailNotifier", "NotificationLedger", "NotifyActivities", "WebhookNotifier", "build_notifiers"]

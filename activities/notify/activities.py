@@ -6,14 +6,13 @@ import asyncio
 import shlex
 from typing import Protocol
 
+from agent_worker.activities.errors import activity_boundary
+from agent_worker.activities.notify.email import EmailNotifier
+from agent_worker.activities.notify.ledger import NotificationLedger
+from agent_worker.activities.notify.webhook import WebhookNotifier
+from agent_worker.schemas.config import WorkerConfig
+from agent_worker.schemas.notify import NotifyInput, NotifyResult
 from temporalio import activity
-
-from activities.errors import activity_boundary
-from activities.notify.email import EmailNotifier
-from activities.notify.ledger import NotificationLedger
-from activities.notify.webhook import WebhookNotifier
-from schemas.config import WorkerConfig
-from schemas.notify import NotifyInput, NotifyResult
 
 
 class Notifier(Protocol):

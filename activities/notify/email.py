@@ -10,8 +10,8 @@ import smtplib
 from email.message import EmailMessage
 from urllib.parse import urlsplit
 
-from activities.errors import NotifyError
-from schemas.notify import NotifyInput
+from agent_worker.activities.errors import NotifyError
+from agent_worker.schemas.notify import NotifyInput
 
 
 class EmailNotifier:

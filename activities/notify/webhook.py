@@ -8,9 +8,8 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
-
-from activities.errors import NotifyError
-from schemas.notify import NotifyInput
+from agent_worker.activities.errors import NotifyError
+from agent_worker.schemas.notify import NotifyInput
 
 
 class WebhookNotifier:

@@ -9,14 +9,12 @@ import time
 from collections.abc import Mapping
 
 import structlog
-from temporalio import activity
-
-from activities.artifacts import ArtifactStore
-from activities.errors import SandboxError, activity_boundary
-from activities.heartbeat import previous_beat
-from activities.sandbox.base import Sandbox
-from schemas.digests import canonical_json
-from schemas.sandbox import (
+from agent_worker.activities.artifacts import ArtifactStore
+from agent_worker.activities.errors import SandboxError, activity_boundary
+from agent_worker.activities.heartbeat import previous_beat
+from agent_worker.activities.sandbox.base import Sandbox
+from agent_worker.schemas.digests import canonical_json
+from agent_worker.schemas.sandbox import (
     CommandRecord,
     CreateSandboxInput,
     DestroySandboxInput,
@@ -28,8 +26,9 @@ from schemas.sandbox import (
     SandboxRef,
     stored_record,
 )
-from security.redact import redact
-from telemetry import metrics
+from agent_worker.security.redact import redact
+from agent_worker.telemetry import metrics
+from temporalio import activity
 
 # A command record's inline stdout and stderr together, as JSON: the record is the activity's result
 # and travels in the task's state, so it must fit a Temporal payload (2 MB) whatever the spec's

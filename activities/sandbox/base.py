@@ -6,7 +6,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Protocol
 
-from schemas.sandbox import CreateSandboxInput, ExecInput, SandboxBackend, SandboxRef
+from agent_worker.schemas.sandbox import CreateSandboxInput, ExecInput, SandboxBackend, SandboxRef
 
 # Labels (Docker) / metadata (E2B) / labels.json (process) every sandbox carries, for reaping.
 LABEL_TASK = "agent-worker.task_id"

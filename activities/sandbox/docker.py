@@ -37,9 +37,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import structlog
-
-from activities.errors import SandboxError
-from activities.sandbox.base import (
+from agent_worker.activities.errors import SandboxError
+from agent_worker.activities.sandbox.base import (
     LABEL_BACKEND,
     LABEL_CREATED,
     LABEL_DEPLOYMENT,
@@ -51,7 +50,7 @@ from activities.sandbox.base import (
     SandboxInfo,
     sandbox_id_for,
 )
-from schemas.sandbox import CreateSandboxInput, ExecInput, SandboxBackend, SandboxRef
+from agent_worker.schemas.sandbox import CreateSandboxInput, ExecInput, SandboxBackend, SandboxRef
 
 log = structlog.get_logger(__name__)
 

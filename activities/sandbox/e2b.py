@@ -35,9 +35,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
-
-from activities.errors import Retryable, SandboxError
-from activities.sandbox.base import (
+from agent_worker.activities.errors import Retryable, SandboxError
+from agent_worker.activities.sandbox.base import (
     LABEL_BACKEND,
     LABEL_CREATED,
     LABEL_DEPLOYMENT,
@@ -49,10 +48,10 @@ from activities.sandbox.base import (
     SandboxInfo,
     sandbox_id_for,
 )
-from schemas.sandbox import CreateSandboxInput, ExecInput, SandboxBackend, SandboxRef
+from agent_worker.schemas.sandbox import CreateSandboxInput, ExecInput, SandboxBackend, SandboxRef
 
 if TYPE_CHECKING:
-    from schemas.config import WorkerConfig
+    from agent_worker.schemas.config import WorkerConfig
 
 log = structlog.get_logger(__name__)
 

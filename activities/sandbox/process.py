@@ -38,9 +38,8 @@ from pathlib import Path
 from typing import Literal
 
 import structlog
-
-from activities.errors import SandboxError
-from activities.sandbox.base import (
+from agent_worker.activities.errors import SandboxError
+from agent_worker.activities.sandbox.base import (
     LABEL_BACKEND,
     LABEL_CREATED,
     LABEL_DEPLOYMENT,
@@ -52,8 +51,14 @@ from activities.sandbox.base import (
     SandboxInfo,
     sandbox_id_for,
 )
-from activities.sandbox.pids_cgroup import PidsCgroups
-from schemas.sandbox import CreateSandboxInput, ExecInput, SandboxBackend, SandboxRef, SandboxSpec
+from agent_worker.activities.sandbox.pids_cgroup import PidsCgroups
+from agent_worker.schemas.sandbox import (
+    CreateSandboxInput,
+    ExecInput,
+    SandboxBackend,
+    SandboxRef,
+    SandboxSpec,
+)
 
 log = structlog.get_logger(__name__)
 

@@ -15,13 +15,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import structlog
+from agent_worker.activities.errors import activity_boundary
+from agent_worker.activities.sandbox.base import Sandbox, SandboxInfo
+from agent_worker.schemas.sandbox import ReapedSandbox, ReapInput, ReapResult, SandboxRef
 from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
-
-from activities.errors import activity_boundary
-from activities.sandbox.base import Sandbox, SandboxInfo
-from schemas.sandbox import ReapedSandbox, ReapInput, ReapResult, SandboxRef
 
 log = structlog.get_logger(__name__)
 

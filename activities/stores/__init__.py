@@ -11,7 +11,7 @@
   the one place each state store is built from a config, and the worker's start check;
 - ``memory``: ``SqliteMemoryStore``, ``PostgresMemoryStore``, the agents' memory (``remember`` /
   ``recall``: docs/memory.md) in the state backend, ``build_memory_store(config)``;
-- ``provision``: ``python -m activities.stores.provision`` creates the bucket and database a
+- ``provision``: ``python -m agent_worker.activities.stores.provision`` creates the bucket and database a
   fleet's stores need (the compose stack's ``stores-setup`` job).
 
 Backends are imported lazily (their client libraries are extras): import the module you need.

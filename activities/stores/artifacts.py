@@ -6,8 +6,8 @@ all go through it, so nothing reads or writes a local directory behind the confi
 
 from __future__ import annotations
 
-from activities.artifacts import ArtifactStore, LocalArtifactStore
-from schemas.config import ConfigError, WorkerConfig
+from agent_worker.activities.artifacts import ArtifactStore, LocalArtifactStore
+from agent_worker.schemas.config import ConfigError, WorkerConfig
 
 
 def build_artifact_store(config: WorkerConfig) -> ArtifactStore:
@@ -26,7 +26,7 @@ def build_artifact_store(config: WorkerConfig) -> ArtifactStore:
         if not config.artifact_bucket:
             raise ConfigError("AGENT_WORKER_ARTIFACT_BACKEND=s3 needs AGENT_WORKER_ARTIFACT_BUCKET")
         try:
-            from activities.stores.s3 import S3ArtifactStore
+            from agent_worker.activities.stores.s3 import S3ArtifactStore
         except ImportError as err:
             raise ConfigError(
                 f"AGENT_WORKER_ARTIFACT_BACKEND=s3 needs boto3: pip install 'agent-worker[s3]' ({err})"
@@ -44,7 +44,7 @@ def build_artifact_store(config: WorkerConfig) -> ArtifactStore:
             "(or AGENT_WORKER_STATE_DSN)"
         )
     try:
-        from activities.stores.postgres_artifacts import PostgresArtifactStore
+        from agent_worker.activities.stores.postgres_artifacts import PostgresArtifactStore
     except ImportError as err:
         raise ConfigError(
             "AGENT_WORKER_ARTIFACT_BACKEND=postgres needs psycopg and psycopg-pool: "

@@ -27,12 +27,11 @@ import threading
 import time
 
 import structlog
+from agent_worker.activities.stores.streams import WRITER, StreamBackend
+from agent_worker.schemas.events import Event
+from agent_worker.schemas.streams import StreamEntry
+from agent_worker.security.redact import redact_value
 from temporalio import workflow
-
-from activities.stores.streams import WRITER, StreamBackend
-from schemas.events import Event
-from schemas.streams import StreamEntry
-from security.redact import redact_value
 
 log = structlog.get_logger(__name__)
 

@@ -24,9 +24,9 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
-from activities.business.postgres import PostgresBusinessStore
-from activities.business.sqlite import SqliteBusinessStore
-from activities.errors import WriteUnavailable
+from agent_worker.activities.business.postgres import PostgresBusinessStore
+from agent_worker.activities.business.sqlite import SqliteBusinessStore
+from agent_worker.activities.errors import WriteUnavailable
 
 MEMORY_SYSTEM = "memory"
 MEMORY_RECORD_TYPE = "memory.fact"

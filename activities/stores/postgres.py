@@ -24,17 +24,16 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import structlog
+from agent_worker.activities.agent.journal import ModelCallJournal
+from agent_worker.activities.authz import ALL_TOOLS
+from agent_worker.activities.events import plan_replace
+from agent_worker.activities.grants import grant_from_row
+from agent_worker.activities.stores import postgres_db as db
+from agent_worker.activities.tenants import TenantAdmission
+from agent_worker.schemas.authz import AuthzDecision, AuthzRequest
+from agent_worker.schemas.events import Event
+from agent_worker.schemas.grants import MAX_GRANT_REASON_CHARS, Grant
 from temporalio.client import Client
-
-from activities.agent.journal import ModelCallJournal
-from activities.authz import ALL_TOOLS
-from activities.events import plan_replace
-from activities.grants import grant_from_row
-from activities.stores import postgres_db as db
-from activities.tenants import TenantAdmission
-from schemas.authz import AuthzDecision, AuthzRequest
-from schemas.events import Event
-from schemas.grants import MAX_GRANT_REASON_CHARS, Grant
 
 log = structlog.get_logger(__name__)
 

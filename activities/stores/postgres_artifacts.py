@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import threading
 
-from activities.artifacts import BlobStoreMixin, require_digest, verified
-from activities.errors import ArtifactNotFound, ArtifactUnavailable
-from activities.stores import postgres_db as db
-from schemas.digests import digest_bytes
+from agent_worker.activities.artifacts import BlobStoreMixin, require_digest, verified
+from agent_worker.activities.errors import ArtifactNotFound, ArtifactUnavailable
+from agent_worker.activities.stores import postgres_db as db
+from agent_worker.schemas.digests import digest_bytes
 
 try:
     import psycopg

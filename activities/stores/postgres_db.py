@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from activities.errors import StateUnavailable
+from agent_worker.activities.errors import StateUnavailable
 
 try:
     import psycopg

@@ -2,7 +2,7 @@
 store and the PostgreSQL database of the worker state. Both are created only when missing, so it
 can run before every ``up``: the compose stack's one-shot ``stores-setup`` service runs
 
-    python -m activities.stores.provision
+    python -m agent_worker.activities.stores.provision
 
 Settings (environment):
 

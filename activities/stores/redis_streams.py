@@ -13,9 +13,8 @@ import hashlib
 from typing import Any
 
 import redis
-
-from activities.stores.streams import MAX_BLOCK_MS, stream_key
-from schemas.streams import StreamEntry
+from agent_worker.activities.stores.streams import MAX_BLOCK_MS, stream_key
+from agent_worker.schemas.streams import StreamEntry
 
 # A stream nobody appends to any more goes away after a week.
 STREAM_TTL_SECONDS = 7 * 24 * 3600

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from activities.artifacts import BlobStoreMixin, require_digest, verified
-from activities.errors import ArtifactNotFound, ArtifactUnavailable
-from schemas.digests import digest_bytes
+from agent_worker.activities.artifacts import BlobStoreMixin, require_digest, verified
+from agent_worker.activities.errors import ArtifactNotFound, ArtifactUnavailable
+from agent_worker.schemas.digests import digest_bytes
 
 try:
     import boto3

@@ -14,17 +14,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent_worker.activities.agent.journal import ModelCallJournal
+from agent_worker.activities.authz import Authorizer, SqliteAuthorizer
+from agent_worker.activities.events import EventSink, JsonlEventSink
+from agent_worker.activities.grants import GrantStore, SqliteGrantStore
+from agent_worker.activities.loading import load_object
+from agent_worker.activities.notify.ledger import NotificationLedger, SqliteNotificationLedger
+from agent_worker.activities.stores.streams import SqliteStreamBackend, StreamBackend
+from agent_worker.activities.tenants import TenantAdmission
+from agent_worker.schemas.config import ConfigError, WorkerConfig
 from temporalio.client import Client
-
-from activities.agent.journal import ModelCallJournal
-from activities.authz import Authorizer, SqliteAuthorizer
-from activities.events import EventSink, JsonlEventSink
-from activities.grants import GrantStore, SqliteGrantStore
-from activities.loading import load_object
-from activities.notify.ledger import NotificationLedger, SqliteNotificationLedger
-from activities.stores.streams import SqliteStreamBackend, StreamBackend
-from activities.tenants import TenantAdmission
-from schemas.config import ConfigError, WorkerConfig
 
 
 def _dsn(config: WorkerConfig) -> str:
@@ -35,7 +34,7 @@ def _dsn(config: WorkerConfig) -> str:
 
 def _postgres() -> Any:
     try:
-        from activities.stores import postgres
+        from agent_worker.activities.stores import postgres
     except ImportError as err:
         raise ConfigError(
             "AGENT_WORKER_STATE_BACKEND=postgres needs psycopg and psycopg-pool: "
@@ -102,7 +101,7 @@ def build_stream_backend(config: WorkerConfig) -> StreamBackend | None:
     if config.stream_backend == "redis":
         assert config.stream_url is not None  # the config's validator insists
         try:
-            from activities.stores.redis_streams import RedisStreamBackend
+            from agent_worker.activities.stores.redis_streams import RedisStreamBackend
         except ImportError as err:
             raise ConfigError(
                 f"AGENT_WORKER_STREAM_BACKEND=redis needs redis: pip install 'agent-worker[redis]' ({err})"
@@ -133,7 +132,7 @@ def check_state_stores(config: WorkerConfig) -> None:
     """
     if config.state_backend != "postgres":
         return
-    from activities.errors import StateUnavailable
+    from agent_worker.activities.errors import StateUnavailable
 
     postgres = _postgres()
     dsn = _dsn(config)

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Protocol
 
-from schemas.streams import StreamEntry
+from agent_worker.schemas.streams import StreamEntry
 
 # Who wrote an entry (``StreamEntry.writer``): this worker process.
 WRITER = f"{socket.gethostname()}:{os.getpid()}"

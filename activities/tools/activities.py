@@ -13,18 +13,17 @@ import json
 from typing import Any
 
 import structlog
+from agent_worker.activities.agent.registry import AgentRegistry, find_tool
+from agent_worker.activities.artifacts import ArtifactStore
+from agent_worker.activities.errors import ToolError, ToolPlanError, activity_boundary
+from agent_worker.activities.tools import mcp as mcp_tools
+from agent_worker.activities.tools.functions import FunctionDeclaration, call_arguments, function_of
+from agent_worker.activities.tools.results import tool_result
+from agent_worker.schemas.actions import FunctionCall, McpCall
+from agent_worker.schemas.config import WorkerConfig
+from agent_worker.schemas.digests import canonical_json
+from agent_worker.schemas.tools import ToolCallInput, ToolCallResult
 from temporalio import activity
-
-from activities.agent.registry import AgentRegistry, find_tool
-from activities.artifacts import ArtifactStore
-from activities.errors import ToolError, ToolPlanError, activity_boundary
-from activities.tools import mcp as mcp_tools
-from activities.tools.functions import FunctionDeclaration, call_arguments, function_of
-from activities.tools.results import tool_result
-from schemas.actions import FunctionCall, McpCall
-from schemas.config import WorkerConfig
-from schemas.digests import canonical_json
-from schemas.tools import ToolCallInput, ToolCallResult
 
 log = structlog.get_logger(__name__)
 

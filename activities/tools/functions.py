@@ -30,12 +30,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from agent_worker.activities.agent.tools import (
+    EFFECT_ATTR,
+    EffectDeclaration,
+    return_workflow_result,
+    validated,
+)
+from agent_worker.activities.errors import ToolPlanError
+from agent_worker.schemas.actions import EffectClass, FunctionCall
 from agents import FunctionTool
 from agents.function_schema import FuncSchema, function_schema
-
-from activities.agent.tools import EFFECT_ATTR, EffectDeclaration, return_workflow_result, validated
-from activities.errors import ToolPlanError
-from schemas.actions import EffectClass, FunctionCall
 
 _FUNCTION_ATTR = "_agent_worker_function"
 

@@ -48,18 +48,22 @@ from typing import Any, Literal
 
 import jsonschema
 import structlog
+from agent_worker.activities.agent.tools import (
+    EFFECT_ATTR,
+    EffectDeclaration,
+    return_workflow_result,
+    running_turn,
+)
+from agent_worker.activities.artifacts import ArtifactStore
+from agent_worker.activities.errors import AgentError, McpUnavailable, ToolPlanError
+from agent_worker.activities.tools.mcp_contain import Connections, contained_server, server_unavailable
+from agent_worker.activities.tools.mcp_types_compat import tool_input_schema
+from agent_worker.activities.tools.results import bounded_read, tool_result
+from agent_worker.schemas.actions import EffectClass, McpCall
+from agent_worker.schemas.tools import McpCatalog, McpServerTools, McpTool, ToolCallInput, ToolCallResult
 from agents import Agent, FunctionTool
 from agents.mcp import MCPServer, MCPServerSse, MCPServerStdio, MCPServerStreamableHttp
 from agents.tool_context import ToolContext
-
-from activities.agent.tools import EFFECT_ATTR, EffectDeclaration, return_workflow_result, running_turn
-from activities.artifacts import ArtifactStore
-from activities.errors import AgentError, McpUnavailable, ToolPlanError
-from activities.tools.mcp_contain import Connections, contained_server, server_unavailable
-from activities.tools.mcp_types_compat import tool_input_schema
-from activities.tools.results import bounded_read, tool_result
-from schemas.actions import EffectClass, McpCall
-from schemas.tools import McpCatalog, McpServerTools, McpTool, ToolCallInput, ToolCallResult
 
 log = structlog.get_logger(__name__)
 

@@ -43,12 +43,9 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from agents.exceptions import UserError
-from agents.mcp import MCPServer, MCPServerStdio
-
-from activities.errors import McpUnavailable
-from activities.sandbox.process import DOCKER_SOCKETS
-from activities.tools.mcp_types_compat import (  # the MCP SDK's public shapes (our own bridge)
+from agent_worker.activities.errors import McpUnavailable
+from agent_worker.activities.sandbox.process import DOCKER_SOCKETS
+from agent_worker.activities.tools.mcp_types_compat import (  # the MCP SDK's public shapes (our own bridge)
     MCPError,
     http_status_code,
     is_http_connect_error,
@@ -61,6 +58,8 @@ from activities.tools.mcp_types_compat import (  # the MCP SDK's public shapes (
     result_is_error,
     result_structured_content,
 )
+from agents.exceptions import UserError
+from agents.mcp import MCPServer, MCPServerStdio
 
 log = structlog.get_logger(__name__)
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from activities.artifacts import ArtifactStore
-from schemas.tools import ToolCallResult
+from agent_worker.activities.artifacts import ArtifactStore
+from agent_worker.schemas.tools import ToolCallResult
 
 # Characters of a tool's output that reach the model (and travel back to the workflow).
 OUTPUT_PREVIEW_CHARS = 16_000

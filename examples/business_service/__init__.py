@@ -6,15 +6,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from examples.business_service.server import BusinessService
+    from agent_worker.examples.business_service.server import BusinessService
 
 __all__ = ["BusinessService"]
 
 
 def __getattr__(name: str) -> object:
-    # Imported on first use, so ``python -m examples.business_service.server`` runs the module once.
+    # Imported on first use, so ``python -m agent_worker.examples.business_service.server`` runs the module once.
     if name == "BusinessService":
-        from examples.business_service.server import BusinessService
+        from agent_worker.examples.business_service.server import BusinessService
 
         return BusinessService
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

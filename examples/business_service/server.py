@@ -39,10 +39,9 @@ from typing import Any
 from urllib.parse import unquote
 
 import pydantic
-
-from activities.business.base import payload_digest, record_id_for
-from schemas.digests import canonical_json
-from schemas.writes import WriteInput, WriteOutcome, WriteReceipt
+from agent_worker.activities.business.base import payload_digest, record_id_for
+from agent_worker.schemas.digests import canonical_json
+from agent_worker.schemas.writes import WriteInput, WriteOutcome, WriteReceipt
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The notes service of ``server.py`` as an MCP server over Streamable HTTP, for agents that reach
 their MCP server by URL (``MCPServerStreamableHttp``) instead of starting it (stdio)::
 
-    python -m examples.mcp_notes.http_server --port 8765 --notes notes.json
+    python -m agent_worker.examples.mcp_notes.http_server --port 8765 --notes notes.json
 
 serves ``http://127.0.0.1:8765/mcp`` (loopback only, unless ``--host`` says otherwise) and keeps
 its notes in ``--notes``. The worker does not start or contain such a server: it is a service
@@ -15,7 +15,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from examples.mcp_notes import server
+from agent_worker.examples.mcp_notes import server
 
 DEFAULT_PORT = 8765
 

@@ -15,11 +15,7 @@ import json
 import re
 from typing import Any
 
-from agents import Agent, function_tool
-from agents.items import TResponseOutputItem
-from agents.testing import assistant_message, function_call
-
-from activities.agent import (
+from agent_worker.activities.agent import (
     AgentRegistration,
     ConversationModel,
     current_turn,
@@ -28,8 +24,11 @@ from activities.agent import (
     tool_outputs,
     write_tool,
 )
-from schemas.actions import BusinessWrite, SandboxCommand
-from schemas.digests import is_digest
+from agent_worker.schemas.actions import BusinessWrite, SandboxCommand
+from agent_worker.schemas.digests import is_digest
+from agents import Agent, function_tool
+from agents.items import TResponseOutputItem
+from agents.testing import assistant_message, function_call
 
 INSTRUCTIONS = """You prepare monthly sales reports.
 1. Compute the month's total from the CSV sheets with run_python (files are in the work dir).

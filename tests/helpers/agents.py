@@ -8,13 +8,7 @@ import re
 import time
 from typing import Any
 
-from agents import Agent, function_tool
-from agents.items import TResponseOutputItem
-from agents.sandbox import SandboxAgent
-from agents.sandbox.capabilities import Compaction, Filesystem, Shell
-from agents.testing import assistant_message, function_call
-
-from activities.agent import (
+from agent_worker.activities.agent import (
     AgentRegistration,
     ConversationModel,
     delegate_tool,
@@ -22,8 +16,14 @@ from activities.agent import (
     tool_outputs,
     write_tool,
 )
+from agent_worker.schemas.actions import BusinessWrite, Delegation, SandboxCommand
+from agents import Agent, function_tool
+from agents.items import TResponseOutputItem
+from agents.sandbox import SandboxAgent
+from agents.sandbox.capabilities import Compaction, Filesystem, Shell
+from agents.testing import assistant_message, function_call
+
 from agent_worker.testing import Script
-from schemas.actions import BusinessWrite, Delegation, SandboxCommand
 
 # Where the `notes` model logs each call it really makes (set by the crash test).
 CALL_LOG_ENV = "AW_TEST_CALL_LOG"

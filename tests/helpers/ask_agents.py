@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent_worker.activities.agent import AgentRegistration, ConversationModel, ask_human, tool_outputs
 from agents import Agent
 from agents.items import TResponseOutputItem
 from agents.testing import assistant_message, function_call
-
-from activities.agent import AgentRegistration, ConversationModel, ask_human, tool_outputs
 
 # What the asker's prompt ('ask form', 'ask choice', 'ask text') makes it ask.
 PAYMENT_FORM: dict[str, Any] = {

@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from agent_worker.activities.business.base import BusinessWriter
+from agent_worker.activities.business.http import HttpBusinessWriter
+from agent_worker.activities.business.postgres import PostgresBusinessStore
+from agent_worker.activities.business.sqlite import SqliteBusinessStore
+from agent_worker.examples.business_service.server import BusinessService
 
-from activities.business.base import BusinessWriter
-from activities.business.http import HttpBusinessWriter
-from activities.business.postgres import PostgresBusinessStore
-from activities.business.sqlite import SqliteBusinessStore
-from examples.business_service.server import BusinessService
 from tests.helpers.postgres_server import PostgresServer
 
 BACKENDS = ["sqlite", "postgres", "http"]

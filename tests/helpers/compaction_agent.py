@@ -15,12 +15,12 @@ import json
 import re
 from typing import Any
 
+from agent_worker.activities.agent import AgentRegistration, ConversationModel
+from agent_worker.activities.agent.compaction import CHARS_PER_TOKEN, INSTRUCTIONS
 from agents import Agent
 from agents.items import TResponseOutputItem
 from agents.testing import assistant_message, function_call
 
-from activities.agent import AgentRegistration, ConversationModel
-from activities.agent.compaction import CHARS_PER_TOKEN, INSTRUCTIONS
 from tests.helpers.agents import run_shell
 from tests.helpers.openai_stub import OpenAIStub, RecordedRequest, Reply, error_json, response_json
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import docker
-
-from activities.sandbox.base import LABEL_TASK
+from agent_worker.activities.sandbox.base import LABEL_TASK
 
 
 def task_containers(task_id: str, *, running_only: bool = False, daemon: Any = None) -> list[Any]:

@@ -23,10 +23,10 @@ import os
 import signal
 from pathlib import Path
 
-from activities.business.base import BusinessWriter
-from activities.errors import WriteUnavailable, WriteUnknown
-from schemas.config import WorkerConfig
-from schemas.writes import WriteInput, WriteReceipt
+from agent_worker.activities.business.base import BusinessWriter
+from agent_worker.activities.errors import WriteUnavailable, WriteUnknown
+from agent_worker.schemas.config import WorkerConfig
+from agent_worker.schemas.writes import WriteInput, WriteReceipt
 
 # Forty slots: one crash, twelve lost responses, twelve outages, fifteen healthy writes.
 _RANDOM = ("crash",) + ("lost",) * 12 + ("down",) * 12 + ("none",) * 15
@@ -75,7 +75,7 @@ class FaultyWriter:
 
 def faulty_writer(config: WorkerConfig) -> FaultyWriter:
     """The configured adapter wrapped with the faults named by ``AW_FAULTS``."""
-    from worker import build_writer
+    from agent_worker.worker import build_writer
 
     inner = build_writer(config.model_copy(update={"business_writer": None}))
     return FaultyWriter(inner, os.environ.get("AW_FAULTS", "none"), Path(os.environ["AW_FAULT_DIR"]))

@@ -12,12 +12,12 @@ import json
 import re
 from typing import Any
 
+from agent_worker.activities.agent import AgentRegistration, ConversationModel, tool_outputs
+from agent_worker.activities.errors import AgentError
 from agents import Agent
 from agents.items import TResponseOutputItem
 from agents.testing import assistant_message, function_call
 
-from activities.agent import AgentRegistration, ConversationModel, tool_outputs
-from activities.errors import AgentError
 from tests.helpers.agents import record_value, run_shell
 
 MAKE = "echo built-at-step-1 > made.txt"

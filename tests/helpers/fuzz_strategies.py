@@ -18,12 +18,11 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import Any, Union, get_args, get_origin
 
+from agent_worker.schemas.sandbox import SandboxSpec
+from agent_worker.schemas.tasks import Budgets, TaskSpec, TaskState
 from hypothesis import strategies as st
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
-
-from schemas.sandbox import SandboxSpec
-from schemas.tasks import Budgets, TaskSpec, TaskState
 
 # A mutated payload bigger than this (as JSON) is not sent: far over any real decision or spec, well
 # under Temporal's 2 MB payload limit, and it keeps the fuzzed task's history small.

@@ -4,10 +4,10 @@ version. A worker serving one of these in place of ``tests.helpers.agents`` runs
 
 from __future__ import annotations
 
+from agent_worker.activities.agent import AgentRegistration, write_tool
+from agent_worker.schemas.actions import BusinessWrite
 from agents import Agent
 
-from activities.agent import AgentRegistration, write_tool
-from schemas.actions import BusinessWrite
 from tests.helpers.agents import RecorderScript, run_shell
 from tests.helpers.agents import record_value as record_value_v1
 

@@ -8,13 +8,13 @@ import json
 import re
 from typing import Any
 
+from agent_worker.activities.agent import AgentRegistration, ConversationModel, tool_outputs, write_tool
+from agent_worker.schemas.actions import BusinessWrite
 from agents import Agent, handoff
 from agents.items import TResponseOutputItem
 from agents.testing import assistant_message, function_call
 
-from activities.agent import AgentRegistration, ConversationModel, tool_outputs, write_tool
 from agent_worker import effect_tool
-from schemas.actions import BusinessWrite
 
 TRIAGE = "triage"
 SPECIALIST = "ledger_specialist"

@@ -7,12 +7,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from agent_worker.activities.agent import AgentRegistration, ConversationModel, sandbox_tool, tool_outputs
+from agent_worker.schemas.actions import SandboxCommand
 from agents import Agent
 from agents.items import TResponseOutputItem
 from agents.testing import assistant_message, function_call
-
-from activities.agent import AgentRegistration, ConversationModel, sandbox_tool, tool_outputs
-from schemas.actions import SandboxCommand
 
 MARK = "made in this sandbox"
 

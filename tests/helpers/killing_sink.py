@@ -8,9 +8,9 @@ from __future__ import annotations
 import os
 import signal
 
-from activities.events import JsonlEventSink
-from schemas.config import WorkerConfig
-from schemas.events import Event, EventType
+from agent_worker.activities.events import JsonlEventSink
+from agent_worker.schemas.config import WorkerConfig
+from agent_worker.schemas.events import Event, EventType
 
 
 class KillingSink(JsonlEventSink):

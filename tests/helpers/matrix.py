@@ -8,9 +8,9 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import docker
+from agent_worker.activities.sandbox.base import LABEL_TASK
+from agent_worker.schemas.config import WorkerConfig
 
-from activities.sandbox.base import LABEL_TASK
-from schemas.config import WorkerConfig
 from tests.helpers.containers import containers_of
 
 PROPERTY = "fault_matrix"

@@ -10,11 +10,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agent_worker.workflows import AgentTaskWorkflow
 from temporalio.client import Client
 from temporalio.service import RPCError
 
 from tests.helpers.support import TEST_AGENTS, DevServer, TaskEnv, make_config
-from workflows import AgentTaskWorkflow
 
 AGENTS = [*TEST_AGENTS, "tests.helpers.mcp_agent:registrations"]
 

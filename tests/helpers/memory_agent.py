@@ -12,14 +12,14 @@ import re
 from pathlib import Path
 from typing import Any
 
+from agent_worker.activities.agent import AgentRegistration, ConversationModel, tool_outputs
+from agent_worker.activities.stores.memory import build_memory_store
+from agent_worker.schemas.config import WorkerConfig
 from agents import Agent
 from agents.items import TResponseOutputItem
 from agents.testing import assistant_message, function_call
 
-from activities.agent import AgentRegistration, ConversationModel, tool_outputs
-from activities.stores.memory import build_memory_store
 from agent_worker import memory_tools
-from schemas.config import WorkerConfig
 from tests.helpers.agents import _user_texts
 from tests.helpers.faults import FaultyWriter
 

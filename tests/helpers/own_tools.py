@@ -16,10 +16,11 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from activities.business import SqliteBusinessStore
+from agent_worker.activities.business import SqliteBusinessStore
+from agent_worker.schemas.config import WorkerConfig
+
 from agent_worker import Agent, AgentRegistration, BusinessWrite, ToolError, effect_tool, write_tool
 from agent_worker.testing import Script
-from schemas.config import WorkerConfig
 
 
 def _ledger() -> sqlite3.Connection:

@@ -13,9 +13,8 @@ from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from agent_worker.cli.devserver import free_port
 from aiosmtpd.controller import Controller
-
-from cli.devserver import free_port
 
 
 @dataclass

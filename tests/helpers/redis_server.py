@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from cli.devserver import free_port
+from agent_worker.cli.devserver import free_port
 
 
 @contextlib.contextmanager

@@ -11,11 +11,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from activities.authz import SqliteAuthorizer
-from schemas.authz import AuthzDecision, AuthzRequest
-from schemas.config import WorkerConfig
+from agent_worker.activities.authz import SqliteAuthorizer
+from agent_worker.schemas.authz import AuthzDecision, AuthzRequest
+from agent_worker.schemas.config import WorkerConfig
+from agent_worker.workflows import AgentTaskWorkflow
+
 from tests.helpers.support import TaskEnv, decision, until
-from workflows import AgentTaskWorkflow
 
 CHECKING = "authz-checking"  # in the data dir: a write's check has begun
 GATE = "authz-gate"  # in the data dir: checks may read the revocation list

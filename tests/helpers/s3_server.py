@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from cli.devserver import free_port
+from agent_worker.cli.devserver import free_port
 
 TEST_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",

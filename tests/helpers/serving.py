@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import httpx
+from agent_worker.cli.devserver import free_port, stop_process_group
 
-from cli.devserver import free_port, stop_process_group
 from tests.helpers.support import REPO, TaskEnv, until
 
 
@@ -37,7 +37,7 @@ async def serving_process(
     port = free_port()
     variables = {f"AGENT_WORKER_{k.upper()}": v for k, v in settings.items()}
     argv = [
-        sys.executable, "-m", "cli.main", "--address", env.address, *command,
+        sys.executable, "-m", "agent_worker.cli.main", "--address", env.address, *command,
         "--bind", f"127.0.0.1:{port}", "--tokens", str(tokens_file), "--tenants", str(tenants_file),
         "--task-queue", env.task_queue,
     ]  # fmt: skip

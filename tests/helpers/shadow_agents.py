@@ -14,11 +14,11 @@ import re
 from pathlib import Path
 from typing import Any
 
+from agent_worker.activities.agent import AgentRegistration, ConversationModel, first_user_text, tool_outputs
 from agents import Agent
 from agents.items import TResponseOutputItem
 from agents.testing import function_call
 
-from activities.agent import AgentRegistration, ConversationModel, first_user_text, tool_outputs
 from tests.helpers.agents import RecorderScript, record_value, run_shell
 
 # The items whose write the candidate changes.

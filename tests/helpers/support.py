@@ -19,31 +19,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import Client, WorkflowHandle, WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.service import RPCError, RPCStatusCode
-from temporalio.worker import Replayer
-
-from activities.artifacts import ArtifactStore
-from activities.business import SqliteBusinessStore
-from activities.stores.artifacts import build_artifact_store
-from agent_worker.client import WORKFLOW_TASK_TIMEOUT
-from agent_worker.worker import workflow_runner
-from cli.devserver import free_port, start_dev_server, stop_process_group
-from examples import EXAMPLES
-from schemas import visibility
-from schemas.approvals import ApprovalRequest
-from schemas.config import EXAMPLE_AGENT, WorkerConfig
-from schemas.payloads import DATA_CONVERTER
-from schemas.tasks import CURRENT_RELEASE, TaskPhase, TaskResult, TaskStatus
-from worker import build_workers
-from workflows import (
+from agent_worker.activities.artifacts import ArtifactStore
+from agent_worker.activities.business import SqliteBusinessStore
+from agent_worker.activities.stores.artifacts import build_artifact_store
+from agent_worker.cli.devserver import free_port, start_dev_server, stop_process_group
+from agent_worker.examples import EXAMPLES
+from agent_worker.schemas import visibility
+from agent_worker.schemas.approvals import ApprovalRequest
+from agent_worker.schemas.config import EXAMPLE_AGENT, WorkerConfig
+from agent_worker.schemas.payloads import DATA_CONVERTER
+from agent_worker.schemas.tasks import CURRENT_RELEASE, TaskPhase, TaskResult, TaskStatus
+from agent_worker.workflows import (
     AgentTaskWorkflow,
     FleetDoctorWorkflow,
     SandboxReaperWorkflow,
     ShadowRunWorkflow,
     ShadowTaskWorkflow,
 )
+from temporalio.client import Client, WorkflowHandle, WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError, RPCStatusCode
+from temporalio.worker import Replayer
+
+from agent_worker.client import WORKFLOW_TASK_TIMEOUT
+from agent_worker.worker import build_workers, workflow_runner
 
 # Every workflow the worker runs: a committed history of any of them replays against these.
 WORKFLOWS = [
@@ -258,7 +257,7 @@ def spawn_worker(env: TaskEnv, log: Path, **extra_env: str) -> subprocess.Popen[
     """A worker in its own process (``agent-worker worker``), for crash tests."""
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "cli.main", "worker"],
+            [sys.executable, "-m", "agent_worker.cli.main", "worker"],
             env={**env.worker_env(), **extra_env},
             cwd=REPO,
             stdout=out,
@@ -374,7 +373,7 @@ async def replay_committed(path: Path) -> None:
 async def run_cli(capsys: Any, *args: str) -> tuple[int, str, str]:
     """Run ``agent-worker`` with ``args`` in a thread (it runs its own event loop); ``capsys`` is
     pytest's fixture. Returns (exit code, stdout, stderr)."""
-    from cli.main import main as cli_main
+    from agent_worker.cli.main import main as cli_main
 
     code = await asyncio.to_thread(cli_main, list(args))
     captured = capsys.readouterr()

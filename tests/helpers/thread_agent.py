@@ -16,11 +16,11 @@ import json
 import re
 from typing import Any
 
+from agent_worker.activities.agent import AgentRegistration, ConversationModel
 from agents import Agent
 from agents.items import TResponseOutputItem
 from agents.testing import assistant_message, function_call
 
-from activities.agent import AgentRegistration, ConversationModel
 from tests.helpers.agents import note, run_shell
 
 CODE_WORD = re.compile(r"code word is (\w+)", re.I)

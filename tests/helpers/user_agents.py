@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from agent_worker.activities.agent import AgentRegistration, ConversationModel, tool_outputs, write_tool
+from agent_worker.schemas.actions import BusinessWrite
 from agents import Agent, function_tool
 from agents.items import TResponseOutputItem
 from agents.testing import assistant_message, function_call
-
-from activities.agent import AgentRegistration, ConversationModel, tool_outputs, write_tool
-from schemas.actions import BusinessWrite
 
 CUSTOMERS = {"acme": {"id": "C-001", "terms_days": 30}}
 

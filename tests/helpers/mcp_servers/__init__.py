@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cli.devserver import free_port, port_open, stop_process_group
+from agent_worker.cli.devserver import free_port, port_open, stop_process_group
 
 SERVERS = Path(__file__).parent
 
