@@ -5,12 +5,15 @@ Usage: ``python scripts/check_imports.py [ROOT]`` (ROOT defaults to the reposito
 Prints every offending edge and exits 1, or prints a one-line summary and exits 0.
 
 The graph is built with ``ast`` from the source alone (nothing is imported): one node per module of
-the project's top-level packages, one edge per ``import`` or ``from ... import`` anywhere in a module,
+the project's packages, named as it is imported (the folder ``schemas/`` installs as
+``agent_worker.schemas``), one edge per ``import`` or ``from ... import`` anywhere in a module,
 including imports inside functions and under ``if TYPE_CHECKING:``. A cycle through a type-only import
 is still a cycle: it still ties the two modules together, and it is what the type checker follows.
 ``from package import name`` counts as an import of ``package.name`` when that is a module, else of
 ``package`` itself. Importing ``a.b`` is not counted as importing ``a``'s ``__init__`` (every package
-that re-exports its submodules would otherwise be a cycle).
+that re-exports its submodules would otherwise be a cycle). A module of ours imported by its
+folder's name (``from schemas.tasks import ...``) is refused too: installed, only ``agent_worker``
+is importable at top level, and in a checkout it would be a second copy of the module.
 """
 
 from __future__ import annotations
@@ -21,8 +24,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-# The project's top-level packages (and modules), each in a layer. A module may import modules of its
-# own layer and of the layers below it, never one above. Lowest first:
+# The project's source folders (and the root module worker.py), each in a layer. A module may import
+# modules of its own layer and of the layers below it, never one above. Lowest first:
 #   0. schemas: the payload contracts every other layer speaks; they import nothing of the project.
 #   1. security, telemetry: signing, redaction, logs and metrics; they only read schemas.
 #   2. activities: every side effect; they never import the workflows that schedule them.
@@ -40,6 +43,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 # Imports the layer order allows but the design forbids all the same.
 FORBIDDEN: tuple[tuple[str, str, str], ...] = ()
 TOP_LEVEL = tuple(name for layer in LAYERS for name in layer)
+# What installs as agent_worker.<folder> (package-dir in pyproject.toml); the rest keep their names.
+NAMESPACE = "agent_worker"
+FOLDERS = tuple(name for name in TOP_LEVEL if name not in (NAMESPACE, "worker"))
 
 
 @dataclass(frozen=True, order=True)
@@ -72,7 +78,7 @@ def modules(root: Path, top_level: Iterable[str] = TOP_LEVEL) -> dict[str, Path]
                 continue
             if parts[-1] == "__init__":
                 parts = parts[:-1]
-            found[".".join(parts)] = path
+            found[".".join((NAMESPACE, *parts) if name in FOLDERS else parts)] = path
     return found
 
 
@@ -176,8 +182,15 @@ def cycles(graph: Iterable[Edge]) -> list[list[Edge]]:
     return sorted(found)
 
 
+def _folder(module: str) -> str:
+    """The source folder (or root module) ``module`` lives in: ``agent_worker.schemas.tasks`` ->
+    ``schemas``, ``agent_worker.client`` -> ``agent_worker``."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == NAMESPACE and len(parts) > 1 and parts[1] in FOLDERS else parts[0]
+
+
 def _layer(module: str, layers: tuple[tuple[str, ...], ...]) -> int | None:
-    top = module.split(".")[0]
+    top = _folder(module)
     return next((i for i, layer in enumerate(layers) if top in layer), None)
 
 
@@ -194,7 +207,7 @@ def upward(
         source, target = _layer(edge.source, layers), _layer(edge.target, layers)
         if source is None or target is None:
             continue
-        source_top, target_top = edge.source.split(".")[0], edge.target.split(".")[0]
+        source_top, target_top = _folder(edge.source), _folder(edge.target)
         if target > source:
             found.append((edge, f"{source_top} (layer {source}) imports {target_top} (layer {target})"))
             continue
@@ -204,10 +217,31 @@ def upward(
     return found
 
 
+def by_folder_name(root: Path) -> list[str]:
+    """Imports, in the project's modules, of a source folder by its own name instead of
+    ``agent_worker.<folder>``, one line each."""
+    found = []
+    for path in modules(root).values():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                if name.split(".")[0] in FOLDERS:
+                    found.append(
+                        f"{path.relative_to(root)}:{node.lineno}: imports {name} by its folder's name"
+                        f" (the package is {NAMESPACE}.{name})"
+                    )
+    return found
+
+
 def check(root: Path) -> list[str]:
     """Every problem in the import graph under ``root``, one line each (empty: none)."""
     graph = edges(root)
-    problems = []
+    problems = by_folder_name(root)
     for cycle in cycles(graph):
         members = sorted({e.source for e in cycle})
         problems.append(f"import cycle through {len(members)} modules: {', '.join(members)}")
@@ -223,7 +257,7 @@ def main(argv: list[str]) -> int:
     for line in problems:
         print(line)
     if problems:
-        print(f"import graph: {sum(p.startswith(('import cycle', 'upward')) for p in problems)} problem(s)")
+        print(f"import graph: {sum(not p.startswith('    ') for p in problems)} problem(s)")
         return 1
     graph = edges(root)
     print(f"import graph: {len(modules(root))} modules, {len(graph)} imports, no cycle, nothing upward")

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Check that the workflow code, and the code of ours it runs, stays deterministic.
 
-The worker passes ``workflows`` through the workflow sandbox for speed
+The worker passes ``workflows`` (``agent_worker.workflows``; this check names our packages by their
+folders) through the workflow sandbox for speed
 (``agent_worker.plugin.WORKFLOW_CODE``), and our payload models and helpers are passed through where
 workflow code imports them (``imports_passed_through``): the sandbox no longer re-imports them per
 run, nor stops there all it would stop. This check does, from the source alone (``ast``; nothing
@@ -93,6 +94,14 @@ def _passed_through(node: ast.With) -> bool:
     )
 
 
+def _folder_name(name: str) -> str:
+    """``name`` as the source layout spells it: our packages install as ``agent_worker.schemas`` ...
+    but live in the folders ``schemas/`` ..., which this check reads (``agent_worker.schemas.tasks``
+    -> ``schemas.tasks``)."""
+    head, _, rest = name.partition(".")
+    return rest if head == "agent_worker" and rest.split(".")[0] in OUR_PACKAGES else name
+
+
 def _load(name: str, path: Path) -> Module:
     tree = ast.parse(path.read_text(), filename=str(path))
     module = Module(name, path, tree)
@@ -100,11 +109,11 @@ def _load(name: str, path: Path) -> Module:
         if isinstance(node, ast.Import):
             for alias in node.names:
                 module.aliases[alias.asname or alias.name.split(".")[0]] = (
-                    alias.name if alias.asname else alias.name.split(".")[0]
+                    _folder_name(alias.name) if alias.asname else alias.name.split(".")[0]
                 )
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             for alias in node.names:
-                module.aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+                module.aliases[alias.asname or alias.name] = _folder_name(f"{node.module}.{alias.name}")
     for node in tree.body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             module.defs[node.name] = node
@@ -122,7 +131,7 @@ def _dotted(node: ast.expr, module: Module) -> str | None:
     head = module.aliases.get(node.id) or _UNIMPORTED.get(node.id)
     if head is None:
         return ".".join([node.id, *reversed(parts)]) if node.id in FORBIDDEN_BUILTINS and not parts else None
-    return ".".join([head, *reversed(parts)])
+    return _folder_name(".".join([head, *reversed(parts)]))
 
 
 def _forbidden_call(qualified: str) -> str | None:

@@ -51,7 +51,7 @@ def test_no_workflow_helper_imports_the_workflow() -> None:
     importers = {
         e.source for e in check_imports.edges(ROOT) if e.target == "agent_worker.workflows.agent_task"
     }
-    assert importers == {"workflows"}
+    assert importers == {"agent_worker.workflows"}
 
 
 def test_a_planted_cycle_through_a_type_only_import_fails_with_its_edges(tmp_path: Path) -> None:
@@ -63,15 +63,17 @@ def test_a_planted_cycle_through_a_type_only_import_fails_with_its_edges(tmp_pat
             "workflows/__init__.py": "",
             "workflows/task.py": "def run():\n    from agent_worker.workflows.helper import Helper\n",
             "workflows/helper.py": (
-                "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from agent_worker.workflows.task import Task\n"
+                "from typing import TYPE_CHECKING\n\n"
+                "if TYPE_CHECKING:\n    from agent_worker.workflows.task import Task\n"
             ),
         },
     )
     done = _run(root)
     assert done.returncode == 1, done.stdout
-    assert "import cycle through 2 modules: workflows.helper, workflows.task" in done.stdout
-    assert "workflows/helper.py:4: workflows.helper -> workflows.task" in done.stdout
-    assert "workflows/task.py:2: workflows.task -> workflows.helper" in done.stdout
+    helper, task = "agent_worker.workflows.helper", "agent_worker.workflows.task"
+    assert f"import cycle through 2 modules: {helper}, {task}" in done.stdout
+    assert f"workflows/helper.py:4: {helper} -> {task}" in done.stdout
+    assert f"workflows/task.py:2: {task} -> {helper}" in done.stdout
 
 
 def test_a_cycle_is_found_in_a_synthetic_graph_and_a_chain_is_not() -> None:
@@ -102,8 +104,8 @@ def test_an_activity_importing_a_workflow_is_an_upward_import(tmp_path: Path) ->
     done = _run(root)
     assert done.returncode == 1
     assert (
-        "upward import: activities/turn.py:1: activities.turn -> workflows.options "
-        "(activities (layer 2) imports workflows (layer 3))"
+        "upward import: activities/turn.py:1: agent_worker.activities.turn -> "
+        "agent_worker.workflows.options (activities (layer 2) imports workflows (layer 3))"
     ) in done.stdout
 
 
@@ -122,8 +124,8 @@ def test_schemas_importing_any_other_part_of_the_project_fails(tmp_path: Path) -
     )
     problems = check_imports.check(root)
     assert problems == [
-        "upward import: schemas/events.py:1: schemas.events -> telemetry.metrics "
-        "(schemas (layer 0) imports telemetry (layer 1))"
+        "upward import: schemas/events.py:1: agent_worker.schemas.events -> "
+        "agent_worker.telemetry.metrics (schemas (layer 0) imports telemetry (layer 1))"
     ]
 
 
@@ -142,6 +144,29 @@ def test_workflows_importing_the_cli_or_the_inbox_fails(tmp_path: Path) -> None:
     )
     problems = check_imports.check(root)
     assert [p.split(" (")[0] for p in problems] == [
-        "upward import: workflows/task.py:1: workflows.task -> cli.render",
-        "upward import: workflows/task.py:2: workflows.task -> inbox.app",
+        "upward import: workflows/task.py:1: agent_worker.workflows.task -> agent_worker.cli.render",
+        "upward import: workflows/task.py:2: agent_worker.workflows.task -> agent_worker.inbox.app",
     ]
+
+
+def test_a_module_imported_by_its_folder_name_fails(tmp_path: Path) -> None:
+    """Our packages install under ``agent_worker`` only: a module of ours importing
+    ``schemas.tasks`` (or ``telemetry``) by its folder's name is refused, naming the line and the
+    package to use; the same imports through ``agent_worker`` pass."""
+    planted = "from {0}.tasks import TaskSpec\nimport {1}\n"
+    files = {
+        "schemas/__init__.py": "",
+        "schemas/tasks.py": "",
+        "telemetry/__init__.py": "",
+        "activities/__init__.py": "",
+        "activities/turn.py": planted.format("schemas", "telemetry"),
+    }
+    problems = check_imports.check(_tree(tmp_path / "old", files))
+    assert problems == [
+        "activities/turn.py:1: imports schemas.tasks by its folder's name"
+        " (the package is agent_worker.schemas.tasks)",
+        "activities/turn.py:2: imports telemetry by its folder's name"
+        " (the package is agent_worker.telemetry)",
+    ]
+    files["activities/turn.py"] = planted.format("agent_worker.schemas", "agent_worker.telemetry")
+    assert check_imports.check(_tree(tmp_path / "new", files)) == []
