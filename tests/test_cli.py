@@ -68,7 +68,8 @@ async def test_dev_starts_the_embedded_server_with_wal_and_search_attributes(tmp
     port = free_port()
     db = tmp_path / "dev" / "temporal.db"
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "agent_worker.cli.main", "dev", "--port", str(port), "--db-filename", str(db), "--headless",
+        sys.executable, "-m", "agent_worker.cli.main", "dev", "--port", str(port),
+        "--db-filename", str(db), "--headless",
         cwd=REPO,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.DEVNULL,

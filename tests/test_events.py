@@ -98,7 +98,8 @@ async def test_events_command_prints_the_timeline(env: TaskEnv, capsys: pytest.C
 
 
 def test_the_committed_json_schemas_match_the_models() -> None:
-    """`schemas/jsonschema/` is what the models generate today (run `python -m agent_worker.schemas.export`)."""
+    """`schemas/jsonschema/` is what the models generate today (run
+    `python -m agent_worker.schemas.export`)."""
     from agent_worker.schemas.export import OUT, render
 
     expected = render()

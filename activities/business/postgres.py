@@ -214,5 +214,6 @@ class PostgresBusinessStore:
 
 
 def postgres_writer(dsn: str) -> PostgresBusinessStore:
-    """The factory for ``AGENT_WORKER_BUSINESS_WRITER=agent_worker.activities.business.postgres:postgres_writer``."""
+    """The factory for
+    ``AGENT_WORKER_BUSINESS_WRITER=agent_worker.activities.business.postgres:postgres_writer``."""
     return PostgresBusinessStore(dsn)

@@ -12,7 +12,8 @@ __all__ = ["BusinessService"]
 
 
 def __getattr__(name: str) -> object:
-    # Imported on first use, so ``python -m agent_worker.examples.business_service.server`` runs the module once.
+    # Imported on first use, so ``python -m agent_worker.examples.business_service.server`` runs the
+    # module once.
     if name == "BusinessService":
         from agent_worker.examples.business_service.server import BusinessService
 
