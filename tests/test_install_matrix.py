@@ -115,6 +115,50 @@ assert [e.data["text"] for e in store.read("t", "c")] == ["hi"]
 # Files of the tree that are not part of the package (docs, generated exports for other languages).
 REPO_ONLY = ("examples/business_service/README.md", "schemas/jsonschema/")
 RUN_TIMEOUT = 240
+# A team's own code beside the worker (issue 39, acceptance 4): packages named like our folders, with
+# their own content, and a module registering the team's scripted agent, which imports them. The
+# module names are format fields so that nothing rewrites them into ours.
+USER_PACKAGES = {"schemas": "NOTE = 'buy milk'\n", "workflows": "APPROVER = 'me'\n"}
+USER_AGENTS = """
+from {schemas} import NOTE
+from {workflows} import APPROVER
+
+from agent_worker import Agent, AgentRegistration, BusinessWrite, write_tool
+from agent_worker.testing import Script
+
+
+@write_tool
+def file_note(text: str) -> BusinessWrite:
+    \"\"\"File a note in the business system (the policy asks a human first).\"\"\"
+    return BusinessWrite(record_type="note", payload={{"text": text}})
+
+
+notes = AgentRegistration(
+    name="notes",
+    build=lambda: Agent(name="notes", instructions="File the user's note.", tools=[file_note]),
+    scripted_model=lambda: Script(("file_note", {{"text": NOTE}}), "Filed " + NOTE),
+)
+"""
+USER_RUN = """
+import asyncio
+
+import {schemas}, {workflows}
+from agent_worker.testing import local_worker
+
+
+async def main() -> None:
+    async with local_worker(["team_agents:notes"]) as client:  # loaded by import path, as configured
+        spec = {{"agent": "notes", "prompt": "Note: buy milk", "policy": {{"default_approvers": ["me"]}}}}
+        task = await client.start(spec)
+        request = await client.next_request(task.task_id)
+        await client.decide(task.task_id, request.request_id, "approve", principal={workflows}.APPROVER)
+        result = await client.result(task.task_id)
+        print(result.phase.value, "-", result.final_output)
+        print({schemas}.__file__, {workflows}.__file__)
+
+
+asyncio.run(main())
+"""
 # Lines installed and run at once: enough to keep 2 cores busy while a line waits on its install.
 PARALLEL_LINES = 3
 
@@ -169,12 +213,25 @@ def run_line(line: str, root: Path, wheel: Path, redis_url: str) -> LineRun:
     if line == "base":
         (cwd / "agent.py").write_text(runnable_blocks()[0])
         done.runs["readme"] = run([str(python), "agent.py"], cwd)
+        done.runs["user packages"] = run([str(python), "run.py"], user_team(root / "team"))
         address = f"127.0.0.1:{free_port()}"
         done.runs["demo"] = run(
             [cli, "demo", "--approve", "--address", address, "--data-dir", str(cwd / "demo"), "--headless"],
             cwd,
         )
     return done
+
+
+def user_team(team: Path) -> Path:
+    """A folder holding the team's own ``schemas`` and ``workflows`` packages, its agents module
+    and the program that runs them (``run.py``): the folder."""
+    names = {name: name for name in USER_PACKAGES}
+    for name, content in USER_PACKAGES.items():
+        (team / name).mkdir(parents=True)
+        (team / name / "__init__.py").write_text(content)
+    (team / "team_agents.py").write_text(USER_AGENTS.format(**names))
+    (team / "run.py").write_text(USER_RUN.format(**names))
+    return team
 
 
 def run(argv: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
@@ -223,13 +280,7 @@ def test_each_install_line_runs_the_cli_and_imports_every_module_it_has(
     modules = runs["modules"]
     walked = json.loads(modules.stdout.splitlines()[0]) if modules.stdout else {}
     assert walked, said(modules)
-    assert {
-        "agent_worker",
-        "agent_worker.cli",
-        "agent_worker.workflows",
-        "agent_worker.activities",
-        "worker",
-    } <= set(walked["roots"])
+    assert walked["roots"] == ["agent_worker"], walked["roots"]
     wrong = {m: e for m, e in walked["failed"].items() if not may_fail(m, line)}
     assert not wrong, f"modules that fail to import on the {line} line: {wrong}"
     for module, error in walked["failed"].items():
@@ -246,6 +297,23 @@ def test_the_base_install_runs_a_scripted_task_end_to_end(matrix: dict[str, Line
     assert readme.returncode == 0 and readme.stdout.startswith("completed"), said(readme)
     assert demo.returncode == 0, said(demo)
     assert "ended completed" in demo.stdout and "confirmed by lookup: yes" in demo.stdout, said(demo)
+
+
+def test_a_worker_runs_the_teams_agents_beside_its_own_schemas_and_workflows(
+    matrix: dict[str, LineRun],
+) -> None:
+    """With the team's own packages named ``schemas`` and ``workflows`` first on the path (its
+    folder, where it runs), a worker with the team's agent (loaded as ``team_agents:notes``, which
+    imports both) runs a task through an approval to completion, and the team's packages are the
+    ones its code sees."""
+    runs = installed(matrix, "base")
+    done = runs["user packages"]
+    assert done.returncode == 0, said(done)
+    outcome, where = done.stdout.splitlines()[-2:]
+    assert outcome == "completed - Filed buy milk", said(done)
+    schemas_file, workflows_file = where.split(" ")
+    assert schemas_file.endswith("/team/schemas/__init__.py"), where
+    assert workflows_file.endswith("/team/workflows/__init__.py"), where
 
 
 # ---- static: declared imports, packaged files -----------------------------------------------------
@@ -268,15 +336,36 @@ def package_roots(wheel: Path) -> list[str]:
     return sorted({n.split("/")[0].removesuffix(".py") for n in names if ".dist-info/" not in n})
 
 
+def package_dirs() -> dict[str, Path]:
+    """Where each package folder of the tree lands in the wheel: ``agent_worker/`` itself, and each
+    folder pyproject.toml's ``package-dir`` maps under it (``schemas/`` -> ``agent_worker/schemas/``)."""
+    mapped = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    return {"agent_worker": REPO / "agent_worker"} | {
+        package.replace(".", "/"): REPO / folder for package, folder in mapped.items()
+    }
+
+
+def test_the_wheel_installs_one_top_level_name(wheel: Path) -> None:
+    """Everything the wheel installs is under ``agent_worker`` (and its dist-info): no ``schemas``,
+    ``workflows``, ``cli``, ``worker`` ... at top level, so no user module can shadow ours."""
+    with zipfile.ZipFile(wheel) as archive:
+        tops = {n.split("/")[0] for n in archive.namelist()}
+        [dist_info] = [t for t in tops if t.endswith(".dist-info")]
+        top_level = archive.read(f"{dist_info}/top_level.txt").decode().split()
+    assert tops == {"agent_worker", dist_info}
+    assert top_level == ["agent_worker"]
+
+
 def test_every_third_party_import_is_a_declared_dependency(wheel: Path) -> None:
     """Each module outside the standard library and this package that any of our modules imports
     (at any depth, lazily or not) comes from a distribution pyproject.toml declares, not one that
     only happens to arrive with another."""
     ours = set(package_roots(wheel))
+    assert ours == {"agent_worker"}
     owners = importlib.metadata.packages_distributions()
     declared = declared_distributions()
     undeclared: dict[str, str] = {}
-    for path in _sources(ours):
+    for path in _sources():
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
@@ -300,20 +389,20 @@ def test_the_wheel_carries_every_module_and_data_file_of_the_tree(wheel: Path) -
         shipped = set(archive.namelist())
     missing = [
         rel
-        for path in _files(set(package_roots(wheel)))
-        if (rel := path.relative_to(REPO).as_posix()) not in shipped and not rel.startswith(REPO_ONLY)
+        for path, in_wheel in _files()
+        if in_wheel not in shipped and not (rel := path.relative_to(REPO).as_posix()).startswith(REPO_ONLY)
     ]
     assert not missing, f"files of the tree the wheel leaves out: {missing}"
+    assert any(name.startswith("agent_worker/workflows/") for name in shipped)
 
 
-def _files(roots: set[str]) -> Iterator[Path]:
-    for root in sorted(roots):
-        top = REPO / root
-        if top.is_dir():
-            yield from (p for p in sorted(top.rglob("*")) if p.is_file() and "__pycache__" not in p.parts)
-        else:
-            yield REPO / f"{root}.py"
+def _files() -> Iterator[tuple[Path, str]]:
+    """Each file of the package folders, with its name in the wheel."""
+    for in_wheel, top in sorted(package_dirs().items()):
+        for path in sorted(top.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                yield path, f"{in_wheel}/{path.relative_to(top).as_posix()}"
 
 
-def _sources(roots: set[str]) -> Iterator[Path]:
-    return (p for p in _files(roots) if p.suffix == ".py")
+def _sources() -> Iterator[Path]:
+    return (p for p, _ in _files() if p.suffix == ".py")
