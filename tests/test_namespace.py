@@ -36,7 +36,7 @@ FOLDERS = ("activities", "api", "cli", "examples", "inbox", "schemas", "security
 PUBLIC: dict[str, str] = {
     "AgentRegistration": (
         "(name, build, scripted_model=, max_model_calls=, description=, model=, fallback=, mcp=, "
-        "compact_after_tokens=, scripted_models=)"
+        "compact_after_tokens=, scripted_models=, version=)"
     ),
     "AgentWorkerClient": "(client, task_queue=)",
     "AgentWorkerError": "error: Exception",
@@ -57,20 +57,26 @@ PUBLIC: dict[str, str] = {
     "InputFile": "model: name",
     "McpRules": "(server, read=, write=, sandbox=, unlisted=, timeout_seconds=, max_attempts=, network=)",
     "McpWrite": "(key_argument=, lookup_tool=)",
+    "OverlapPolicy": "enum",
     "PolicyRule": "model: decision",
     "PolicySpec": "model: ",
     "ProposedAction": "model: arguments, call_id, effect, operation, tool, version",
     "SandboxCommand": "model: argv",
+    "ScheduleExists": "error: AgentWorkerError",
+    "ScheduleNotFound": "error: AgentWorkerError",
+    "ScheduleView": "model: schedule_id",
     "TaskEnded": "error: AgentWorkerError",
     "TaskInput": "model: spec",
     "TaskNotFound": "error: AgentWorkerError",
     "TaskPhase": "enum",
     "TaskRef": "(task_id, run_id, started)",
     "TaskResult": "model: evidence, phase, task_id, usage",
+    "TaskSchedule": "model: name, spec",
     "TaskSpec": "model: agent, prompt",
     "TaskStatus": "model: agent, budgets, pending, phase, task_id, tenant, turn, usage",
     "ToolError": "error: AgentError",
     "WorkerUnreachable": "error: AgentWorkerError",
+    "ask_human": "object: FunctionTool",
     "current_turn": "()",
     "delegate_tool": "(func=, *, name=, description=)",
     "effect_tool": (
@@ -79,6 +85,7 @@ PUBLIC: dict[str, str] = {
     ),
     "first_user_text": "(items)",
     "is_digest": "(value)",
+    "memory_tools": "(agent)",
     "sandbox_tool": "(func=, *, name=, description=)",
     "tool_outputs": "(items)",
     "write_tool": "(func=, *, name=, description=)",
@@ -96,9 +103,10 @@ CLIENT_METHODS: dict[str, str] = {
     "cancel": "(task_id)",
     "connect": "(address=, *, task_queue=, **overrides)",
     "decide": (
-        "(task_id, request_id, decision, principal, *, version=, edited_args=, reason=, sign_with=, "
-        "via=, wait_seconds=)"
+        "(task_id, request_id, decision, principal, *, version=, edited_args=, reason=, answer=, "
+        "sign_with=, via=, wait_seconds=, remember=)"
     ),
+    "fork": "(task_id, *, at, prompt_edit=, agent_version=, model=, replay_until=, fork_id=)",
     "handle": "(task_id)",
     "next_request": "(task_id, *, within=, poll=)",
     "pending": "(task_id, *, wait_seconds=)",
@@ -107,6 +115,7 @@ CLIENT_METHODS: dict[str, str] = {
     "send_decision": "(task_id, decision, *, via=, wait_seconds=)",
     "start": "(spec, task_id=)",
     "status": "(task_id, *, wait_seconds=)",
+    "steps": "(task_id)",
 }
 CONSOLE_SCRIPTS = {"agent-worker": "agent_worker.cli.main:run"}
 
@@ -119,6 +128,8 @@ def shape(value: Any) -> str:
         return "enum"
     if inspect.isclass(value) and issubclass(value, BaseException):
         return "error: " + value.__mro__[1].__name__
+    if not callable(value):  # an object, such as the built-in ``ask_human`` tool
+        return "object: " + type(value).__name__
     out: list[str] = []
     star = False
     for p in inspect.signature(value).parameters.values():
