@@ -16,9 +16,10 @@ releases. Everything else in the distribution (``activities``, ``workflows``, ``
   helpers ``tool_outputs`` and ``first_user_text`` for deterministic models.
 - **Payloads**: ``TaskSpec`` and the models a client reads or sends (``TaskStatus``, ``TaskResult``,
   ``ApprovalRequest``, ``ApprovalDecision`` ...). All are plain JSON on the wire.
-- **Client**: ``AgentWorkerClient`` (start, status, pending, awaiting, decide, say, cancel, result,
-  and ``schedules``: tasks on a Temporal Schedule, ``TaskSchedule``, ``OverlapPolicy``,
-  ``ScheduleView``) and its errors, rooted at ``AgentWorkerError``.
+- **Client**: ``AgentWorkerClient`` (start, status, pending, awaiting, decide, submit (a
+  ``Decision``: the one decision path), say, cancel, result, and ``schedules``: tasks on a
+  Temporal Schedule, ``TaskSchedule``, ``OverlapPolicy``, ``ScheduleView``) and its errors,
+  rooted at ``AgentWorkerError``.
 - **Worker**: ``AgentWorkerPlugin``, a Temporal plugin that adds our workflows and activities to a
   ``temporalio.worker.Worker`` of your own (docs/operations.md, "Running in a worker of your own");
   imported on first use.
@@ -71,6 +72,8 @@ _EXPORTS: dict[str, str] = {
     "AgentWorkerError": "agent_worker.client",
     "AwaitingTask": "agent_worker.client",
     "DecisionRefused": "agent_worker.client",
+    "Decision": "agent_worker.decisions",
+    "InvalidDecision": "agent_worker.decisions",
     "TaskEnded": "agent_worker.client",
     "TaskNotFound": "agent_worker.client",
     "TaskRef": "agent_worker.client",
@@ -190,6 +193,7 @@ __all__ = [
     "Budgets",
     "BusinessWrite",
     "ConversationModel",
+    "Decision",
     "DecisionKind",
     "DecisionOutcome",
     "DecisionRefused",
@@ -198,6 +202,7 @@ __all__ = [
     "EventType",
     "Evidence",
     "InputFile",
+    "InvalidDecision",
     "McpRules",
     "McpWrite",
     "OverlapPolicy",

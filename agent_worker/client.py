@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
@@ -40,6 +41,7 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from agent_worker.decisions import Decision, InvalidDecision
 from agent_worker.errors import AgentWorkerError
 from agent_worker.schemas import visibility
 from agent_worker.schemas.visibility import DEFAULT_TASK_QUEUE, STATUS_QUERY, queryable
@@ -58,6 +60,8 @@ if TYPE_CHECKING:
     )
     from agent_worker.schemas.forks import StepRecord
     from agent_worker.schemas.tasks import BatchView, TaskInput, TaskPhase, TaskResult, TaskSpec, TaskStatus
+
+    Signer = Ed25519PrivateKey | Callable[[TaskStatus, ApprovalDecision], Ed25519PrivateKey | None]
 
 # The payload models are imported where a call first needs them, not with this module: building the
 # pydantic models costs about as much as importing the Temporal client, and a process that imports the
@@ -106,7 +110,10 @@ class DecisionRefused(AgentWorkerError):
 
 class WorkerUnreachable(AgentWorkerError):
     """Raised when no worker answered a query or an update in time. The task is not
-    changed: an update that arrives later carries ``expires_at`` and the task refuses it."""
+    changed: an update that arrives later carries ``expires_at`` and the task refuses it.
+    ``stage`` is ``read`` when ``submit``'s read went unanswered (nothing was signed or sent)."""
+
+    stage: str = "send"
 
 
 @dataclass(frozen=True)
@@ -377,53 +384,81 @@ class AgentWorkerClient:
         """Decide a pending request: ``approve``, ``edit`` (with ``edited_args``), ``reject`` or
         ``respond`` (with a ``reason`` the model sees), or ``answer`` a question (with ``answer``). An
         approve with ``remember`` (``schemas.grants.Remember`` as JSON: ``scope``, ``when``,
-        ``until``) is remembered as a grant (the policy must allow it).
-
-        ``version`` defaults to the pending request's; give the one that was reviewed to bind the
-        decision to it. ``sign_with`` signs over the request's run chain (``security.signing``).
-        By ``update`` the task checks the decision and answers (an accepted ``DecisionOutcome``);
-        it carries ``expires_at`` (now + ``wait_seconds``) so a late delivery is refused rather than
-        applied after this call gave up. By ``signal`` it is durable and unanswered (None): a bad
-        one is recorded as ignored, with the reason, in ``status(...).ignored``.
+        ``until``) is remembered as a grant (the policy must allow it). ``submit`` with a
+        ``Decision`` does the same; this spells it in arguments.
 
         Raises:
-            DecisionRefused: the task refused it (or the request is not pending, when the version
-                or run chain had to be looked up), or the payload is invalid (naming the field).
+            DecisionRefused: as ``submit``, and for a payload that cannot be built (naming the field).
             TaskNotFound: no such task, or it is not running.
             WorkerUnreachable: no worker answered within ``wait_seconds`` seconds.
         """
-        from agent_worker.schemas.approvals import DecisionKind
-        from agent_worker.schemas.validation import InvalidPayload, parse_decision
-
-        request: ApprovalRequest | None = None
-        if version is None or sign_with is not None:
-            pending = await self.pending(task_id, wait_seconds=wait_seconds)
-            request = next((r for r in pending if r.request_id == request_id), None)
-            if request is None:
-                waiting = ", ".join(r.request_id for r in pending) or "none"
-                raise DecisionRefused(task_id, request_id, f"not pending (pending: {waiting})")
-        raw: dict[str, Any] = {
-            "request_id": request_id,
-            "version": version or (request.version if request else ""),
-            "decision": decision.value if isinstance(decision, DecisionKind) else decision,
-            "principal": principal,
-            "edited_args": edited_args,
-            "reason": reason,
-            "remember": remember,
-            "answer": answer,
-        }
-        if via == "update":
-            raw["expires_at"] = datetime.now(UTC) + timedelta(seconds=wait_seconds)
+        kind = decision if isinstance(decision, str) else decision.value
+        typed = Decision(
+            request_id, kind, principal, version, reason, edited_args, answer=answer, remember=remember
+        )
         try:
-            parsed = parse_decision({k: v for k, v in raw.items() if v is not None})
-        except InvalidPayload as err:
+            return await self.submit(task_id, typed, signer=sign_with, via=via, wait_seconds=wait_seconds)
+        except InvalidDecision as err:
             raise DecisionRefused(task_id, request_id, str(err)) from None
-        if sign_with is not None:
+
+    async def submit(
+        self,
+        task_id: str,
+        decision: Decision,
+        *,
+        signer: Signer | None = None,
+        check: Callable[[TaskStatus, ApprovalRequest | None], Awaitable[None]] | None = None,
+        via: Literal["update", "signal"] = "update",
+        wait_seconds: float = DEFAULT_TIMEOUT,
+        read_seconds: float | None = None,
+        expires_at: datetime | None = None,
+    ) -> DecisionOutcome | None:
+        """Read the request, build the decision, sign it and send it: the one decision path (the
+        CLI, the inbox and the HTTP API all come here). Two RPCs at most: the task's ``status`` query,
+        only when something needs the request (a version left out, an edit or typed answer compared
+        with it, a signature over its run chain, a ``check``), then the update (or the signal). What
+        the read checks, the update's validator checks again; nothing else is read.
+
+        ``check`` sees the status and the pending request (None when not pending) before anything
+        is built or sent, and raises to refuse (the inbox's and the API's access rules). ``signer``
+        is a private key, or a callable given the status and the built decision that answers the key
+        to sign with (None: unsigned); the signature covers the request's run chain. By ``update``
+        the decision carries ``expires_at`` (now + ``wait_seconds`` unless given) so a late delivery
+        is refused rather than applied after this call gave up. By ``signal`` it is durable and
+        unanswered (None): a bad one is recorded as ignored, with the reason, in ``status(...).ignored``.
+
+        Raises:
+            InvalidDecision: the decision cannot be built (naming the field); nothing was sent.
+            DecisionRefused: the task refused it, or the request is not pending (when it was read).
+            TaskNotFound: no such task, or it is not running.
+            WorkerUnreachable: no worker answered within the time (``stage`` says whether the read
+                or the decision went unanswered).
+        """
+        status: TaskStatus | None = None
+        request: ApprovalRequest | None = None
+        if decision.needs_request or signer is not None or check is not None:
+            read_wait = read_seconds if read_seconds is not None else wait_seconds
+            try:
+                status = await self.status(task_id, wait_seconds=read_wait)
+            except WorkerUnreachable as err:
+                err.stage = "read"
+                raise
+            request = next((r for r in status.pending if r.request_id == decision.request_id), None)
+            if check is not None:
+                await check(status, request)
+            if request is None:
+                waiting = ", ".join(r.request_id for r in status.pending) or "none"
+                raise DecisionRefused(task_id, decision.request_id, f"not pending (pending: {waiting})")
+        if via == "update" and expires_at is None:
+            expires_at = datetime.now(UTC) + timedelta(seconds=wait_seconds)
+        built = decision.build(request, expires_at=expires_at if via == "update" else None)
+        key = signer(status, built) if callable(signer) and status is not None else signer
+        if key is not None:
             from agent_worker.security.signing import sign
 
             chain = request.run_chain if request else None
-            parsed = parsed.model_copy(update={"signature": sign(sign_with, task_id, parsed, chain)})
-        return await self.send_decision(task_id, parsed, via=via, wait_seconds=wait_seconds)
+            built = built.model_copy(update={"signature": sign(key, task_id, built, chain)})
+        return await self.send_decision(task_id, built, via=via, wait_seconds=wait_seconds)
 
     async def send_decision(
         self,

@@ -36,7 +36,6 @@ streams: an AG-UI run counts as one).
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -68,6 +67,7 @@ from fastapi.responses import HTMLResponse, StreamingResponse
 from pydantic import BaseModel, Field, ValidationError
 
 from agent_worker.client import AgentWorkerClient
+from agent_worker.decisions import Decision
 
 # How often a run asks the task for its state while the stream has new entries (when it has none,
 # once per blocking read).
@@ -147,15 +147,17 @@ async def answer_interrupts(
         answers.append((entry.interrupt_id, request_id, version, answer))
     events: list[BaseEvent] = []
     for given_id, request_id, version, answer in answers:
-        form = {"request_id": request_id, "version": version, "decision": answer.decision.value}
-        if answer.reason:
-            form["reason"] = answer.reason
-        if answer.decision is DecisionKind.EDIT:
-            request = next((r for r in view.decidable if r.request_id == request_id), None)
-            proposed = request.action.arguments if request else {}
-            form["edited_args"] = json.dumps({**proposed, **(answer.edited_args or {})})
+        decision = Decision(
+            request_id=request_id,
+            kind=answer.decision.value,
+            principal=who,
+            version=version,
+            reason=(answer.reason or "").strip() or None,
+            edited_args=(answer.edited_args or {}) if answer.decision is DecisionKind.EDIT else None,
+            edit_given="changes",
+        )
         try:
-            outcome = await service.decide(task_id, who, form)
+            outcome = await service.submit(task_id, decision)
         except InboxError as err:
             if err.status != NOT_PENDING:
                 raise HTTPException(err.status, str(err)) from None

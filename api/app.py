@@ -30,7 +30,6 @@ Every call goes through ``agent_worker.client`` (the one owner of the workflow's
 every check through the inbox's service (``inbox.service``), so the API and the inbox answer alike.
 """
 
-import json
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -60,6 +59,7 @@ from pydantic import BaseModel, Field, ValidationError
 from temporalio.client import Client
 
 from agent_worker.client import AgentWorkerClient
+from agent_worker.decisions import Decision
 
 _DEFAULTS = WorkerConfig()
 # The bearer scheme, for the OpenAPI document (``api.guard`` authenticates).
@@ -273,20 +273,23 @@ def build_api(client: Client, config: ApiConfig) -> FastAPI:
     async def decide(task_id: str, body: DecisionRequest, who: Caller) -> DecisionOutcome:
         """Decide a pending request as the caller (refused before it reaches the task when the request
         does not name them)."""
-        view = await visible(task_id, who)
-        form = {"request_id": body.request_id, "version": body.version, "decision": body.decision.value}
-        if body.reason:
-            form["reason"] = body.reason
-        if body.decision is DecisionKind.EDIT:
-            request = next((r for r in view.decidable if r.request_id == body.request_id), None)
-            proposed = request.action.arguments if request else {}
-            form["edited_args"] = json.dumps({**proposed, **(body.edited_args or {})})
-        if body.remember is not None:
-            form["remember"] = body.remember.model_dump_json(exclude_none=True)
-        if body.answer is not None:
-            form["answer_json"] = json.dumps(body.answer)
+        # One read (the status query) and the update: no describe, no history read (the update's
+        # validator checks again what the read checked).
+        decision = Decision(
+            request_id=body.request_id,
+            kind=body.decision.value,
+            principal=who,
+            version=body.version,
+            reason=(body.reason or "").strip() or None,
+            edited_args=(body.edited_args or {}) if body.decision is DecisionKind.EDIT else None,
+            edit_given="changes",
+            answer=body.answer,
+            remember=body.remember.model_dump(mode="json", exclude_none=True) if body.remember else None,
+        )
         try:
-            return await service.decide(task_id, who, form)
+            return await service.submit(
+                task_id, decision, visible_in=lambda tenant: tenant_allowed(who, tenant)
+            )
         except InboxError as err:
             raise HTTPException(err.status, str(err)) from None
 

@@ -22,12 +22,14 @@ from agent_worker.cli import devserver
 from agent_worker.cli.context import CliContext
 from agent_worker.cli.errors import CliError
 from agent_worker.cli.tasks import DECIDE_TIMEOUT_SECONDS, Follower, load_task_input, outcome, send_decision
-from agent_worker.schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionKind
+from agent_worker.schemas.approvals import ApprovalRequest, DecisionKind
 from agent_worker.schemas.visibility import DEFAULT_TASK_QUEUE
 from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
+
+from agent_worker.decisions import Decision
 
 if TYPE_CHECKING:
     from agent_worker.schemas.config import WorkerConfig
@@ -178,11 +180,11 @@ async def run_demo(args: Any, ctx: CliContext, out: TextIO | None = None) -> int
                     file=out,
                 )
             if args.approve:
-                decision = ApprovalDecision(
+                decision = Decision(
                     request_id=request.request_id,
-                    version=request.version,
-                    decision=DecisionKind.APPROVE,
+                    kind=DecisionKind.APPROVE.value,
                     principal=request.approvers[0],
+                    version=request.version,
                     reason="approved by the demo (--approve)",
                 )
                 answer = await send_decision(

@@ -21,19 +21,21 @@ from agent_worker.cli import render
 from agent_worker.cli.context import CliContext
 from agent_worker.cli.errors import CliError
 from agent_worker.cli.grants import add_remember_arguments, remember_from
-from agent_worker.schemas.approvals import ApprovalDecision, DecisionKind
+from agent_worker.schemas.approvals import DecisionKind
 from agent_worker.schemas.tasks import TaskInput, TaskPhase, TaskResult, TaskStatus
 from agent_worker.schemas.validation import (
     InvalidPayload,
     check_task_id,
-    parse_decision,
     parse_follow_up,
     parse_task_input,
 )
 from agent_worker.schemas.visibility import DEFAULT_TASK_QUEUE
 
 if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     from agent_worker.client import AgentWorkerClient
+    from agent_worker.decisions import Decision
 
 T = TypeVar("T")
 
@@ -358,36 +360,39 @@ async def cmd_decide(args: argparse.Namespace, ctx: CliContext, out: TextIO | No
     pending request's run chain, read first (within the same ``--timeout``; nothing is sent when no
     worker answers).
     """
-    from agent_worker.client import WorkerUnreachable
+    from agent_worker.decisions import Decision, InvalidDecision
 
     out = out or sys.stdout
-    raw: dict[str, Any] = {
-        "request_id": args.request,
-        "version": args.version,
-        "decision": args.kind,
-        "principal": args.principal,
-    }
-    if args.reason:
-        raw["reason"] = args.reason
-    raw.update(remember_from(args))
-    if args.kind == DecisionKind.RESPOND.value:
-        raw["reason"] = args.message
+    answer: Any = None
     if args.kind == DecisionKind.ANSWER.value:
         try:
-            raw["answer"] = json.loads(args.answer) if args.json else args.answer
+            answer = json.loads(args.answer) if args.json else args.answer
         except json.JSONDecodeError as err:
             raise CliError(f"the answer is not JSON (drop --json for text): {err}", 2) from None
+    edited: Any = None
     if args.kind == DecisionKind.EDIT.value:
         try:
-            raw["edited_args"] = json.loads(args.args)
+            edited = json.loads(args.args)
         except (TypeError, json.JSONDecodeError) as err:
             raise CliError(f"--args must be a JSON object: {err}", 2) from None
+    reason = args.message if args.kind == DecisionKind.RESPOND.value else args.reason
+    decision = Decision(
+        request_id=args.request,
+        kind=args.kind,
+        principal=args.principal,
+        version=args.version,
+        reason=reason or None,
+        edited_args=edited,
+        answer=answer,
+        remember=remember_from(args).get("remember"),
+    )
     try:
-        decision = parse_decision(raw)
-    except InvalidPayload as err:
+        decision.build()  # bad input exits 2 before anything connects
+    except InvalidDecision as err:
         raise CliError(str(err), 2) from None
+    key = None
     if args.sign:
-        from agent_worker.security.signing import DEFAULT_KEY_DIR, load_private_key, sign
+        from agent_worker.security.signing import DEFAULT_KEY_DIR, load_private_key
 
         try:
             key = load_private_key(args.principal, args.keys_dir or DEFAULT_KEY_DIR)
@@ -395,72 +400,67 @@ async def cmd_decide(args: argparse.Namespace, ctx: CliContext, out: TextIO | No
             raise CliError(f"cannot sign as {args.principal}: {err}", 2) from None
     wait_seconds = getattr(args, "timeout", None) or DECIDE_TIMEOUT_SECONDS
     tasks = await ctx.tasks()
-    if args.sign:
-        # The run chain the signature must cover: the pending request's (None when the task started
-        # before run chains, or the request is not pending: the task then ignores the decision).
-        try:
-            pending = await _saying_we_wait(
-                tasks.pending(args.task_id, wait_seconds=wait_seconds),
-                args.task_id,
-                wait_seconds,
-                "the query for the run chain to sign",
-            )
-        except WorkerUnreachable:
-            raise _no_worker(
-                args.task_id, wait_seconds, "nothing was signed or sent: decide again once a worker runs"
-            ) from None
-        chain = next((r.run_chain for r in pending if r.request_id == decision.request_id), None)
-        decision = decision.model_copy(update={"signature": sign(key, args.task_id, decision, chain)})
-    answer = await send_decision(
-        tasks, args.task_id, decision, as_signal=args.signal, wait_seconds=wait_seconds
+    reply = await send_decision(
+        tasks, args.task_id, decision, as_signal=args.signal, wait_seconds=wait_seconds, signer=key
     )
-    if answer is None:
+    if reply is None:
         print(
             f"sent {args.kind} for {args.request} to {args.task_id} as a signal (see `agent-worker status`)",
             file=out,
         )
     else:
-        print(f"{args.task_id}: {answer.detail}", file=out)
+        print(f"{args.task_id}: {reply.detail}", file=out)
     return 0
+
+
+def _not_applied(expires_at: datetime | None) -> str:
+    expiry = expires_at.isoformat() if expires_at else "now"
+    return (
+        f"the decision was not applied, and the task refuses it if it arrives after {expiry}: decide "
+        "again once a worker runs, or send it with --signal (Temporal keeps the signal and the task "
+        "applies it when a worker picks it up)"
+    )
 
 
 async def send_decision(
     tasks: AgentWorkerClient,
     task_id: str,
-    decision: ApprovalDecision,
+    decision: Decision,
     *,
     as_signal: bool,
     wait_seconds: float,
+    signer: Ed25519PrivateKey | None = None,
 ) -> Any:
-    """Send ``decision`` (by update, or by signal with ``as_signal``), with the CLI's messages.
+    """Send ``decision`` through ``AgentWorkerClient.submit`` (by update, or by signal with
+    ``as_signal``; signed over the request's run chain with ``signer``), with the CLI's messages.
 
     Raises:
         CliError: the task refused it, does not exist or has ended, or no worker answered within
             ``wait_seconds`` (the decision then expires: the task refuses it if it arrives later).
     """
     from agent_worker.client import DecisionRefused, TaskNotFound, WorkerUnreachable
+    from agent_worker.decisions import InvalidDecision
 
-    if not as_signal:
-        expires_at = datetime.now(UTC) + timedelta(seconds=wait_seconds)
-        decision = decision.model_copy(update={"expires_at": expires_at})
+    # One RPC (the update), two with a signer (the status query first, for the run chain to sign).
+    expires_at = None if as_signal else datetime.now(UTC) + timedelta(seconds=wait_seconds)
+    sent = tasks.submit(
+        task_id,
+        decision,
+        signer=signer,
+        via="signal" if as_signal else "update",
+        wait_seconds=wait_seconds,
+        expires_at=expires_at,
+    )
     try:
-        return await _saying_we_wait(
-            tasks.send_decision(
-                task_id, decision, via="signal" if as_signal else "update", wait_seconds=wait_seconds
-            ),
-            task_id,
-            wait_seconds,
-            "the decision",
-        )
-    except WorkerUnreachable:
-        expiry = decision.expires_at.isoformat() if decision.expires_at else "now"
-        raise _no_worker(
-            task_id,
-            wait_seconds,
-            f"the decision was not applied, and the task refuses it if it arrives after {expiry}: decide "
-            "again once a worker runs, or send it with --signal (Temporal keeps the signal and the task "
-            "applies it when a worker picks it up)",
-        ) from None
+        return await _saying_we_wait(sent, task_id, wait_seconds, "the decision")
+    except WorkerUnreachable as err:
+        if err.stage == "read":
+            tail = "nothing was signed or sent: decide again once a worker runs"
+        else:
+            tail = _not_applied(expires_at)
+        raise _no_worker(task_id, wait_seconds, tail) from None
+    except InvalidDecision as err:
+        raise CliError(str(err), 2) from None
     except DecisionRefused as err:
         raise CliError(f"decision refused: {err.reason}") from None
     except TaskNotFound as err:

@@ -8,16 +8,18 @@ Every check that guards a decision lives here, so the HTTP layer cannot forget o
 - **Viewing a task**: allowed to the approvers its policy names (any rule's ``approvers`` and
   ``default_approvers``) and to the approvers of its pending requests. The policy comes from the
   task's start input in history, so a closed task stays visible to its approvers without a worker.
-- **Deciding**: before anything is sent, the request must be pending and name the principal; then
-  the decision goes out through ``AgentWorkerClient.send_decision`` as the update ``decide`` (the
-  workflow checks everything again and answers synchronously). Where the policy registers the
-  principal's key, or requires signatures, the inbox signs with the principal's private key from its
-  keys directory.
+- **Deciding**: a form is parsed once into a typed ``agent_worker.decisions.Decision`` (the HTTP
+  API builds one from its body) and goes through ``AgentWorkerClient.submit``, the one decision path:
+  one read (the task's status query), where the request must be pending and name the principal, then
+  the update ``decide`` (the workflow checks everything again and answers synchronously): two RPCs.
+  Where the policy registers the principal's key, or requires signatures, the inbox signs with the
+  principal's private key from its keys directory.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -26,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from agent_worker.schemas.actions import ProposedAction
 from agent_worker.schemas.approvals import ApprovalDecision, ApprovalRequest, DecisionKind, DecisionOutcome
 from agent_worker.schemas.tasks import PolicySpec, TaskResult, TaskSpec, TaskStatus
-from agent_worker.schemas.validation import InvalidPayload, parse_decision, parse_task_input
+from agent_worker.schemas.validation import InvalidPayload, parse_task_input
 from agent_worker.workflows import AgentTaskWorkflow
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
@@ -36,11 +38,14 @@ from agent_worker.client import (
     AgentWorkerError,
     AwaitingTask,
     DecisionRefused,
+    TaskNotFound,
     WorkerUnreachable,
 )
+from agent_worker.decisions import Decision, InvalidDecision
 
 if TYPE_CHECKING:
     from agent_worker.activities.artifacts import ArtifactStore
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 QUERY_TIMEOUT = timedelta(seconds=5)
 # How long a decision waits for a worker's answer; it expires then (``ApprovalDecision.expires_at``).
@@ -214,54 +219,84 @@ class InboxService:
     # ---- deciding --------------------------------------------------------------------------------
 
     async def decide(self, task_id: str, principal: str, form: dict[str, str]) -> DecisionOutcome:
-        """Check and send ``principal``'s decision from a submitted form.
-
-        The form has ``request_id``, ``version``, ``decision`` (approve / edit / reject / respond /
-        answer), and ``reason``, ``edited_args`` (a JSON object; only changed arguments are sent),
-        ``remember`` (a JSON object, with an approve) and the answer (``answer_json``, a JSON value, or
-        ``answer``: text, parsed as JSON for a form) as needed.
+        """Check and send ``principal``'s decision from a submitted form (``decision_from_form``).
 
         Raises:
-            InboxError: 403 when ``principal`` may not decide that request (checked before anything
-                is sent), 400 for a malformed form, 409 when the request is no longer pending or
-                the workflow refuses the decision (the message says why).
+            InboxError: as ``submit``, and 400 for a malformed form.
         """
-        request_id = form.get("request_id", "")
+        return await self.submit(task_id, decision_from_form(principal, form))
+
+    async def submit(
+        self,
+        task_id: str,
+        decision: Decision,
+        *,
+        visible_in: Callable[[str], bool] | None = None,
+    ) -> DecisionOutcome:
+        """Check and send ``decision`` through ``AgentWorkerClient.submit``: one read (the task's
+        status: its pending request, tenant and signing policy) and the update, whose validator checks
+        everything again. Where the policy registers the principal's key, or requires signatures,
+        the inbox signs with the principal's private key from its keys directory.
+
+        ``visible_in`` (the API's tenant rule) hides a task of another tenant, and a task the
+        principal may not see, as 404 (the API's answer for a task it does not show).
+
+        Raises:
+            InboxError: 403 when the principal may not decide that request (checked before anything
+                is sent; 404 with ``visible_in`` when they may not see the task at all), 400 for a
+                decision that cannot be built, 409 when the request is no longer pending or signing
+                is required and no key is usable, 503/504 when the task or its worker cannot be reached.
+        """
+        principal, request_id = decision.principal, decision.request_id
         handle = self.client.get_workflow_handle(task_id)
         forbidden = InboxError(
             f"principal {principal!r} may not decide request {request_id!r} of {task_id!r}", 403
         )
-        try:
-            status = await self._status(handle)
-        except RPCError as err:
-            if err.status is RPCStatusCode.NOT_FOUND:
-                raise forbidden from None
-            raise InboxError(f"task {task_id} cannot be reached: {err.message}", 503) from None
-        request = next((r for r in status.pending if r.request_id == request_id), None)
-        if request is None:
+        hidden = InboxError(f"no task {task_id!r} among the tasks {principal!r} may see", 404)
+        seen: list[TaskStatus] = []
+
+        async def check(status: TaskStatus, request: ApprovalRequest | None) -> None:
+            seen.append(status)
+            if visible_in is not None and not visible_in(status.tenant):
+                raise hidden
+            if request is not None and principal in request.approvers:
+                needs_reason(decision.kind, decision.reason)  # the form's rule, the API's too
+                return
+            # Refused: only now is the policy read, to say which refusal the principal may hear.
             policy = await self.policy(handle)
-            if policy is not None and may_view(policy, principal):
+            viewer = policy is not None and may_view(policy, principal)
+            if visible_in is not None and not viewer:
+                if not any(principal in r.approvers for r in status.pending):
+                    raise hidden
+            if request is None and viewer:
                 raise InboxError(
                     f"request {request_id!r} of {task_id} is not pending (already decided?)", 409
                 )
             raise forbidden
-        if principal not in request.approvers:
-            raise forbidden
-        decision = self._decision(request, principal, form)
-        policy = await self.policy(handle)
-        if policy is not None:
-            decision = self._signed(task_id, decision, policy, request.run_chain)
-        # Sent by the one client of the protocol: not acted on later when no worker answers in time
-        # (the task refuses it past its expiry).
+
         wait = DECIDE_TIMEOUT.total_seconds()
         try:
-            outcome = await self.tasks.send_decision(task_id, decision, wait_seconds=wait)
+            outcome = await self.tasks.submit(
+                task_id,
+                decision,
+                signer=self._signer,
+                check=check,
+                wait_seconds=wait,
+                read_seconds=QUERY_TIMEOUT.total_seconds(),
+            )
+        except InvalidDecision as err:
+            raise InboxError(str(err), 400) from None
         except DecisionRefused as err:
             detail = f"the task refused the decision: {err.reason}"
-            return DecisionOutcome(
-                request_id=request_id, accepted=False, phase=status.phase.value, detail=detail
-            )
-        except WorkerUnreachable:
+            phase = seen[0].phase.value if seen else "unknown"
+            return DecisionOutcome(request_id=request_id, accepted=False, phase=phase, detail=detail)
+        except TaskNotFound as err:
+            if seen:  # it closed between the read and the update
+                raise InboxError(f"task {task_id} cannot be reached: {err}", 503) from None
+            raise (hidden if visible_in is not None else forbidden) from None
+        except WorkerUnreachable as err:
+            if err.stage == "read":
+                raise InboxError(f"task {task_id} cannot be reached: {err}", 503) from None
             raise InboxError(
                 f"no worker answered for task {task_id} within {wait:g} s; the decision was not applied "
                 "and will not be: decide again once a worker runs",
@@ -272,59 +307,69 @@ class InboxService:
         assert outcome is not None  # an update always answers
         return outcome
 
-    @staticmethod
-    def _decision(request: ApprovalRequest, principal: str, form: dict[str, str]) -> ApprovalDecision:
-        kind = form.get("decision", "")
-        reason = form.get("reason", "").strip() or None
-        raw: dict[str, Any] = {
-            "request_id": request.request_id,
-            "version": form.get("version", ""),
-            "decision": kind,
-            "principal": principal,
-        }
-        if reason:
-            raw["reason"] = reason
-        if kind == DecisionKind.REJECT.value and not reason:
-            raise InboxError("a rejection needs a reason: the agent sees it", 400)
-        if kind == DecisionKind.RESPOND.value and not reason:
-            raise InboxError("a respond needs a message: the agent reads it instead of the result", 400)
-        if kind == DecisionKind.EDIT.value:
-            raw["edited_args"] = edited_arguments(request.action.arguments, form.get("edited_args", ""))
-        if form.get("remember"):
-            raw["remember"] = remembered(form["remember"])
-        elif kind == DecisionKind.APPROVE.value:
-            from agent_worker.inbox.grants import remember_from_form
-
-            remember = remember_from_form(form)
-            if remember is not None:
-                raw["remember"] = remember
-        if kind == DecisionKind.ANSWER.value:
-            raw["answer"] = submitted_answer(request, form)
-        try:
-            return parse_decision(raw)
-        except InvalidPayload as err:
-            raise InboxError(str(err), 400) from None
-
-    def _signed(
-        self, task_id: str, decision: ApprovalDecision, policy: PolicySpec, run_chain: str | None
-    ) -> ApprovalDecision:
-        """Sign when the policy requires it or registers the principal's key (over the request's run
-        chain, so the signature holds for this run of the task id only)."""
-        if not policy.require_signatures and decision.principal not in policy.signers:
-            return decision
-        from agent_worker.security.signing import load_private_key, sign
+    def _signer(self, status: TaskStatus, decision: ApprovalDecision) -> Ed25519PrivateKey | None:
+        """The key to sign with when the policy requires signatures or registers the principal's key
+        (the client signs over the request's run chain, so the signature holds for this run only)."""
+        if not status.require_signatures and decision.principal not in status.signers:
+            return None
+        from agent_worker.security.signing import load_private_key
 
         try:
-            key = load_private_key(decision.principal, self.keys_dir)
+            return load_private_key(decision.principal, self.keys_dir)
         except (OSError, ValueError) as err:
-            if policy.require_signatures:
+            if status.require_signatures:
                 raise InboxError(
                     f"this task requires signed decisions and the inbox has no usable key for "
                     f"{decision.principal!r} in {self.keys_dir}: {err}",
                     409,
                 ) from None
-            return decision
-        return decision.model_copy(update={"signature": sign(key, task_id, decision, run_chain)})
+            return None
+
+
+def needs_reason(kind: str, reason: str | None) -> None:
+    """Refuse a rejection or a respond with no reason (the agent reads it).
+
+    Raises:
+        InboxError: (400) it has none.
+    """
+    if kind == DecisionKind.REJECT.value and not reason:
+        raise InboxError("a rejection needs a reason: the agent sees it", 400)
+    if kind == DecisionKind.RESPOND.value and not reason:
+        raise InboxError("a respond needs a message: the agent reads it instead of the result", 400)
+
+
+def decision_from_form(principal: str, form: dict[str, str]) -> Decision:
+    """The typed decision a form submits: ``request_id``, ``version``, ``decision`` (approve / edit /
+    reject / respond / answer), and as needed ``reason``, ``edited_args`` (the whole argument object
+    as JSON; only changed arguments are sent), ``remember`` (a JSON object, or the remember fields
+    of ``inbox.grants``, with an approve) and ``answer`` (text; JSON for a form question).
+
+    Raises:
+        InboxError: (400) JSON that does not parse (a missing reason is refused by ``submit``, once
+            the principal is known to be allowed).
+    """
+    kind = form.get("decision", "")
+    reason = form.get("reason", "").strip() or None
+    edited = edited_object(form.get("edited_args", "")) if kind == DecisionKind.EDIT.value else None
+    remember = None
+    if form.get("remember"):
+        remember = remembered(form["remember"])
+    elif kind == DecisionKind.APPROVE.value:
+        from agent_worker.inbox.grants import remember_from_form
+
+        remember = remember_from_form(form)
+    return Decision(
+        request_id=form.get("request_id", ""),
+        kind=kind,
+        principal=principal,
+        version=form.get("version", ""),
+        reason=reason,
+        edited_args=edited,
+        edit_given="whole",
+        answer=form.get("answer", "") if kind == DecisionKind.ANSWER.value else None,
+        answer_typed=True,
+        remember=remember,
+    )
 
 
 def remembered(text: str) -> dict[str, Any]:
@@ -343,37 +388,11 @@ def remembered(text: str) -> dict[str, Any]:
     return value
 
 
-def submitted_answer(request: ApprovalRequest, form: dict[str, str]) -> Any:
-    """The answer a form carries: ``answer_json`` (the API's, any JSON value), or ``answer`` as
-    typed (a form question's parsed as JSON). Whether it fits the question, the task decides.
+def edited_object(text: str) -> dict[str, Any]:
+    """A form's edited arguments: the whole argument object, as JSON.
 
     Raises:
-        InboxError: (400) no answer, or one that is not JSON where JSON is needed.
-    """
-    from agent_worker.schemas.questions import AnswerType, Question
-
-    text, is_json = form.get("answer_json"), True
-    if text is None:
-        question = request.action.operation
-        text = form.get("answer", "")
-        is_json = isinstance(question, Question) and question.answer_type is AnswerType.FORM
-    if not is_json:
-        if not text.strip():
-            raise InboxError("an answer is required", 400)
-        return text
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as err:
-        raise InboxError(
-            f"the answer is not valid JSON (line {err.lineno}, column {err.colno}: {err.msg})", 400
-        ) from None
-
-
-def edited_arguments(proposed: dict[str, Any], text: str) -> dict[str, Any]:
-    """The arguments an edit changes: the submitted JSON object compared with the proposed arguments.
-
-    Raises:
-        InboxError: (400) not a JSON object, an argument removed or added, or nothing changed.
+        InboxError: (400) not a JSON object.
     """
     try:
         submitted = json.loads(text)
@@ -383,17 +402,4 @@ def edited_arguments(proposed: dict[str, Any], text: str) -> dict[str, Any]:
         ) from None
     if not isinstance(submitted, dict):
         raise InboxError("edited arguments must be a JSON object", 400)
-    removed = sorted(set(proposed) - set(submitted))
-    added = sorted(set(submitted) - set(proposed))
-    if removed or added:
-        parts = [
-            f"removed {', '.join(removed)}" if removed else "",
-            f"added {', '.join(added)}" if added else "",
-        ]
-        raise InboxError(
-            f"an edit can change arguments, not add or remove them ({'; '.join(p for p in parts if p)})", 400
-        )
-    changed = {k: v for k, v in submitted.items() if proposed[k] != v}
-    if not changed:
-        raise InboxError("the edit changes no argument; approve instead", 400)
-    return changed
+    return submitted

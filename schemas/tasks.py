@@ -716,6 +716,12 @@ class TaskStatus(BaseModel):
         default="", description="The SDK agent the run is on (after a handoff, the specialist)."
     )
     forked_from: ForkOrigin | None = Field(default=None, description="A fork's parent and step.")
+    require_signatures: bool = Field(
+        default=False, description="The policy refuses an unsigned decision (a client signs before sending)."
+    )
+    signers: list[str] = Field(
+        default_factory=list, description="The principals whose public key the policy registers."
+    )
 
 
 class TaskResult(BaseModel):

@@ -47,6 +47,10 @@ PUBLIC: dict[str, str] = {
     "Budgets": "model: ",
     "BusinessWrite": "model: payload, record_type",
     "ConversationModel": "()",
+    "Decision": (
+        "(request_id, kind, principal, version=, reason=, edited_args=, edit_given=, answer=, "
+        "answer_typed=, remember=)"
+    ),
     "DecisionKind": "enum",
     "DecisionOutcome": "model: accepted, phase, request_id",
     "DecisionRefused": "error: AgentWorkerError",
@@ -55,6 +59,7 @@ PUBLIC: dict[str, str] = {
     "EventType": "enum",
     "Evidence": "model: approvals, artifacts, commands, inputs, writes",
     "InputFile": "model: name",
+    "InvalidDecision": "error: AgentWorkerError",
     "McpRules": "(server, read=, write=, sandbox=, unlisted=, timeout_seconds=, max_attempts=, network=)",
     "McpWrite": "(key_argument=, lookup_tool=)",
     "OverlapPolicy": "enum",
@@ -116,6 +121,7 @@ CLIENT_METHODS: dict[str, str] = {
     "start": "(spec, task_id=)",
     "status": "(task_id, *, wait_seconds=)",
     "steps": "(task_id)",
+    "submit": "(task_id, decision, *, signer=, check=, via=, wait_seconds=, read_seconds=, expires_at=)",
 }
 CONSOLE_SCRIPTS = {"agent-worker": "agent_worker.cli.main:run"}
 

@@ -414,6 +414,9 @@ class AgentTaskWorkflow:
             batch=[batch_view(item) for item in self.state.batch],
             current_agent=self.state.current_agent,
             forked_from=self.state.fork.origin() if self.state.fork else None,
+            # What a client needs to sign a decision, so that deciding reads nothing but this.
+            require_signatures=spec.policy.require_signatures if spec else False,
+            signers=sorted(spec.policy.signers) if spec else [],
         )
 
     @workflow.query(name="pending_approvals")

@@ -2138,6 +2138,17 @@ export interface components {
             current_agent: string;
             /** @description A fork's parent and step. */
             forked_from?: components["schemas"]["ForkOrigin"] | null;
+            /**
+             * Require Signatures
+             * @description The policy refuses an unsigned decision (a client signs before sending).
+             * @default false
+             */
+            require_signatures: boolean;
+            /**
+             * Signers
+             * @description The principals whose public key the policy registers.
+             */
+            signers?: string[];
         };
         /**
          * TaskView
