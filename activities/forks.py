@@ -1,6 +1,7 @@
 """The ``fork.prepare`` activity: a parent task's state at one of its steps (docs/forks.md).
 
-It reads the parent's history (``agent_worker.forks.read_history``: every run of its chain) and
+It reads the parent's history (``activities.task_history.read_history``: every run of its chain;
+or the exported history the fork names, ``ForkSpec.history``, from the artifact store) and
 answers what the fork's workflow takes into its state: the input the parent's turn at that step was
 given (its conversation and RunState by digest, the results of the previous step's actions, the
 follow-up input), the artifacts made before the step, what had been spent, the commands to run again
@@ -16,9 +17,10 @@ from typing import Any
 
 from agent_worker.activities.artifacts import ArtifactStore
 from agent_worker.activities.errors import activity_boundary
-from agent_worker.activities.task_history import ForkRefused, TaskHistory, read_history
+from agent_worker.activities.task_history import ForkRefused, TaskHistory, read_exported, read_history
 from agent_worker.schemas.actions import EffectClass, ProposedAction, SandboxCommand, action_version
 from agent_worker.schemas.forks import (
+    ForkSpec,
     ForkStart,
     ParentWrite,
     PrepareForkInput,
@@ -52,7 +54,7 @@ class ForkActivities:
         if fork.parent == input.task_id:
             raise ApplicationError("a task cannot fork itself", type=FORK_INVALID, non_retryable=True)
         try:
-            read = await read_history(self.client, fork.parent)
+            read = await self._read(fork)
         except ForkRefused as err:
             raise ApplicationError(str(err), type=FORK_INVALID, non_retryable=True) from None
         if fork.at not in read.turns:
@@ -93,6 +95,10 @@ class ForkActivities:
         for turn, record in read.commands:
             if turn < fork.at:
                 start.artifacts.extend(a for a in _outputs(record) if a not in start.artifacts)
+        try:
+            await self._check_stored(start)
+        except ForkRefused as err:
+            raise ApplicationError(str(err), type=FORK_INVALID, non_retryable=True) from None
         parent_prompt = str(read.spec().get("prompt", ""))
         if fork.at > 1 and input.prompt != parent_prompt and start.conversation_ref is not None:
             start.conversation_ref = await asyncio.to_thread(
@@ -103,6 +109,30 @@ class ForkActivities:
             # Another agent: its own tools and SDK agents; the conversation carries over, the RunState not.
             start.run_state_ref, start.current_agent, start.mcp_catalog_ref = None, "", None
         return start
+
+    async def _read(self, fork: ForkSpec) -> TaskHistory:
+        """The parent's history: the cluster's, or the exported one the fork names."""
+        if fork.history is None:
+            return await read_history(self.client, fork.parent)
+        if not await asyncio.to_thread(self.store.exists, fork.history):
+            raise ForkRefused(f"the exported history {fork.history} is not in this artifact store")
+        exported = await asyncio.to_thread(self.store.get_json, fork.history)
+        return await read_exported(fork.parent, exported, self.client.data_converter)
+
+    async def _check_stored(self, start: ForkStart) -> None:
+        """A conversation or RunState the step needs must be in this artifact store (a history
+        exported from another deployment names digests of its store).
+
+        Raises:
+            ForkRefused: one is missing, naming it.
+        """
+        for ref in (start.conversation_ref, start.run_state_ref):
+            if ref is not None and not await asyncio.to_thread(self.store.exists, ref):
+                raise ForkRefused(
+                    f"step {start.at} of {start.parent} continues a conversation ({ref}) that is not in "
+                    "this artifact store (a history exported elsewhere): fork at step 1, or copy the "
+                    "artifacts over"
+                )
 
     def _replace_prompt(self, conversation_ref: str, old: str, new: str) -> str:
         """A copy of the conversation with ``old`` replaced by ``new`` in its first user message."""
@@ -167,7 +197,8 @@ def _commands(read: TaskHistory, before: list[TurnResult], at: int) -> list[Repl
 
 
 def _writes(read: TaskHistory) -> list[ParentWrite]:
-    """Every write the parent committed, at any step (a fork never writes them again)."""
+    """Every write the parent committed, at any step, and those its own parent had (a fork of a
+    fork): a fork never writes them again."""
     writes = []
     for _, value, result in read.writes:
         write, receipt = WriteInput.model_validate(value), WriteReceipt.model_validate(result)
@@ -181,6 +212,12 @@ def _writes(read: TaskHistory) -> list[ParentWrite]:
                 system=write.system,
             )
         )
+    known = {w.operation_key for w in writes}
+    for value in read.inherited:
+        inherited = ParentWrite.model_validate(value)
+        if inherited.operation_key not in known:
+            writes.append(inherited)
+            known.add(inherited.operation_key)
     return writes
 
 

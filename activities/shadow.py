@@ -17,12 +17,12 @@ shadow's ``--model``) replaces the registration's model.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import inspect
 import json
 
 from agent_worker.activities.agent import AgentActivities, AgentRegistration, AgentRegistry
 from agent_worker.activities.agent.journal import ModelCallJournal
+from agent_worker.activities.agent.registry import on_model
 from agent_worker.activities.artifacts import ArtifactStore
 from agent_worker.activities.errors import AgentError, activity_boundary
 from agent_worker.activities.loading import load_object
@@ -226,8 +226,7 @@ class ShadowActivities:
                     operation="shadow.turn",
                     retryable="no",
                 )
-            if model:
-                chosen = dataclasses.replace(chosen, model=model)
+            chosen = on_model(chosen, model)
             self._candidates[key] = (
                 AgentActivities(AgentRegistry([chosen]), self.store, self.config, self.journal),
                 chosen.name,

@@ -4,8 +4,10 @@ The client (``AgentWorkerClient.steps`` / ``fork``), the CLI, the API and the wo
 ``fork.prepare`` all read a task the same way: every run of its chain (continue-as-new followed
 back to the first run), each ``agent.turn``'s input and result, each command's record
 (``sandbox.exec`` and its local twin ``sandbox.exec_here``) and each business write's input and
-receipt, each placed after the turn that proposed it. Light: Temporal's client and the payload
-models only (``tests/test_light_client.py``).
+receipt, each placed after the turn that proposed it; a fork's ``fork.prepare`` answer adds its
+ancestors' committed writes, so a fork of a fork does not repeat them either. The same reading
+serves an exported history file (``read_exported``: ``agent-worker fork --history``). Light:
+Temporal's client and the payload models only (``tests/test_light_client.py``).
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHistory
+from temporalio.converter import DataConverter
 
 if TYPE_CHECKING:
     from agent_worker.schemas.forks import StepRecord
@@ -25,7 +29,7 @@ MAX_RUNS = 100
 LOCAL_ACTIVITY_MARKER = "core_local_activity"
 FORK_ID_INFIX = ".fork-"
 TURN, EXEC, EXEC_HERE, WRITE = "agent.turn", "sandbox.exec", "sandbox.exec_here", "business.write"
-LOOKUP = "business.lookup"
+LOOKUP, PREPARE = "business.lookup", "fork.prepare"
 
 
 class ForkRefused(ValueError):
@@ -57,6 +61,8 @@ class TaskHistory:
     writes: list[tuple[int, dict[str, Any], dict[str, Any]]] = field(default_factory=list)
     # Every write sent, by operation key (a lookup's receipt is matched to its write here).
     sent: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # A fork's ancestors' committed writes, as its ``fork.prepare`` took them (``ParentWrite`` JSON).
+    inherited: list[dict[str, Any]] = field(default_factory=list)
 
     def spec(self) -> dict[str, Any]:
         """The task's spec as it was started (a bare spec or ``{"spec": ...}``)."""
@@ -90,10 +96,61 @@ async def read_history(client: Client, task_id: str) -> TaskHistory:
         if err.status is RPCStatusCode.NOT_FOUND:
             raise ForkRefused(f"no task {task_id!r}") from None
         raise
+    return await read_histories(task_id, list(reversed(histories)), client.data_converter)
+
+
+def load_exported(path: str | Path | dict[str, Any]) -> dict[str, Any]:
+    """An exported history file's JSON (a dict is taken as already read).
+
+    Raises:
+        ForkRefused: it cannot be read or is not a JSON object, naming the file.
+    """
+    if isinstance(path, dict):
+        return path
+    try:
+        value = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as err:
+        raise ForkRefused(f"{path}: {err}") from None
+    if not isinstance(value, dict):
+        raise ForkRefused(f"{path}: not an exported history (a JSON object with its events)")
+    return value
+
+
+def parse_exported(task_id: str, exported: str | dict[str, Any]) -> WorkflowHistory:
+    """An exported history (``temporal workflow show -o json``, the Temporal UI's download, or
+    ``WorkflowHistory.to_json``; as ``tests/histories`` hold them) as the SDK reads it.
+
+    Raises:
+        ForkRefused: it is not such a history, or does not begin with the task's start.
+    """
+    try:
+        history = WorkflowHistory.from_json(task_id, exported)
+    except Exception as err:  # the protobuf JSON parser raises its own errors, and KeyError/TypeError
+        raise ForkRefused(f"not an exported Temporal history: {err}") from None
+    if not history.events or not history.events[0].HasField("workflow_execution_started_event_attributes"):
+        raise ForkRefused("the exported history does not begin with its workflow's start")
+    return history
+
+
+async def read_exported(
+    task_id: str, exported: str | dict[str, Any], converter: DataConverter
+) -> TaskHistory:
+    """An exported history of one run (``parse_exported``), read as ``read_history`` reads the
+    cluster's; ``converter`` decodes its payloads (the workers', with their codec).
+
+    Raises:
+        ForkRefused: not an exported history.
+    """
+    return await read_histories(task_id, [parse_exported(task_id, exported)], converter)
+
+
+async def read_histories(
+    task_id: str, histories: list[WorkflowHistory], converter: DataConverter
+) -> TaskHistory:
+    """The runs of one chain, oldest first, read into one ``TaskHistory``."""
     read = TaskHistory(task_id)
-    converter = client.data_converter
     turn = 0
-    for history in reversed(histories):
+    for history in histories:
         scheduled: dict[int, tuple[str, Any]] = {}
         for event in history.events:
             if event.HasField("workflow_execution_started_event_attributes"):
@@ -105,7 +162,7 @@ async def read_history(client: Client, task_id: str) -> TaskHistory:
             elif event.HasField("activity_task_scheduled_event_attributes"):
                 attrs = event.activity_task_scheduled_event_attributes
                 name = attrs.activity_type.name
-                if name in (TURN, EXEC, WRITE, LOOKUP):
+                if name in (TURN, EXEC, WRITE, LOOKUP, PREPARE):
                     [value] = await converter.decode(list(attrs.input.payloads))
                     scheduled[event.event_id] = (name, value)
                     if name == TURN:
@@ -138,6 +195,10 @@ def _completed(read: TaskHistory, turn: int, name: str, value: Any, result: Any)
         read.commands.append((turn, result))
     elif name == WRITE:
         read.writes.append((turn, value, result))
+    elif name == PREPARE and isinstance(result, dict):
+        # A fork: its ancestors' committed writes (answered from their receipts, never written
+        # again) are the fork's to pass on, as its own are.
+        read.inherited.extend(w for w in result.get("writes", []) if isinstance(w, dict))
     elif name == LOOKUP and isinstance(result, dict) and isinstance(result.get("receipt"), dict):
         # A write whose answer was lost, found by its lookup (a completion's lookup of a write
         # already answered adds nothing).
@@ -181,8 +242,11 @@ def fork_spec(
     agent_version: str | None = None,
     model: str | None = None,
     replay_until: int | None = None,
+    history: str | None = None,
 ) -> dict[str, Any]:
-    """The fork's ``TaskSpec`` (JSON): the parent's, with the change asked for and ``fork`` set.
+    """The fork's ``TaskSpec`` (JSON): the parent's, with the change asked for and ``fork`` set;
+    ``history``: the digest of the parent's exported history in the artifact store, when the fork
+    reads the parent from a file rather than the cluster (``ForkSpec.history``).
 
     Raises:
         ForkRefused: the task has no such step, or nothing asks for a fork that could differ.
@@ -199,13 +263,12 @@ def fork_spec(
     if agent_version is not None:
         spec["agent"], changed = agent_version, [*changed, "agent"]
     if model is not None:
-        # A task's model comes from its agent's registration; no per-task override exists yet.
-        raise ForkRefused(
-            "--model is not supported yet: a task's model is its agent's registration's; register the "
-            "agent on that model under another name and fork with --agent-version NAME"
-        )
+        # Resolved by the worker, as an agent's own model string is (``TaskSpec.model``).
+        spec["model"], changed = model, [*changed, "model"]
     spec.pop("thread", None)  # a fork continues its parent's conversation, not the thread's
     spec["fork"] = {"parent": read.task_id, "at": at, "replay_until": replay_until, "changed": changed}
+    if history is not None:
+        spec["fork"]["history"] = history
     return spec
 
 
@@ -255,8 +318,12 @@ __all__ = [
     "TurnRecord",
     "fork_spec",
     "forks_of",
+    "load_exported",
     "new_fork_id",
     "parent_of",
+    "parse_exported",
+    "read_exported",
+    "read_histories",
     "read_history",
     "steps_of",
 ]

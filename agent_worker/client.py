@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from temporalio.client import (
@@ -51,6 +52,7 @@ from agent_worker.schemas.visibility import WORKFLOW_TYPE as WORKFLOW_TYPE
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+    from agent_worker.activities.artifacts import ArtifactStore
     from agent_worker.schedules import TaskSchedules
     from agent_worker.schemas.approvals import (
         ApprovalDecision,
@@ -544,15 +546,21 @@ class AgentWorkerClient:
 
     # ---- forks (docs/forks.md) --------------------------------------------------------------------
 
-    async def steps(self, task_id: str) -> list[StepRecord]:
+    async def steps(
+        self, task_id: str, *, history: str | Path | dict[str, Any] | None = None
+    ) -> list[StepRecord]:
         """The task's steps (its turns), read from its history: what each proposed and what ran after.
+        ``history``: from this exported history (a path or parsed JSON) instead of the cluster.
 
         Raises:
-            ValueError: no task with that id (``activities.task_history.ForkRefused``).
+            ValueError: no task with that id, or not an exported history (``ForkRefused``).
         """
-        from agent_worker.activities.task_history import read_history, steps_of
+        from agent_worker.activities.task_history import load_exported, read_exported, read_history, steps_of
 
-        return steps_of(await read_history(self.temporal, task_id))
+        if history is None:
+            return steps_of(await read_history(self.temporal, task_id))
+        exported = await asyncio.to_thread(load_exported, history)
+        return steps_of(await read_exported(task_id, exported, self.temporal.data_converter))
 
     async def fork(
         self,
@@ -564,18 +572,45 @@ class AgentWorkerClient:
         model: str | None = None,
         replay_until: int | None = None,
         fork_id: str | None = None,
+        history: str | Path | dict[str, Any] | None = None,
+        store: ArtifactStore | None = None,
     ) -> TaskRef:
         """Start a fork of ``task_id`` at step ``at``: a new task with the original's state there
         (conversation, artifacts, spend, its sandbox rebuilt in a fresh one), which never repeats a
         business write the original committed. ``prompt_edit`` replaces the prompt, ``agent_version``
-        the agent (a registration's name); steps before ``replay_until`` replay the original's turns.
+        the agent (a registration's name), ``model`` the agent's model (``TaskSpec.model``); steps
+        before ``replay_until`` replay the original's turns.
+
+        ``history``: read the original from this exported history (a file's path or its parsed JSON,
+        one run as ``temporal workflow show -o json`` writes it) instead of the cluster; it is put in
+        ``store`` (the artifact store the workers use, ``build_artifact_store(config)``) for the
+        worker to read, and the fork starts on this client's task queue. ``task_id`` then names the
+        original for the fork's evidence and events.
 
         Raises:
-            ValueError: no such task or step, or a change this version cannot make (``ForkRefused``).
+            ValueError: no such task or step, not an exported history, a history without ``store``,
+                or a change this version cannot make (``ForkRefused``).
         """
-        from agent_worker.activities.task_history import fork_spec, new_fork_id, read_history
+        from agent_worker.activities.task_history import (
+            fork_spec,
+            load_exported,
+            new_fork_id,
+            read_exported,
+            read_history,
+        )
 
-        read = await read_history(self.temporal, task_id)
+        history_ref = None
+        if history is None:
+            read = await read_history(self.temporal, task_id)
+            # On the task queue the original ran on: its agent is served there.
+            queue = read.task_queue or self.task_queue
+        else:
+            if store is None:
+                raise ValueError("a fork from an exported history needs the workers' artifact store (store=)")
+            exported = await asyncio.to_thread(load_exported, history)
+            read = await read_exported(task_id, exported, self.temporal.data_converter)
+            history_ref = await asyncio.to_thread(store.put_json, exported)
+            queue = self.task_queue
         spec = fork_spec(
             read,
             at,
@@ -583,9 +618,9 @@ class AgentWorkerClient:
             agent_version=agent_version,
             model=model,
             replay_until=replay_until,
+            history=history_ref,
         )
-        # On the task queue the original ran on: its agent is served there.
-        starter = AgentWorkerClient(self.temporal, read.task_queue or self.task_queue)
+        starter = AgentWorkerClient(self.temporal, queue)
         return await starter.start(spec, fork_id or new_fork_id(task_id))
 
     def _unreachable(

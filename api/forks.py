@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agent_worker.schemas.forks import MAX_STEPS, StepRecord
-from agent_worker.schemas.tasks import TaskId
+from agent_worker.schemas.tasks import MAX_MODEL_NAME_CHARS, TaskId
 from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel, Field
 
@@ -20,12 +20,18 @@ from agent_worker.client import AgentWorkerClient
 
 
 class ForkRequest(BaseModel):
-    """A fork to start: the step, and at most one change."""
+    """A fork to start: the step, and the changes (prompt, agent, model)."""
 
     at: int = Field(ge=1, le=MAX_STEPS, description="The step (turn) the fork begins with.")
     prompt_edit: str | None = Field(default=None, min_length=1, description="The fork's prompt.")
     agent_version: str | None = Field(
         default=None, min_length=1, description="A registered agent to run instead."
+    )
+    model: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_MODEL_NAME_CHARS,
+        description="Run the fork's turns on this model (resolved as an agent's model string).",
     )
     replay_until: int | None = Field(
         default=None, ge=2, le=MAX_STEPS, description="Steps before this one replay the original's turns."
@@ -71,6 +77,7 @@ def add_fork_routes(
                 at=body.at,
                 prompt_edit=body.prompt_edit,
                 agent_version=body.agent_version,
+                model=body.model,
                 replay_until=body.replay_until,
                 fork_id=chosen,
             )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from agent_worker.cli.context import CliContext
@@ -28,11 +29,19 @@ MAX_DEPTH = 20
 def register(sub: Any) -> None:
     """Add ``fork`` and ``steps``."""
     fork = sub.add_parser("fork", help="start a new task from another's state at one of its steps")
-    fork.add_argument("task_id")
+    fork.add_argument(
+        "task_id", nargs="?", help="the original (with --history: its name, default the file's stem)"
+    )
     fork.add_argument("--at", type=int, required=True, help="the step (turn) the fork begins with")
+    fork.add_argument(
+        "--history",
+        type=Path,
+        help="read the original from this exported history JSON (temporal workflow show -o json) "
+        "instead of the cluster; the fork starts on the configured task queue",
+    )
     change = fork.add_mutually_exclusive_group()
     change.add_argument("--prompt-edit", help="the fork's prompt, in place of the original's")
-    change.add_argument("--model", help="not supported yet (a task's model is its agent's registration's)")
+    change.add_argument("--model", help="run the fork's turns on this model (resolved as an agent's model)")
     change.add_argument("--agent-version", help="run the fork on this registered agent instead")
     fork.add_argument(
         "--replay-until", type=int, help="answer the steps before this one from the original's turns"
@@ -42,38 +51,56 @@ def register(sub: Any) -> None:
     fork.set_defaults(handler=cmd_fork)
 
     steps = sub.add_parser("steps", help="a task's steps (turns): what each proposed and what ran after it")
-    steps.add_argument("task_id")
+    steps.add_argument("task_id", nargs="?", help="the task (with --history: its name)")
+    steps.add_argument("--history", type=Path, help="read the steps from this exported history JSON")
     steps.add_argument("--json", action="store_true")
     steps.set_defaults(handler=cmd_steps)
 
 
 async def cmd_fork(args: argparse.Namespace, ctx: CliContext, out: TextIO | None = None) -> int:
     out = out or sys.stdout
-    tasks = await ctx.tasks()
+    task_id = _task_id(args)
+    store = None
+    if args.history is not None:
+        from agent_worker.activities.stores.artifacts import build_artifact_store
+
+        store = build_artifact_store(ctx.config)
+    tasks = await ctx.tasks(ctx.config.task_queue) if args.history else await ctx.tasks()
     try:
         ref = await tasks.fork(
-            args.task_id,
+            task_id,
             at=args.at,
             prompt_edit=args.prompt_edit,
             agent_version=args.agent_version,
             model=args.model,
             replay_until=args.replay_until,
             fork_id=args.id,
+            history=args.history,
+            store=store,
         )
     except ValueError as err:
         raise CliError(str(err)) from None
     if args.json:
-        print(json.dumps({"task_id": ref.task_id, "parent": args.task_id, "at": args.at}), file=out)
+        print(json.dumps({"task_id": ref.task_id, "parent": task_id, "at": args.at}), file=out)
     else:
-        print(f"started fork {ref.task_id} of {args.task_id} at step {args.at}", file=out)
+        print(f"started fork {ref.task_id} of {task_id} at step {args.at}", file=out)
     return 0
+
+
+def _task_id(args: argparse.Namespace) -> str:
+    """The original's id: the argument, else (with ``--history``) the history file's stem."""
+    if args.task_id:
+        return str(args.task_id)
+    if args.history is None:
+        raise CliError("name the task, or give --history FILE", 2)
+    return str(args.history.stem)
 
 
 async def cmd_steps(args: argparse.Namespace, ctx: CliContext, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     tasks = await ctx.tasks()
     try:
-        steps = await tasks.steps(args.task_id)
+        steps = await tasks.steps(_task_id(args), history=args.history)
     except ValueError as err:
         raise CliError(str(err)) from None
     if args.json:

@@ -41,7 +41,15 @@ class ForkSpec(BaseModel):
     )
     changed: list[str] = Field(
         default_factory=list,
-        description="What the fork changes, for people: 'prompt', 'agent', ... (the spec holds the change).",
+        description="What the fork changes, for people: 'prompt', 'agent', 'model' (the spec holds "
+        "the change).",
+    )
+    history: str | None = Field(
+        default=None,
+        pattern=DIGEST_PATTERN,
+        description="The original's exported history (one run, as `temporal workflow show -o json` "
+        "writes it), by digest in the artifact store: the fork reads the original from it instead of "
+        "the cluster (`agent-worker fork --history FILE`). None: from the cluster.",
     )
 
 

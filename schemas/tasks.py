@@ -320,6 +320,10 @@ INLINE_EVIDENCE = 20
 INLINE_EVIDENCE_BEFORE = 100
 
 
+# A model string's length (``TaskSpec.model``): provider prefix and model name.
+MAX_MODEL_NAME_CHARS = 200
+
+
 class TaskSpec(BaseModel):
     """What a client asks for. Plain JSON; every field but ``agent`` and ``prompt`` has a default."""
 
@@ -360,6 +364,15 @@ class TaskSpec(BaseModel):
         "so the state and the result stay bounded however long the task runs. None: "
         f"{INLINE_EVIDENCE} ({INLINE_EVIDENCE_BEFORE}, and at continue-as-new only, for a task begun "
         "before agent-worker 0.1.0 of 2026-12-04, patch `lean-evidence`).",
+    )
+    model: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_MODEL_NAME_CHARS,
+        description="Run the agent on this model instead of its registration's: a model string the "
+        "worker resolves as it resolves an agent's (`local/qwen2`: provider `local`; no prefix: "
+        "`openai`), its fallbacks still following. Set by `agent-worker fork --model` (docs/forks.md). "
+        "None: the registration's model. A worker on scripted models answers with those regardless.",
     )
     fork: ForkSpec | None = Field(
         default=None,

@@ -56,6 +56,11 @@ class TurnInput(BaseModel):
         description="The task's side of a remembered-grant lookup for the actions the turn proposes "
         "(None: its policy allows no grants).",
     )
+    model: str | None = Field(
+        default=None,
+        description="The model the task names for its agent instead of the registration's "
+        "(``TaskSpec.model``; None: the registration's).",
+    )
 
 
 class SkippedModel(BaseModel):

@@ -111,7 +111,9 @@ CLIENT_METHODS: dict[str, str] = {
         "(task_id, request_id, decision, principal, *, version=, edited_args=, reason=, answer=, "
         "sign_with=, via=, wait_seconds=, remember=)"
     ),
-    "fork": "(task_id, *, at, prompt_edit=, agent_version=, model=, replay_until=, fork_id=)",
+    "fork": (
+        "(task_id, *, at, prompt_edit=, agent_version=, model=, replay_until=, fork_id=, history=, store=)"
+    ),
     "handle": "(task_id)",
     "next_request": "(task_id, *, within=, poll=)",
     "pending": "(task_id, *, wait_seconds=)",
@@ -120,7 +122,7 @@ CLIENT_METHODS: dict[str, str] = {
     "send_decision": "(task_id, decision, *, via=, wait_seconds=)",
     "start": "(spec, task_id=)",
     "status": "(task_id, *, wait_seconds=)",
-    "steps": "(task_id)",
+    "steps": "(task_id, *, history=)",
     "submit": "(task_id, decision, *, signer=, check=, via=, wait_seconds=, read_seconds=, expires_at=)",
 }
 CONSOLE_SCRIPTS = {"agent-worker": "agent_worker.cli.main:run"}

@@ -93,6 +93,7 @@ class TurnRunner:
             current_agent=state.current_agent,
             tenant=spec.tenant,
             grants=query_for(self.task),
+            model=spec.model,
         )
         # Placement checks the input's size (and names this summary if it is too large).
         summary = f"agent turn {turn} ({len(state.pending_results)} results, {follow_ups} follow-ups)"

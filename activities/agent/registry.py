@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -102,6 +103,13 @@ class AgentRegistry:
                 f"unknown agent {name!r}; this worker runs: {', '.join(self.names()) or 'none'}",
                 operation="agent.turn",
             ) from None
+
+
+def on_model(registration: AgentRegistration, model: str | None) -> AgentRegistration:
+    """``registration`` answered by ``model`` (a model string, resolved as the registration's own
+    would be: ``activities.agent.providers``) instead of its own; its fallbacks still follow. What a
+    shadow run's ``--model`` and a task's ``TaskSpec.model`` (a fork's ``--model``) ask. None: as is."""
+    return registration if not model else dataclasses.replace(registration, model=model)
 
 
 def agent_graph(agent: Agent) -> list[Agent]:

@@ -121,7 +121,7 @@ class AgentActivities:
     @activity_boundary
     async def turn(self, input: TurnInput) -> TurnResult:
         """Run the agent until it answers or proposes effectful calls."""
-        prepared = self.agents.get(input.agent)
+        prepared = self.agents.get(input.agent, input.model)
         stream = TurnStream.for_attempt(self.streams, input.task_id, input.run_chain, input.turn)
         try:
             async with self._durable_agent(prepared, input.mcp_catalog_ref) as (agent, catalog_ref):

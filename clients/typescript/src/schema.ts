@@ -1145,7 +1145,7 @@ export interface components {
         };
         /**
          * ForkRequest
-         * @description A fork to start: the step, and at most one change.
+         * @description A fork to start: the step, and the changes (prompt, agent, model).
          */
         ForkRequest: {
             /**
@@ -1163,6 +1163,11 @@ export interface components {
              * @description A registered agent to run instead.
              */
             agent_version?: string | null;
+            /**
+             * Model
+             * @description Run the fork's turns on this model (resolved as an agent's model string).
+             */
+            model?: string | null;
             /**
              * Replay Until
              * @description Steps before this one replay the original's turns.
@@ -1208,9 +1213,14 @@ export interface components {
             replay_until?: number | null;
             /**
              * Changed
-             * @description What the fork changes, for people: 'prompt', 'agent', ... (the spec holds the change).
+             * @description What the fork changes, for people: 'prompt', 'agent', 'model' (the spec holds the change).
              */
             changed?: string[];
+            /**
+             * History
+             * @description The original's exported history (one run, as `temporal workflow show -o json` writes it), by digest in the artifact store: the fork reads the original from it instead of the cluster (`agent-worker fork --history FILE`). None: from the cluster.
+             */
+            history?: string | null;
         };
         /**
          * FunctionCall
@@ -2079,6 +2089,11 @@ export interface components {
              * @description Command records and artifact references the task carries inline. At each continue-as-new and at the end, older ones move to the artifact store (`Evidence.archived`), so the state and the result stay bounded however long the task runs. None: 20 (100, and at continue-as-new only, for a task begun before agent-worker 0.1.0 of 2026-12-04, patch `lean-evidence`).
              */
             inline_evidence?: number | null;
+            /**
+             * Model
+             * @description Run the agent on this model instead of its registration's: a model string the worker resolves as it resolves an agent's (`local/qwen2`: provider `local`; no prefix: `openai`), its fallbacks still following. Set by `agent-worker fork --model` (docs/forks.md). None: the registration's model. A worker on scripted models answers with those regardless.
+             */
+            model?: string | null;
             /** @description This task is a fork of another at one of its steps (docs/forks.md); set by `agent-worker fork`, the client's `fork` and the API. */
             fork?: components["schemas"]["ForkSpec"] | null;
         };
