@@ -65,6 +65,13 @@ if TYPE_CHECKING:
 
     Signer = Ed25519PrivateKey | Callable[[TaskStatus, ApprovalDecision], Ed25519PrivateKey | None]
 
+# What an update's RPC may answer when the server or the worker is busy, and the decision is sent
+# again for (with the same update id), and the pause before each resend.
+RESEND_UPDATE = frozenset(
+    {RPCStatusCode.UNAVAILABLE, RPCStatusCode.RESOURCE_EXHAUSTED, RPCStatusCode.DEADLINE_EXCEEDED}
+)
+RESEND_PAUSE = 0.25
+
 # The payload models are imported where a call first needs them, not with this module: building the
 # pydantic models costs about as much as importing the Temporal client, and a process that imports the
 # client without calling it yet (a CLI printing ``--help``, an app wiring itself up) need not pay it.
@@ -485,19 +492,35 @@ class AgentWorkerClient:
             decision = decision.model_copy(update={"expires_at": expires_at})
         handle = self.handle(task_id)
         payload = decision.model_dump(mode="json", exclude_none=True)
+        # One update id for every send of this decision: the server answers a resend with the first
+        # send's outcome, so a decision sent again is applied once.
+        update_id, deadline = f"decide-{uuid.uuid4().hex}", time.monotonic() + wait_seconds
         try:
             if via == "signal":
                 await handle.signal(DECISION_SIGNAL, payload)
                 return None
-            outcome = await asyncio.wait_for(
-                handle.execute_update(
-                    DECISION_UPDATE,
-                    payload,
-                    result_type=DecisionOutcome,
-                    rpc_timeout=timedelta(seconds=wait_seconds),
-                ),
-                wait_seconds,
-            )
+            while True:
+                left = deadline - time.monotonic()
+                try:
+                    outcome = await asyncio.wait_for(
+                        handle.execute_update(
+                            DECISION_UPDATE,
+                            payload,
+                            id=update_id,
+                            result_type=DecisionOutcome,
+                            rpc_timeout=timedelta(seconds=max(left, 0.001)),
+                        ),
+                        left,
+                    )
+                    break
+                except (RPCError, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
+                    # A busy server gives up waiting for the worker early, refuses more updates in
+                    # flight for the task for a moment, or aborts an update whose workflow task it
+                    # dropped: Temporal's "send it again". Sent again until the time is up.
+                    retry = not isinstance(err, RPCError) or err.status in RESEND_UPDATE
+                    if not retry or deadline - time.monotonic() < RESEND_PAUSE:
+                        raise
+                    await asyncio.sleep(RESEND_PAUSE)
         except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
             raise self._unreachable(task_id, wait_seconds, "the decision", decision=True) from None
         except WorkflowUpdateFailedError as err:

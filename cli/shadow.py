@@ -168,7 +168,7 @@ async def _recorded_tasks(
 ) -> tuple[list[RecordedTask], int]:
     from agent_worker.cli.shadow_record import NotRecordable, read_recorded_task
 
-    recorded: list[RecordedTask] = []
+    recorded: dict[str, RecordedTask] = {}
     skipped = 0
     converter = client.data_converter
     async for history in _histories(args, client):
@@ -177,17 +177,20 @@ async def _recorded_tasks(
         except NotRecordable:
             skipped += 1
             continue
-        if task.agent != args.agent:
+        if task.agent != args.agent or task.task_id in recorded:
+            # Another agent's task, or an older run of a task id already read (the cluster lists the
+            # newest first; a reused id, or a file listing a task twice): one replay per task.
             skipped += 1
             continue
-        recorded.append(task)
-    return recorded, skipped
+        recorded[task.task_id] = task
+    return list(recorded.values()), skipped
 
 
 async def _histories(args: argparse.Namespace, client: Any) -> AsyncIterator[WorkflowHistory]:
     from agent_worker.cli.policy_command import history_files
     from agent_worker.cli.replay import cluster_histories
     from agent_worker.cli.schedules import parse_interval
+    from agent_worker.schemas import visibility
     from agent_worker.schemas.visibility import WORKFLOW_TYPE
     from temporalio.client import WorkflowHistory
 
@@ -209,5 +212,9 @@ async def _histories(args: argparse.Namespace, client: Any) -> AsyncIterator[Wor
     since = parse_interval(args.since or DEFAULT_SINCE, "--since")
     cutoff = (datetime.now(UTC) - since).strftime("%Y-%m-%dT%H:%M:%SZ")
     query = f"WorkflowType = '{WORKFLOW_TYPE}' AND ExecutionStatus != 'Running' AND StartTime >= '{cutoff}'"
+    if "'" not in args.agent and "\\" not in args.agent:
+        # The agent is a search attribute: only its tasks' histories are fetched (a name the query
+        # language cannot quote is filtered after the fetch, as every name is).
+        query += f" AND {visibility.AGENT.name} = '{args.agent}'"
     async for history in cluster_histories(client, query, args.limit):
         yield history

@@ -11,6 +11,7 @@ JSON and Markdown reports.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, Literal
 
 from agent_worker.schemas.actions import ActionResult, ActionStatus, EffectClass, Operation
@@ -18,7 +19,7 @@ from agent_worker.schemas.artifacts import ArtifactRef
 from agent_worker.schemas.digests import DIGEST_PATTERN
 from agent_worker.schemas.sandbox import SandboxSpec
 from agent_worker.schemas.tasks import PolicySpec
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 SHADOW_RUN_WORKFLOW = "ShadowRun"
 SHADOW_TASK_WORKFLOW = "ShadowTask"
@@ -131,6 +132,16 @@ class ShadowRunInput(BaseModel):
     scorer: str | None = Field(default=None, description="A scorer callable, module:function.")
     tasks: list[ShadowTaskRef] = Field(default_factory=list)
     max_concurrency: int = Field(default=DEFAULT_SHADOW_CONCURRENCY, ge=1, le=MAX_SHADOW_CONCURRENCY)
+
+    @field_validator("tasks")
+    @classmethod
+    def _each_task_once(cls, tasks: list[ShadowTaskRef]) -> list[ShadowTaskRef]:
+        # Each task is a child workflow named by its id: a task listed twice could not start twice.
+        counts = Counter(t.task_id for t in tasks)
+        twice = sorted(task_id for task_id, n in counts.items() if n > 1)
+        if twice:
+            raise ValueError(f"tasks listed more than once: {', '.join(twice[:5])}")
+        return tasks
 
 
 class ShadowTaskInput(BaseModel):

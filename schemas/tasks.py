@@ -322,6 +322,9 @@ INLINE_EVIDENCE_BEFORE = 100
 
 # A model string's length (``TaskSpec.model``): provider prefix and model name.
 MAX_MODEL_NAME_CHARS = 200
+# An agent's name (``TaskSpec.agent``): it is the search attribute ``AgentName``, which Temporal caps
+# at 2,048 bytes; 200 characters of up to 4 UTF-8 bytes each stay well inside.
+MAX_AGENT_NAME_CHARS = 200
 
 
 class TaskSpec(BaseModel):
@@ -329,7 +332,9 @@ class TaskSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    agent: str = Field(min_length=1, description="Name of a registered agent.")
+    agent: str = Field(
+        min_length=1, max_length=MAX_AGENT_NAME_CHARS, description="Name of a registered agent."
+    )
     prompt: str = Field(min_length=1)
     tenant: str = Field(default="default", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
     inputs: list[InputFile] = Field(default_factory=list)

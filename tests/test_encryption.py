@@ -304,8 +304,8 @@ async def test_codec_server_decodes_for_token_holders_only(config_env: TaskEnv) 
             assert status == 200
             [plain] = decoded["payloads"]
             assert base64.b64decode(plain["metadata"]["encoding"]) == b"json/plain"
-            spec = json.loads(base64.b64decode(plain["data"]))
-            assert canary in spec["prompt"]
+            task_input = json.loads(base64.b64decode(plain["data"]))
+            assert canary in task_input["spec"]["prompt"]
 
             assert post(f"{server.url}/decode", body)[0] == 401
             assert post(f"{server.url}/decode", body, {"Authorization": "Bearer wrong"})[0] == 401

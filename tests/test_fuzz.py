@@ -638,6 +638,8 @@ def _with_budget(**budgets: Any) -> dict[str, Any]:
         ),
         pytest.param(_with_budget(approval_timeout_seconds=1e12), id="approval-deadline-overflow"),
         pytest.param(_with_budget(approval_timeout_seconds=1e300), id="approval-timedelta-overflow"),
+        # 3,084 bytes of agent name: the search attribute AgentName takes at most 2,048.
+        pytest.param({"spec": {**example_spec(), "agent": "\U0001f642" * 771}}, id="agent-name-too-long"),
     ],
 )
 async def test_known_bug_inputs_fail_once_instead_of_retrying_forever(env: TaskEnv, raw: Any) -> None:

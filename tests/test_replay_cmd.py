@@ -21,7 +21,13 @@ with workflow.unsafe.imports_passed_through():
     from agent_worker.cli.replay import NONDETERMINISTIC, OK, add_parser, cmd_replay, default_workflows
     from agent_worker.cli.tasks import CliError
     from agent_worker.schemas.tasks import TaskPhase, TaskResult
-    from agent_worker.workflows import AgentTaskWorkflow, FleetDoctorWorkflow, SandboxReaperWorkflow
+    from agent_worker.workflows import (
+        AgentTaskWorkflow,
+        FleetDoctorWorkflow,
+        SandboxReaperWorkflow,
+        ShadowRunWorkflow,
+        ShadowTaskWorkflow,
+    )
     from temporalio.client import Client, WorkflowHistory
 
     from agent_worker.client import TASKS_QUERY, WORKFLOW_TYPE
@@ -165,4 +171,10 @@ async def test_an_unparseable_query_is_a_usage_error(client: Client) -> None:
 
 def test_the_default_workflows_are_every_workflow_the_workers_run() -> None:
     """Without a choice, histories replay against every workflow in `workflows/`."""
-    assert set(default_workflows()) == {AgentTaskWorkflow, SandboxReaperWorkflow, FleetDoctorWorkflow}
+    assert set(default_workflows()) == {
+        AgentTaskWorkflow,
+        SandboxReaperWorkflow,
+        FleetDoctorWorkflow,
+        ShadowRunWorkflow,
+        ShadowTaskWorkflow,
+    }

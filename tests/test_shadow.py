@@ -178,9 +178,9 @@ async def test_shadow_from_exported_histories_for_ci_fails_on_divergence(
     cli_env: TaskEnv, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Exported history files (as `temporal workflow show -o json` writes them) are replayed just as
-    tasks read from the cluster are, other agents' histories skipped; with --fail-on-diverge the
-    command exits 1 when a task diverged, and 0 when none did, also on another deployment with an
-    artifact store of its own (a CI job's)."""
+    tasks read from the cluster are, other agents' histories skipped, a task exported twice replayed
+    once; with --fail-on-diverge the command exits 1 when a task diverged, and 0 when none did, also
+    on another deployment with an artifact store of its own (a CI job's)."""
     env = cli_env
     ids = await record_tasks(env, ["item-03", "item-04"])
     exported = tmp_path / "exported"
@@ -188,7 +188,11 @@ async def test_shadow_from_exported_histories_for_ci_fails_on_divergence(
     for item, task_id in ids.items():
         history = await env.client.get_workflow_handle(task_id).fetch_history()
         (exported / f"{item}.json").write_text(history.to_json())
-    (exported / "workflow_ids.json").write_text(json.dumps({item: task_id for item, task_id in ids.items()}))
+    # The same task exported twice (as a reused id, or two exports of one task, would list it) is
+    # replayed once.
+    (exported / "item-04-again.json").write_text((exported / "item-04.json").read_text())
+    index = {**ids, "item-04-again": ids["item-04"]}
+    (exported / "workflow_ids.json").write_text(json.dumps(index))
     other = await env.start({"agent": "shell", "prompt": "run: echo hi"})
     await asyncio.wait_for(other.result(), 60)
     (exported / "other.json").write_text((await other.fetch_history()).to_json())
@@ -240,9 +244,12 @@ async def test_the_documented_example_replays_the_monthly_report_with_every_acti
     assert result.phase is TaskPhase.COMPLETED, result.reason
     assert env.business().count() == 1
 
+    # The docs' command, with --limit 1: the test server holds every other test's monthly reports
+    # of the last hour too, and the cluster lists the task that closed last (this one) first.
     code, out, err = await shadow(
         capsys, env, "--agent", "monthly-report", "--candidate", EXAMPLE_AGENT, "--since", "1h",
         "--scorer", "agent_worker.examples.shadow_scorer:same_answer", "--out", str(tmp_path / "report"),
+        "--limit", "1",
     )  # fmt: skip
     assert code == 0, err
     report = json.loads((tmp_path / "report" / "shadow-report.json").read_text())

@@ -29,9 +29,12 @@ def _burners(count: int) -> list[subprocess.Popen[bytes]]:
 
 
 @contextlib.asynccontextmanager
-async def loaded_to(level: float) -> AsyncIterator[float]:
-    """Keep the machine at a 1-minute load average of at least ``level`` for the block; yields the
-    load average reached. The burners are this process's children, killed by pid at the end."""
+async def loaded_to(level: float, keep: int | None = None) -> AsyncIterator[float]:
+    """Bring the machine to a 1-minute load average of at least ``level``, then run the block with
+    ``keep`` burners left (all of them when None): a block that is itself busy (a flood keeps the
+    server, the worker and the test runnable) holds the load with fewer, and gets more of the CPU
+    for its own work. Yields the load average reached; the caller checks it again after the block.
+    The burners are this process's children, killed by pid at the end."""
     burners = _burners(int(level) + EXTRA_BURNERS)
     try:
         for _ in range(LOADED_WITHIN_SECONDS):
@@ -40,9 +43,16 @@ async def loaded_to(level: float) -> AsyncIterator[float]:
             await asyncio.sleep(1)
         reached = os.getloadavg()[0]
         assert reached >= level, f"the machine did not reach load {level} (at {reached:.2f})"
+        if keep is not None:
+            _kill(burners[keep:])
+            burners = burners[:keep]
         yield reached
     finally:
-        for burner in burners:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(burner.pid, signal.SIGKILL)
-            burner.wait()
+        _kill(burners)
+
+
+def _kill(burners: list[subprocess.Popen[bytes]]) -> None:
+    for burner in burners:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(burner.pid, signal.SIGKILL)
+        burner.wait()
