@@ -30,7 +30,7 @@ demo: install
 
 # The suite needs more than Python: bubblewrap, a Docker daemon and the sandbox image, PostgreSQL,
 # docker-compose and Chromium. scripts/test-machine.sh installs and starts what is missing (as root,
-# with apt-get) and leaves the rest alone. About 20 minutes here (2 cores), set-up included.
+# with apt-get) and leaves the rest alone. About 35 minutes here (2 cores), set-up included.
 test: install
 	BIN=$(BIN) scripts/test-machine.sh
 	$(BIN)/python scripts/check_imports.py
