@@ -492,13 +492,13 @@ class AgentWorkerClient:
             decision = decision.model_copy(update={"expires_at": expires_at})
         handle = self.handle(task_id)
         payload = decision.model_dump(mode="json", exclude_none=True)
-        # One update id for every send of this decision: the server answers a resend with the first
-        # send's outcome, so a decision sent again is applied once.
-        update_id, deadline = f"decide-{uuid.uuid4().hex}", time.monotonic() + wait_seconds
         try:
             if via == "signal":
                 await handle.signal(DECISION_SIGNAL, payload)
                 return None
+            # One update id for every send of this decision: the server answers a resend with the
+            # first send's outcome, so a decision sent again is applied once.
+            update_id, deadline = f"decide-{uuid.uuid4().hex}", time.monotonic() + wait_seconds
             while True:
                 left = deadline - time.monotonic()
                 try:

@@ -191,7 +191,7 @@ async def _histories(args: argparse.Namespace, client: Any) -> AsyncIterator[Wor
     from agent_worker.cli.replay import cluster_histories
     from agent_worker.cli.schedules import parse_interval
     from agent_worker.schemas import visibility
-    from agent_worker.schemas.visibility import WORKFLOW_TYPE
+    from agent_worker.schemas.visibility import WORKFLOW_TYPE, queryable
     from temporalio.client import WorkflowHistory
 
     if args.histories:
@@ -212,9 +212,9 @@ async def _histories(args: argparse.Namespace, client: Any) -> AsyncIterator[Wor
     since = parse_interval(args.since or DEFAULT_SINCE, "--since")
     cutoff = (datetime.now(UTC) - since).strftime("%Y-%m-%dT%H:%M:%SZ")
     query = f"WorkflowType = '{WORKFLOW_TYPE}' AND ExecutionStatus != 'Running' AND StartTime >= '{cutoff}'"
-    if "'" not in args.agent and "\\" not in args.agent:
-        # The agent is a search attribute: only its tasks' histories are fetched (a name the query
-        # language cannot quote is filtered after the fetch, as every name is).
+    if queryable(args.agent):
+        # The agent is a search attribute: only its tasks' histories are fetched (a name that cannot
+        # stand in a query is filtered after the fetch, as every name is).
         query += f" AND {visibility.AGENT.name} = '{args.agent}'"
     async for history in cluster_histories(client, query, args.limit):
         yield history
