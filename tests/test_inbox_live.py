@@ -34,19 +34,32 @@ from tests.test_live_stream import ANSWER, SPEC, backend_of, openai_env, stub, t
 __all__ = ["openai_env", "stub", "tokens_file"]  # fixtures shared with the modules they come from
 
 
+# One round trip to the browser per snapshot (a snapshot of element-by-element reads took a round
+# trip per line, a second or more on a loaded machine, and missed the text growing in between).
+PAGE_NOW = """
+const lines = (selector) => Array.from(document.querySelectorAll(selector), (e) => e.innerText);
+const texts = Array.from(document.querySelectorAll("#live-log pre.text"))
+  .filter((e) => e.offsetParent !== null)
+  .map((e) => e.innerText);
+const phase = document.getElementById("phase");
+return {
+  text: texts.length ? texts[texts.length - 1] : "",
+  steps: lines("#live-log p.step"),
+  events: lines("#live-log p.event"),
+  phase: phase ? phase.innerText : null,
+  evidence: document.getElementById("evidence") !== null,
+};
+"""
+
+
 def page_now(driver: Any) -> dict[str, Any]:
     """What the task page shows at this moment: the live text, step and event lines, the phase."""
-    from selenium.webdriver.common.by import By
+    from selenium.common.exceptions import NoSuchElementException
 
-    texts = [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#live-log pre.text") if e.is_displayed()]
-    return {
-        "at": time.monotonic(),
-        "text": texts[-1] if texts else "",
-        "steps": [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#live-log p.step")],
-        "events": [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#live-log p.event")],
-        "phase": driver.find_element(By.ID, "phase").text,
-        "evidence": bool(driver.find_elements(By.ID, "evidence")),
-    }
+    seen = driver.execute_script(PAGE_NOW)
+    if seen["phase"] is None:  # between a reload's request and its page
+        raise NoSuchElementException("the page has no phase yet")
+    return {"at": time.monotonic(), **seen}
 
 
 def watch(driver: Any, until: Any, within: float) -> list[dict[str, Any]]:
@@ -101,7 +114,7 @@ async def test_the_task_page_shows_the_first_tokens_while_the_turn_runs_then_its
     )
 
     finished = next(s for s in later if any("turn.finished" in step for step in s["steps"]))
-    growing = [s["text"] for s in later if s["at"] < finished["at"]]
+    growing = [first["text"]] + [s["text"] for s in later if s["at"] < finished["at"]]
     assert len(set(growing)) > 2, "the text did not grow on the page as it was written"
     assert finished["text"] == ANSWER and not finished["evidence"], finished
     done = later[-1]
