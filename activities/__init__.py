@@ -8,8 +8,9 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from agent_worker.schemas.lazy import lazy_exports
 
 # Imported on first use (PEP 562): importing one activity module (``activities.errors``, as the CLI
 # does) must not load the artifact and business stores.
@@ -34,15 +35,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """Import an exported name from its module on first use (PEP 562).
-
-    Raises:
-        AttributeError: ``name`` is not exported here (nor a submodule already imported).
-    """
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(globals(), _EXPORTS)

@@ -28,9 +28,10 @@ releases. Everything else in the distribution (``activities``, ``workflows``, ``
 
 from __future__ import annotations
 
-import importlib
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from agent_worker.schemas.lazy import lazy_exports
 
 # The source layout: the subpackages (``agent_worker.schemas``, ``agent_worker.workflows`` ...) are the
 # folders at the repository root, mapped into this package by pyproject.toml's ``package-dir`` when the
@@ -161,18 +162,7 @@ if TYPE_CHECKING:  # what a type checker and an IDE see; at run time ``__getattr
     )
 
 
-def __getattr__(name: str) -> Any:
-    """Import a public name from its defining module on first use, and keep it (PEP 562).
-
-    Raises:
-        AttributeError: ``name`` is not a public name of ``agent_worker``.
-    """
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(globals(), _EXPORTS)
 
 
 def __dir__() -> list[str]:

@@ -6,8 +6,9 @@ without a versioned migration and a replay test.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from agent_worker.schemas.lazy import lazy_exports
 
 # Imported on first use (PEP 562): a module that needs one contract (``schemas.visibility``,
 # ``schemas.config``, as the task client does) must not build every pydantic model.
@@ -109,15 +110,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """Import an exported name from its module on first use (PEP 562).
-
-    Raises:
-        AttributeError: ``name`` is not exported here (nor a submodule already imported).
-    """
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(globals(), _EXPORTS)

@@ -11,9 +11,10 @@ the Agents SDK behind them.
 
 from __future__ import annotations
 
-import importlib
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from agent_worker.schemas.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from agent_worker.workflows.agent_task import AgentTaskWorkflow
@@ -34,11 +35,7 @@ _EXPORTS = MappingProxyType(
 )
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'workflows' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_exports(globals(), _EXPORTS)
 
 
 __all__ = [
