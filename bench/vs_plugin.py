@@ -43,6 +43,9 @@ from bench.common import (
 TIME_TARGET = 1.0
 BYTES_TARGET = 10.0
 FLAT_TOLERANCE = 1.25
+# Issue 43, item 5: what one more turn adds to a history at 40 turns (bytes per added turn, 40 -> 80),
+# at most this share of what it adds to the plugin's.
+ADDED_TURN_TARGET = 0.25
 
 
 async def _plugin_round(python: str, address: str, turns: list[int]) -> dict[str, Any]:
@@ -176,6 +179,13 @@ async def run(quick: bool = False, turns: list[int] | None = None, rounds: int |
             f"{first[0]}-{first[1]}",
             f"ours {ours_growth:.2f}x, plugin {their_growth:.2f}x",
             ours_growth <= FLAT_TOLERANCE,
+        ),
+        Target(
+            "2d (bytes per added turn vs plugin; issue 43, item 5)",
+            f"ours at most {ADDED_TURN_TARGET:.2f}x the plugin's, per turn added at {last[0]}-{last[1]} turns",
+            f"plugin {marginal(theirs, *last):.0f} B, ours {marginal(ours, *last):.0f} B per added turn: "
+            f"{ratio(marginal(ours, *last), marginal(theirs, *last))}",
+            marginal(ours, *last) <= marginal(theirs, *last) * ADDED_TURN_TARGET,
         ),
     ]
     section.notes += [
