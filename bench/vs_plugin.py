@@ -182,7 +182,8 @@ async def run(quick: bool = False, turns: list[int] | None = None, rounds: int |
         ),
         Target(
             "2d (bytes per added turn vs plugin; issue 43, item 5)",
-            f"ours at most {ADDED_TURN_TARGET:.2f}x the plugin's, per turn added at {last[0]}-{last[1]} turns",
+            f"ours at most {ADDED_TURN_TARGET:.2f}x the plugin's, per turn added at {last[0]}-{last[1]}"
+            " turns",
             f"plugin {marginal(theirs, *last):.0f} B, ours {marginal(ours, *last):.0f} B per added turn: "
             f"{ratio(marginal(ours, *last), marginal(theirs, *last))}",
             marginal(ours, *last) <= marginal(theirs, *last) * ADDED_TURN_TARGET,
