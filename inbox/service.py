@@ -222,9 +222,29 @@ class InboxService:
         """Check and send ``principal``'s decision from a submitted form (``decision_from_form``).
 
         Raises:
-            InboxError: as ``submit``, and 400 for a malformed form.
+            InboxError: as ``submit``, and 400 for a malformed form from a principal who may decide
+                the request (403 for anyone else: the access check comes first).
         """
-        return await self.submit(task_id, decision_from_form(principal, form))
+        try:
+            decision = decision_from_form(principal, form)
+        except InboxError:
+            await self._may_decide(task_id, principal, form.get("request_id", ""))
+            raise
+        return await self.submit(task_id, decision)
+
+    async def _may_decide(self, task_id: str, principal: str, request_id: str) -> None:
+        """Refuse (403) unless ``principal`` is an approver of the task's pending ``request_id``.
+
+        Raises:
+            InboxError: (403) they are not, the request is not pending, or the task cannot be read.
+        """
+        try:
+            status = await self.tasks.status(task_id, wait_seconds=QUERY_TIMEOUT.total_seconds())
+        except AgentWorkerError:
+            status = None
+        pending = status.pending if status is not None else []
+        if not any(r.request_id == request_id and principal in r.approvers for r in pending):
+            raise forbidden(principal, request_id, task_id)
 
     async def submit(
         self,
@@ -249,9 +269,7 @@ class InboxService:
         """
         principal, request_id = decision.principal, decision.request_id
         handle = self.client.get_workflow_handle(task_id)
-        forbidden = InboxError(
-            f"principal {principal!r} may not decide request {request_id!r} of {task_id!r}", 403
-        )
+        refused = forbidden(principal, request_id, task_id)
         hidden = InboxError(f"no task {task_id!r} among the tasks {principal!r} may see", 404)
         seen: list[TaskStatus] = []
 
@@ -272,7 +290,7 @@ class InboxService:
                 raise InboxError(
                     f"request {request_id!r} of {task_id} is not pending (already decided?)", 409
                 )
-            raise forbidden
+            raise refused
 
         wait = DECIDE_TIMEOUT.total_seconds()
         try:
@@ -293,7 +311,7 @@ class InboxService:
         except TaskNotFound as err:
             if seen:  # it closed between the read and the update
                 raise InboxError(f"task {task_id} cannot be reached: {err}", 503) from None
-            raise (hidden if visible_in is not None else forbidden) from None
+            raise (hidden if visible_in is not None else refused) from None
         except WorkerUnreachable as err:
             if err.stage == "read":
                 raise InboxError(f"task {task_id} cannot be reached: {err}", 503) from None
@@ -324,6 +342,11 @@ class InboxService:
                     409,
                 ) from None
             return None
+
+
+def forbidden(principal: str, request_id: str, task_id: str) -> InboxError:
+    """The refusal (403) of a decision ``principal`` may not make."""
+    return InboxError(f"principal {principal!r} may not decide request {request_id!r} of {task_id!r}", 403)
 
 
 def needs_reason(kind: str, reason: str | None) -> None:
