@@ -2,11 +2,12 @@
 
 Every name the ``AgentTask`` workflow answers to (its type, the queries ``status`` and
 ``pending_approvals``, the update ``decide``, the signals ``submit_decision`` and ``add_input``) is
-declared once here, as the constants below (``tests/test_protocol_names.py`` checks them against the
-names the workflow declares), with the type each answer decodes to; every payload goes out as plain
-JSON (``model_dump(mode="json")``), as any other client would send. The module imports no workflow,
-agent, sandbox or store code (``tests/test_light_client.py``): a process that only starts and decides
-tasks stays light.
+spelled once, in ``schemas.visibility``, and exported here (``tests/test_protocol_names.py`` checks
+them against the names the workflow declares), with the type each answer decodes to; every payload
+goes out as plain JSON (``model_dump(mode="json")``), as any other client would send. The client is
+this module with its two parts, the decision path (``client_decisions``) and forks
+(``client_forks``). None imports workflow, agent, sandbox or store code (``tests/test_light_client.py``):
+a process that only starts and decides tasks stays light.
 
 Errors::
 
