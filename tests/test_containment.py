@@ -23,6 +23,7 @@ from agent_worker.activities.artifacts import LocalArtifactStore
 from agent_worker.activities.sandbox import ProcessSandbox, SandboxActivities
 from agent_worker.activities.sandbox.base import LABEL_DEPLOYMENT, LABEL_NAMESPACE, LABEL_TASK
 from agent_worker.activities.sandbox.docker import DockerSandbox
+from agent_worker.activities.sandbox.pids_cgroup import PidsCgroups
 from agent_worker.activities.sandbox.reaper import SandboxReaper
 from agent_worker.schemas.actions import SandboxCommand
 from agent_worker.schemas.config import ConfigError
@@ -216,6 +217,20 @@ async def test_the_unsafe_plain_subprocess_tier_is_capped_too(
     bomb = await box.sh("python3 hold.py 600 then-release", limit=120)
     assert "refused: Resource temporarily unavailable" in bomb.stdout
     assert int(bomb.stdout.split()[-1]) < 64
+
+
+def test_a_command_joins_a_v1_cgroup_by_its_thread_file(tmp_path: Path) -> None:
+    """On a cgroup v1 hierarchy the command moves itself by writing 0 to ``tasks`` (the kernel then
+    skips its process-wide threadgroup lock, whose RCU grace period cost every command 10-20 ms);
+    where there is no ``tasks`` file (v2) it writes its pid to ``cgroup.procs``."""
+    v1, v2 = tmp_path / "v1", tmp_path / "v2"
+    v1.mkdir(), v2.mkdir()
+    (v1 / "tasks").touch(), (v1 / "cgroup.procs").touch(), (v2 / "cgroup.procs").touch()
+    for where in (v1, v2):
+        ran = subprocess.run(PidsCgroups.argv(where, ["echo", "ran"]), capture_output=True, text=True)
+        assert ran.returncode == 0 and ran.stdout == "ran\n", ran
+    assert (v1 / "tasks").read_text() == "0\n" and (v1 / "cgroup.procs").read_text() == ""
+    assert (v2 / "cgroup.procs").read_text().strip().isdigit()
 
 
 async def test_process_tier_caps_memory_and_file_size(tmp_path: Path, store: LocalArtifactStore) -> None:

@@ -26,7 +26,14 @@ log = structlog.get_logger(__name__)
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 _BASE_NAME = "agent-worker.sandboxes"
 # The command joins its cgroup before it becomes bubblewrap (``exec``), so every process it makes is in.
-JOIN = 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"'
+# On cgroup v1 it writes 0 (itself) to ``tasks``: the kernel moves one thread, the shell's only one,
+# without its process-wide threadgroup lock, whose RCU grace period (cgroup.procs) cost every command
+# 10-20 ms of wall time here, and stalled every fork and exit of the host meanwhile (kernel 6.18,
+# `python -m bench --only long_task`: 88 against 59 ms per turn). v2 has no ``tasks``: ``cgroup.procs``.
+JOIN = (
+    'if [ -e "$1/tasks" ]; then echo 0 > "$1/tasks"; else echo $$ > "$1/cgroup.procs"; fi'
+    ' && shift && exec "$@"'
+)
 # A command's cgroup left behind (its worker was killed) is removed once empty and this old: a newer
 # one may be about to be joined (the moment between ``make`` and ``JOIN``).
 STALE_SECONDS = 60.0
