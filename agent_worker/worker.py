@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import signal
 import sys
@@ -161,6 +162,16 @@ async def check_artifact_store(config: WorkerConfig) -> ArtifactStore:
     return store
 
 
+def freeze_startup_heap() -> None:
+    """Move every object alive now (the imported SDKs, the agent registry, the clients: most of a
+    started worker's objects) out of the cyclic garbage collector's reach. They live as long as the
+    process, yet each full collection walked them all again: 7% of a warm worker's CPU per approval
+    and 9% with an over-full cache were collections (`python -m bench --only approval_cpu`, measured
+    with ``gc.callbacks``). What tasks allocate afterwards is collected as before."""
+    gc.collect()
+    gc.freeze()
+
+
 async def run_worker(
     config: WorkerConfig, *, stop: asyncio.Event | None = None, client_overrides: dict[str, Any] | None = None
 ) -> None:
@@ -192,6 +203,7 @@ async def run_worker(
     # The journal, admission, authorizer and event sink: reachable and migrated, or no start.
     await asyncio.to_thread(state_stores.check_state_stores, config)
     workers = build_workers(client, config, artifact_store)
+    freeze_startup_heap()
     health.task_queues = [w.task_queue for w in workers]
     log.info(
         "worker started",
@@ -253,6 +265,7 @@ __all__ = [
     "build_writer",
     "connect",
     "ensure_search_attributes",
+    "freeze_startup_heap",
     "main",
     "run_worker",
     "workflow_runner",
