@@ -31,8 +31,6 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from agent_worker.schemas.lazy import lazy_exports
-
 # The source layout: the subpackages (``agent_worker.schemas``, ``agent_worker.workflows`` ...) are the
 # folders at the repository root, mapped into this package by pyproject.toml's ``package-dir`` when the
 # wheel is built. Run from a checkout (the tests, ``python worker.py``, ``PYTHONPATH=.``), where this
@@ -43,6 +41,10 @@ if not os.path.isdir(os.path.join(__path__[0], "workflows")) and os.path.isfile(
     os.path.join(_SOURCE_ROOT, "workflows", "__init__.py")
 ):
     __path__.append(_SOURCE_ROOT)
+
+# Only now: from a checkout, ``agent_worker.schemas`` is found through the path just set (imported
+# before it, another checkout's editable install would answer; ``tests/test_namespace.py``).
+from agent_worker.schemas.lazy import lazy_exports  # noqa: E402
 
 # The package's version (pyproject.toml's, which a test keeps equal). Its release line (0.2) is what a
 # task started by this package's client begins on (``schemas.tasks.CURRENT_RELEASE``, docs/upgrading.md).
