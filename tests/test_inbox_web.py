@@ -141,9 +141,9 @@ async def test_an_approver_approves_in_the_browser_and_a_stranger_sees_and_decid
     env: TaskEnv, tmp_path: Path, tokens_file: Path
 ) -> None:
     """In Chromium, mallory (a valid token, not an approver) sees no task and gets a 404 for its page,
-    and her forged POST (her own session and CSRF token, the real request and version), well formed
-    or not, is refused with 403 before any decision reaches the workflow; finance-lead then sees the write's arguments,
-    the report artifact and the version, approves, and watches the task complete."""
+    and her forged POSTs (her own session and CSRF token, the real request and version), well formed
+    or not, are refused with 403 before any decision reaches the workflow; finance-lead then sees the
+    write's arguments, the report artifact and the version, approves, and watches the task complete."""
     handle = await env.start(example_spec())
     [request] = (await env.awaiting_approval(handle)).pending
     app = build_app(
@@ -162,32 +162,24 @@ async def test_an_approver_approves_in_the_browser_and_a_stranger_sees_and_decid
             assert "Nothing to approve" in stranger["inbox"] and handle.id not in stranger["inbox"]
             assert "404" in stranger["task_page"] and "submit_report" not in stranger["task_page"]
 
-            forged = await asyncio.to_thread(
-                fetch,
-                url + task_url(handle.id) + "/decide",
-                form={
-                    "csrf": stranger["csrf"],
-                    "request_id": request.request_id,
-                    "version": request.version,
-                    "decision": "approve",
-                },
-                headers={"Cookie": f"{COOKIE}={stranger['cookie']}"},
-            )
+            # Her own session and CSRF token, the real request and version: a well-formed approval,
+            # and a malformed edit (refused for who she is, not for what is wrong with it).
+            forged, malformed = [
+                await asyncio.to_thread(
+                    fetch,
+                    url + task_url(handle.id) + "/decide",
+                    form={
+                        "csrf": stranger["csrf"],
+                        "request_id": request.request_id,
+                        "version": request.version,
+                        **fields,
+                    },
+                    headers={"Cookie": f"{COOKIE}={stranger['cookie']}"},
+                )
+                for fields in ({"decision": "approve"}, {"decision": "edit", "edited_args": "{not json"})
+            ]
             assert forged.status == 403, forged.body
             assert "mallory" in forged.body and "may not decide" in forged.body
-            # A malformed form from her is refused for who she is, not for what is wrong with it.
-            malformed = await asyncio.to_thread(
-                fetch,
-                url + task_url(handle.id) + "/decide",
-                form={
-                    "csrf": stranger["csrf"],
-                    "request_id": request.request_id,
-                    "version": request.version,
-                    "decision": "edit",
-                    "edited_args": "{not json",
-                },
-                headers={"Cookie": f"{COOKIE}={stranger['cookie']}"},
-            )
             assert malformed.status == 403 and "may not decide" in malformed.body, malformed.body
             status = await handle.query(AgentTaskWorkflow.status)
             assert status.phase is TaskPhase.AWAITING_APPROVAL and [r.request_id for r in status.pending] == [
