@@ -33,27 +33,29 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from agent_worker.client_decisions import DEFAULT_TIMEOUT as DEFAULT_TIMEOUT
-from agent_worker.client_decisions import RESEND_PAUSE as RESEND_PAUSE
-from agent_worker.client_decisions import RESEND_UPDATE as RESEND_UPDATE
-from agent_worker.client_decisions import DecisionPath
+from agent_worker.client_decisions import DEFAULT_TIMEOUT, DecisionPath
 from agent_worker.client_forks import ForkCalls
 from agent_worker.client_types import AwaitingTask, TaskRef
-from agent_worker.errors import AgentWorkerError as AgentWorkerError  # re-exported: the public face
-from agent_worker.errors import DecisionRefused as DecisionRefused
-from agent_worker.errors import TaskEnded, TaskNotFound, WorkerUnreachable, cause_message
+from agent_worker.errors import (
+    AgentWorkerError,
+    DecisionRefused,
+    TaskEnded,
+    TaskNotFound,
+    WorkerUnreachable,
+    cause_message,
+)
 from agent_worker.schemas import visibility
-from agent_worker.schemas.visibility import DECISION_SIGNAL as DECISION_SIGNAL
-from agent_worker.schemas.visibility import DECISION_UPDATE as DECISION_UPDATE
 from agent_worker.schemas.visibility import (
+    DECISION_SIGNAL,
+    DECISION_UPDATE,
     DEFAULT_TASK_QUEUE,
     INPUT_SIGNAL,
     PENDING_QUERY,
     STATUS_QUERY,
+    TASKS_QUERY,
+    WORKFLOW_TYPE,
     queryable,
 )
-from agent_worker.schemas.visibility import TASKS_QUERY as TASKS_QUERY
-from agent_worker.schemas.visibility import WORKFLOW_TYPE as WORKFLOW_TYPE
 
 if TYPE_CHECKING:
     from agent_worker.schedules import TaskSchedules

@@ -8,6 +8,7 @@ commands) connects without importing the worker: the Agents SDK, the sandboxes, 
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import time
 from collections.abc import Sequence
@@ -54,14 +55,9 @@ async def connect(
     return client
 
 
+@functools.cache
 def _settle_core_at_exit() -> None:
     """Once per process: wait ``EXIT_SETTLE_SECONDS`` at exit for the core's threads (an atexit
     handler runs before finalization, with threads still alive). Registered on the first connect, so
     a process that never connects never waits."""
-    global _settling
-    if not _settling:
-        _settling = True
-        atexit.register(time.sleep, EXIT_SETTLE_SECONDS)
-
-
-_settling = False
+    atexit.register(time.sleep, EXIT_SETTLE_SECONDS)

@@ -36,10 +36,10 @@ def _burners(count: int) -> list[subprocess.Popen[bytes]]:
 async def loaded_to(level: float, keep: int | None = None) -> AsyncIterator[float]:
     """Bring the machine to a 1-minute load average of at least ``level`` (``level + HEADROOM`` when
     burners are to be stopped), then run the block with ``keep`` burners left (all of them when
-    None): a block that is itself busy (a flood keeps the
-    server, the worker and the test runnable) holds the load with fewer, and gets more of the CPU
-    for its own work. Yields the load average reached; the caller checks it again after the block.
-    The burners are this process's children, killed by pid at the end."""
+    None): a block that is itself busy (a flood keeps the server, the worker and the test runnable)
+    holds the load with fewer, and gets more of the CPU for its own work. Yields the load average
+    reached; the caller checks it again after the block. The burners are this process's children,
+    killed by pid at the end."""
     target = level if keep is None else level + HEADROOM
     burners = _burners(int(target) + EXTRA_BURNERS)
     try:
