@@ -121,10 +121,12 @@ async def park_ours(
     section: Section,
     cache: int | None = None,
     worker_env: dict[str, str] | None = None,
+    spec: dict[str, Any] | None = None,
 ) -> dict[str, float]:
     """Park ``n`` tasks on one worker process (caching ``cache`` workflows, default: the product's
-    default; with ``worker_env`` added to its environment), approve them all, and return the figures;
-    with the worker's cache hits and misses from its ``/metrics`` in the approval phase."""
+    default; with ``worker_env`` added to its environment; with ``spec``'s fields added to each
+    task's spec), approve them all, and return the figures; with the worker's cache hits and misses
+    from its ``/metrics`` in the approval phase."""
     config = bench_config(tmp / "data")
     port = free_port()
     env = {"AGENT_WORKER_METRICS_BIND": f"127.0.0.1:{port}", **(worker_env or {})}
@@ -141,8 +143,8 @@ async def park_ours(
             IN_FLIGHT,
             (
                 server.client.start_workflow(
-                    AgentTaskWorkflow.run, approval_task(f"v{i}"), id=task_id, task_queue=config.task_queue,
-                    result_type=TaskResult,
+                    AgentTaskWorkflow.run, {**approval_task(f"v{i}"), **(spec or {})}, id=task_id,
+                    task_queue=config.task_queue, result_type=TaskResult,
                 )
                 for i, task_id in enumerate(ids)
             ),

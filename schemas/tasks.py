@@ -327,6 +327,11 @@ MAX_MODEL_NAME_CHARS = 200
 MAX_AGENT_NAME_CHARS = 200
 
 
+# The least ``TaskSpec.continue_as_new_before_wait``: a run continued before a wait begins waiting at
+# 3 events, so it never continues again before the same wait unless input piles up meanwhile.
+MIN_EVENTS_BEFORE_WAIT = 10
+
+
 class TaskSpec(BaseModel):
     """What a client asks for. Plain JSON; every field but ``agent`` and ``prompt`` has a default."""
 
@@ -346,6 +351,14 @@ class TaskSpec(BaseModel):
         default=None,
         ge=50,
         description="Continue as new past this many history events (Temporal's suggestion applies too).",
+    )
+    continue_as_new_before_wait: int | None = Field(
+        default=None,
+        ge=MIN_EVENTS_BEFORE_WAIT,
+        description="Before the task waits for a person (an approval, a question), continue as new when "
+        "its run's history has at least this many events, so the wait begins in a short run: a waiting "
+        "task the worker's cache let go replays only that run when its decision comes, not all the task "
+        "did before (docs/operations.md, 'Tasks that wait long').",
     )
     thread: str | None = Field(
         default=None,

@@ -13,8 +13,16 @@ from pathlib import Path
 import pytest
 from agent_worker.activities.events import JsonlEventSink
 from agent_worker.cli.main import main as cli_main
-from agent_worker.schemas.tasks import EvidenceArchive, TaskInput, TaskPhase, TaskResult
+from agent_worker.schemas.tasks import (
+    MIN_EVENTS_BEFORE_WAIT,
+    EvidenceArchive,
+    TaskInput,
+    TaskPhase,
+    TaskResult,
+)
+from agent_worker.schemas.validation import InvalidPayload, parse_task_input
 from agent_worker.workflows import AgentTaskWorkflow
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from tests.helpers.support import (
@@ -71,6 +79,43 @@ async def test_task_completes_across_continue_as_new(can_env: TaskEnv) -> None:
     assert env.business().count() == 1
     assert result.evidence.missing == []
     await assert_replays(env.client, handle.id)  # the last run: it starts from a carried-over state
+
+
+async def test_a_task_that_asks_waits_for_its_approver_in_a_short_run(env: TaskEnv) -> None:
+    """With ``continue_as_new_before_wait``, the example continues as new before it waits for the
+    approver: the wait's run begins from the carried state and is a few events long (all a replay
+    after the cache let the task go reads), the approval sent to the task reaches that run, the
+    write happens once, the evidence holds the approval, and both runs replay."""
+    handle = await env.start({**example_spec(), "continue_as_new_before_wait": MIN_EVENTS_BEFORE_WAIT})
+    [request] = (await env.awaiting_approval(handle)).pending
+    first, waiting = await run_ids(env.client, handle.id)
+    before = await env.client.get_workflow_handle(handle.id, run_id=first).fetch_history()
+    assert len(before.events) > MIN_EVENTS_BEFORE_WAIT
+    assert before.events[-1].HasField("workflow_execution_continued_as_new_event_attributes")
+    parked = await env.client.get_workflow_handle(handle.id, run_id=waiting).fetch_history()
+    kinds = [EventType.Name(e.event_type).removeprefix("EVENT_TYPE_") for e in parked.events]
+    # Started, one workflow task, the search attributes published again, the deadline's timer.
+    assert len(kinds) < MIN_EVENTS_BEFORE_WAIT and kinds[-1] == "TIMER_STARTED", kinds
+    assert not [k for k in kinds if k.startswith(("ACTIVITY", "MARKER"))], kinds
+    await env.approve(handle)
+    result: TaskResult = await asyncio.wait_for(handle.result(), 60)
+    assert result.phase is TaskPhase.COMPLETED, result.reason
+    assert await run_ids(env.client, handle.id) == [first, waiting], "the approved run goes on to the end"
+    assert env.business().count() == 1
+    assert [a.request_id for a in result.evidence.approvals] == [request.request_id]
+    assert result.evidence.missing == []
+    await assert_replays(env.client, handle.id, run_id=waiting)
+    await assert_replays(env.client, handle.id, run_id=first)  # kept: the continue before the wait
+
+
+def test_continue_as_new_before_wait_refuses_a_limit_a_fresh_run_could_reach_at_once() -> None:
+    """Below ``MIN_EVENTS_BEFORE_WAIT`` a run continued before its wait could continue again before
+    the same wait; such a spec is refused, naming the field."""
+    spec = {**example_spec(), "continue_as_new_before_wait": MIN_EVENTS_BEFORE_WAIT - 1}
+    with pytest.raises(InvalidPayload, match="continue_as_new_before_wait"):
+        parse_task_input({"spec": spec})
+    accepted = parse_task_input({"spec": {**spec, "continue_as_new_before_wait": 40}})
+    assert accepted.spec.continue_as_new_before_wait == 40
 
 
 async def test_older_evidence_moves_to_the_store_and_the_bundle_puts_it_back(

@@ -244,11 +244,26 @@ class AgentTaskWorkflow:
         self.visibility.set_phase(TaskPhase.RUNNING)
 
     def continue_as_new_due(self) -> bool:
-        """Whether Temporal suggests continuing as new, or the task's own event limit is reached."""
+        """Whether Temporal suggests continuing as new, the task's own event limit is reached, or
+        ``continue_before_wait_due``."""
         info = workflow.info()
         limit = self.spec.continue_as_new_after_events if self.spec else None
-        return info.is_continue_as_new_suggested() or (
-            limit is not None and info.get_current_history_length() >= limit
+        return (
+            info.is_continue_as_new_suggested()
+            or (limit is not None and info.get_current_history_length() >= limit)
+            or self.continue_before_wait_due()
+        )
+
+    def continue_before_wait_due(self) -> bool:
+        """Whether the task waits for a person with a run at least ``continue_as_new_before_wait``
+        events long: it then continues as new first, so a replay after the worker's cache let it go
+        reads only the short run its wait began in."""
+        limit = self.spec.continue_as_new_before_wait if self.spec else None
+        return (
+            limit is not None
+            and self.state.phase is TaskPhase.AWAITING_APPROVAL
+            and workflow.info().get_current_history_length() >= limit
+            and bool(self.approvals.pending())
         )
 
     async def maybe_continue_as_new(self) -> None:
@@ -289,6 +304,8 @@ class AgentTaskWorkflow:
         """Wait (durably, until the first deadline) until no request is pending."""
         while self.approvals.pending():
             self.visibility.set_phase(TaskPhase.AWAITING_APPROVAL)
+            if self.continue_before_wait_due():
+                await self.maybe_continue_as_new()  # the wait begins in a short run, events delivered
             await self.events.deliver_events()  # a waiting task's events are all in the sink
             if not self.approvals.pending():
                 break  # decided while the events were being delivered
