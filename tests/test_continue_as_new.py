@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -81,22 +82,45 @@ async def test_task_completes_across_continue_as_new(can_env: TaskEnv) -> None:
     await assert_replays(env.client, handle.id)  # the last run: it starts from a carried-over state
 
 
+STALE_DURING_WAIT = 12
+
+
+async def _waiting_run(env: TaskEnv, task_id: str, within: float = 30.0) -> tuple[str, str, list[str]]:
+    """The task's two runs once the second has begun its wait (its deadline's timer started), and
+    the second's events by kind."""
+    deadline = time.monotonic() + within
+    while True:
+        runs = await run_ids(env.client, task_id)
+        if len(runs) == 2:
+            history = await env.client.get_workflow_handle(task_id, run_id=runs[1]).fetch_history()
+            kinds = [EventType.Name(e.event_type).removeprefix("EVENT_TYPE_") for e in history.events]
+            if "TIMER_STARTED" in kinds:
+                return runs[0], runs[1], kinds
+        assert len(runs) <= 2 and time.monotonic() < deadline, runs
+        await asyncio.sleep(0.1)
+
+
 async def test_a_task_that_asks_waits_for_its_approver_in_a_short_run(env: TaskEnv) -> None:
     """With ``continue_as_new_before_wait``, the example continues as new before it waits for the
     approver: the wait's run begins from the carried state and is a few events long (all a replay
     after the cache let the task go reads), the approval sent to the task reaches that run, the
-    write happens once, the evidence holds the approval, and both runs replay."""
+    write happens once, the evidence holds the approval, and both runs replay. Decisions ignored
+    during the wait (each a few events) do not make it continue as new again."""
     handle = await env.start({**example_spec(), "continue_as_new_before_wait": MIN_EVENTS_BEFORE_WAIT})
     [request] = (await env.awaiting_approval(handle)).pending
-    first, waiting = await run_ids(env.client, handle.id)
+    first, waiting, kinds = await _waiting_run(env, handle.id)
     before = await env.client.get_workflow_handle(handle.id, run_id=first).fetch_history()
     assert len(before.events) > MIN_EVENTS_BEFORE_WAIT
     assert before.events[-1].HasField("workflow_execution_continued_as_new_event_attributes")
-    parked = await env.client.get_workflow_handle(handle.id, run_id=waiting).fetch_history()
-    kinds = [EventType.Name(e.event_type).removeprefix("EVENT_TYPE_") for e in parked.events]
     # Started, one workflow task, the search attributes published again, the deadline's timer.
     assert len(kinds) < MIN_EVENTS_BEFORE_WAIT and kinds[-1] == "TIMER_STARTED", kinds
     assert not [k for k in kinds if k.startswith(("ACTIVITY", "MARKER"))], kinds
+    # Stale decisions during the wait grow the run past the limit, and make it continue no further.
+    stale = {"request_id": request.request_id, "version": "sha256:stale", "decision": "approve",
+             "principal": "finance-lead"}  # fmt: skip
+    for _ in range(STALE_DURING_WAIT):
+        await handle.signal(AgentTaskWorkflow.submit_decision, stale)
+    await env.wait_status(handle, lambda s: s.ignored_count >= STALE_DURING_WAIT)
     await env.approve(handle)
     result: TaskResult = await asyncio.wait_for(handle.result(), 60)
     assert result.phase is TaskPhase.COMPLETED, result.reason

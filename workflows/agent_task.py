@@ -244,20 +244,18 @@ class AgentTaskWorkflow:
         self.visibility.set_phase(TaskPhase.RUNNING)
 
     def continue_as_new_due(self) -> bool:
-        """Whether Temporal suggests continuing as new, the task's own event limit is reached, or
-        ``continue_before_wait_due``."""
+        """Whether Temporal suggests continuing as new, or the task's own event limit is reached."""
         info = workflow.info()
         limit = self.spec.continue_as_new_after_events if self.spec else None
-        return (
-            info.is_continue_as_new_suggested()
-            or (limit is not None and info.get_current_history_length() >= limit)
-            or self.continue_before_wait_due()
+        return info.is_continue_as_new_suggested() or (
+            limit is not None and info.get_current_history_length() >= limit
         )
 
     def continue_before_wait_due(self) -> bool:
-        """Whether the task waits for a person with a run at least ``continue_as_new_before_wait``
-        events long: it then continues as new first, so a replay after the worker's cache let it go
-        reads only the short run its wait began in."""
+        """Whether the task, about to begin a wait for a person, has a run at least
+        ``continue_as_new_before_wait`` events long: it then continues as new first, so a replay
+        after the worker's cache let it go reads only the short run its wait began in. Asked once
+        per wait, as it begins: input arriving during the wait never makes it continue again."""
         limit = self.spec.continue_as_new_before_wait if self.spec else None
         return (
             limit is not None
@@ -267,8 +265,11 @@ class AgentTaskWorkflow:
         )
 
     async def maybe_continue_as_new(self) -> None:
-        if not self.continue_as_new_due():
-            return
+        if self.continue_as_new_due():
+            await self.continue_as_new()
+
+    async def continue_as_new(self) -> NoReturn:
+        """Continue as new, carrying the whole state (once running handlers have finished)."""
         await workflow.wait_condition(workflow.all_handlers_finished)
         await self.evidence_keeper.archive_older()
         self.evidence_keeper.check_carriable()  # or hand off, explained
@@ -302,10 +303,12 @@ class AgentTaskWorkflow:
 
     async def wait_for_decisions(self) -> None:
         """Wait (durably, until the first deadline) until no request is pending."""
+        beginning = True
         while self.approvals.pending():
             self.visibility.set_phase(TaskPhase.AWAITING_APPROVAL)
-            if self.continue_before_wait_due():
-                await self.maybe_continue_as_new()  # the wait begins in a short run, events delivered
+            if beginning and self.continue_before_wait_due():
+                await self.continue_as_new()  # the wait begins in a short run, its events delivered
+            beginning = False
             await self.events.deliver_events()  # a waiting task's events are all in the sink
             if not self.approvals.pending():
                 break  # decided while the events were being delivered
