@@ -3,9 +3,11 @@ shares (see ``base.py`` for the contract). Needs ``pip install 'agent-worker[pos
 
 Each call opens its own connection, so a failed connect always happens before anything was sent, and
 no call inherits a connection that a server restart silently killed. The write is a single
-autocommit statement, ``INSERT ... ON CONFLICT (operation_key) DO NOTHING RETURNING ...``: the server
-commits it before it answers, so the statement's answer is the commit's answer. When it inserts
-nothing, the key's existing row is read back and compared.
+autocommit statement, ``INSERT ... ON CONFLICT DO NOTHING RETURNING ...``: the server commits it
+before it answers, so the statement's answer is the commit's answer. When it inserts nothing, the
+key's existing row is read back and compared. The conflict names no column on purpose: concurrent
+writes of one key can meet first on the record id (the primary key, derived from the key), and a
+conflict target of ``operation_key`` alone let that one fail as a unique violation.
 
 What each failure means::
 
@@ -14,8 +16,10 @@ What each failure means::
       (reset, backend terminated, commit answer lost)                     before the loss: lookup
     the server answers the INSERT with an error and    WriteUnavailable   the statement's implicit
       keeps the connection (lock timeout, deadlock)                       transaction rolled back
-      ...an integrity or data error (the record id     WriteError         the same input would fail
-      derived from the key belongs to another key)     "write_invalid"    the same way: not retried
+      ...an integrity or data error                    WriteError         the same input would fail
+                                                       "write_invalid"    the same way: not retried
+    nothing inserted, and the key has no row: the      WriteError         not retried
+      record id derived from it belongs to another key "write_invalid"
     the key holds another record type or payload       WriteConflict      nothing is overwritten
     reading the key's existing row fails               WriteUnavailable   our INSERT did nothing
     any lookup failure                                 WriteUnavailable(operation="business.lookup")
@@ -109,7 +113,7 @@ class PostgresBusinessStore:
                 row = conn.execute(
                     self._sql(
                         "INSERT INTO {table} VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
-                        f"ON CONFLICT (operation_key) DO NOTHING RETURNING {_COLUMNS}"
+                        f"ON CONFLICT DO NOTHING RETURNING {_COLUMNS}"
                     ),
                     (
                         record_id_for(input.operation_key),
@@ -138,8 +142,8 @@ class PostgresBusinessStore:
                 raise WriteUnavailable(f"postgres refused the write, nothing was committed: {err}") from err
             if row is not None:
                 return self._receipt(input.operation_key, row)
-            # The key was taken; a conflicting insert still in flight was waited for, so the row is
-            # committed and this fresh autocommit snapshot sees it.
+            # The key (or its record id) was taken; a conflicting insert still in flight was waited
+            # for, so the row is committed and this fresh autocommit snapshot sees it.
             try:
                 existing = self._select(conn, input.operation_key)
             except pg.Error as err:
@@ -147,7 +151,13 @@ class PostgresBusinessStore:
         finally:
             conn.close()
         if existing is None:
-            raise WriteUnavailable(f"the record under {input.operation_key} vanished while it was read")
+            raise WriteError(
+                f"postgres refused the write of {input.operation_key}: its record id "
+                f"{record_id_for(input.operation_key)} belongs to another operation key",
+                code="write_invalid",
+                operation="business.write",
+                retryable="no",
+            )
         if (existing.payload_digest, existing.record_type) != (digest, input.record_type):
             raise WriteConflict(
                 f"operation key {input.operation_key} is already committed with a different write "
