@@ -327,8 +327,8 @@ MAX_MODEL_NAME_CHARS = 200
 MAX_AGENT_NAME_CHARS = 200
 
 
-# The least ``TaskSpec.continue_as_new_before_wait``: a run continued before a wait begins waiting at
-# 3 events, so it never continues again before the same wait unless input piles up meanwhile.
+# The least ``TaskSpec.continue_as_new_before_wait``: a run continued before a wait begins that wait at
+# 3 events (more only for input that arrived in between), so it does not continue again before it.
 MIN_EVENTS_BEFORE_WAIT = 10
 
 
