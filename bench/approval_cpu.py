@@ -1,7 +1,7 @@
 """10. Worker CPU per approval: with every task in the workflow cache (warm), against bare Temporal
 doing the same, and with more active tasks than the cache holds.
 
-Three runs of section 3's flow (``bench.parked``: park ``bench-approval`` tasks, then approve them
+Runs of section 3's flow (``bench.parked``: park ``bench-approval`` tasks, then approve them
 all at once, as fast as the client sends the signals) on one dev server, one worker process each:
 
 - warm: ``WARM_TASKS`` tasks on the product's default cache, which holds them all;
@@ -13,7 +13,9 @@ all at once, as fast as the client sends the signals) on one dev server, one wor
   with the cache cut in the same proportion (``AGENT_WORKER_MAX_CACHED_WORKFLOWS``). That is harsher
   than the issue's size, not the same: the 64 signals in flight do not shrink with it (measured
   2026-12-02 at commit 7f52432: 5.33x warm at 600 tasks on 86, 2.12x at 3,000 on 428). At
-  ``--active-tasks 3000`` the cache is the default's size.
+  ``--active-tasks 3000`` the cache is the default's size;
+- over-full again, each task asking ``continue_as_new_before_wait`` (``SHORT_WAIT``), and once more
+  with the SDK's full sandbox (``FULL_SANDBOX``).
 
 CPU per approval is the worker's user+system CPU from the first approval signal to the last task's
 result, over the tasks. The worker's cache hits and misses in that phase (``/metrics``) show which
