@@ -1,11 +1,13 @@
 """Conditional policy against the dev server: a rule's CEL condition over the action's arguments, the
 agent, the tenant and the labels decides real writes; a deny rule's reason reaches the model; a rule
-whose condition does not compile is refused at start, by the client, the CLI and the workflow."""
+whose condition does not compile is refused at start, by the client, the CLI, the workflow, `mcp-serve` and
+`schedule create`."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -142,3 +144,27 @@ async def test_a_bad_rule_is_refused_at_start_naming_the_rule(
     cause = caught.value.cause
     assert getattr(cause, "type", None) == "InvalidTaskInput" and getattr(cause, "non_retryable", False)
     assert "spec.policy.rules.1" in str(cause) and "undeclared reference to 'arg'" in str(cause)
+
+
+async def test_a_server_or_schedule_given_a_bad_rule_stops_at_start_naming_the_rule(
+    env: TaskEnv, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The long-lived holders of a task spec check its rules as they start, not at a write:
+    `agent-worker mcp-serve --tool NAME=SPEC.json` (its own process, as an operator runs it) exits 2
+    naming the rule and the bad name before it serves, and `schedule create` exits 2 the same way
+    and creates no schedule."""
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(recording("50", BAD_RULES)))
+    served = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "agent_worker.cli.main", "--address", env.address, "mcp-serve",
+        "--tool", f"recorder={path}", "--task-queue", env.task_queue,
+        env=env.worker_env(), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(served.communicate(), 60)
+    assert served.returncode == 2, (out, err)
+    assert b"policy.rules.1" in err and b"undeclared reference to 'arg'" in err and b"recorder" in err
+    argv = ["--address", env.address, "schedule", "create", "bad-rule-schedule", str(path), "--every", "2s"]
+    assert await asyncio.to_thread(cli_main, [*argv, "--task-queue", env.task_queue]) == 2
+    assert "policy.rules.1" in (err := capsys.readouterr().err) and "undeclared reference to 'arg'" in err
+    schedules = [s.id async for s in await env.client.list_schedules()]
+    assert not [s for s in schedules if "bad-rule-schedule" in s]
