@@ -6,10 +6,13 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 from agent_worker.cli.devserver import temporal_binary
 from agent_worker.cli.main import main as cli_main
+from agent_worker.schemas.tasks import MIN_EVENTS_BEFORE_WAIT
+from agent_worker.schemas.visibility import AWAITING_QUERY
 from temporalio.api.sdk.v1 import WorkflowMetadata
 
 from tests.helpers.support import TaskEnv, example_spec, running_worker
@@ -63,6 +66,48 @@ async def test_a_waiting_task_is_found_by_search_attributes_inbox_and_status(
     metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
     assert "Waiting for approval" in metadata.current_details
     assert request.request_id in metadata.current_details and "finance-lead" in metadata.current_details
+    await env.cancel(handle)
+
+
+DOCS = Path(__file__).parents[1] / "docs" / "approvals.md"
+
+
+def listed_ids(env: TaskEnv, query: str) -> list[str]:
+    """Workflow ids `temporal workflow list --query QUERY` prints, one per run it lists."""
+    listed = subprocess.run(
+        [temporal_binary(), "workflow", "list", "--address", env.address, "--query", query, "-o", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return [w["execution"]["workflowId"] for w in json.loads(listed.stdout or "[]")]
+
+
+async def test_the_documented_query_lists_a_task_that_waits_in_a_short_run_once(
+    env: TaskEnv, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A task that continued as new before its wait leaves a closed run that still carries
+    ``AgentAwaitingApproval = true``: the attribute alone lists the task twice. The query
+    docs/approvals.md shows (the client's ``AWAITING_QUERY``, running runs only) lists it once, and
+    so does the inbox."""
+    handle = await env.start({**example_spec(), "continue_as_new_before_wait": MIN_EVENTS_BEFORE_WAIT})
+    await env.awaiting_approval(handle)
+    documented = "AgentAwaitingApproval = true AND ExecutionStatus = 'Running'"
+    assert documented == AWAITING_QUERY and f'--query "{documented}"' in DOCS.read_text()
+    bare: list[str] = []
+    for _ in range(100):  # visibility is eventually consistent
+        bare = [
+            i
+            for i in await asyncio.to_thread(listed_ids, env, "AgentAwaitingApproval = true")
+            if i == handle.id
+        ]
+        if len(bare) == 2:
+            break
+        await asyncio.sleep(0.2)
+    assert len(bare) == 2, "the closed run before the wait still carries the attribute"
+    assert [i for i in await asyncio.to_thread(listed_ids, env, documented) if i == handle.id] == [handle.id]
+    assert await asyncio.to_thread(cli_main, ["--address", env.address, "inbox", "--json"]) == 0
+    assert [e["task_id"] for e in json.loads(capsys.readouterr().out)].count(handle.id) == 1
     await env.cancel(handle)
 
 
