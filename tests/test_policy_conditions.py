@@ -1,7 +1,7 @@
 """Conditional policy against the dev server: a rule's CEL condition over the action's arguments, the
 agent, the tenant and the labels decides real writes; a deny rule's reason reaches the model; a rule
-whose condition does not compile is refused at start, by the client, the CLI, the workflow, `mcp-serve` and
-`schedule create`."""
+whose condition does not compile is refused at start, by the client, the CLI, the workflow,
+`mcp-serve` and `schedule create`."""
 
 from __future__ import annotations
 
@@ -165,6 +165,7 @@ async def test_a_server_or_schedule_given_a_bad_rule_stops_at_start_naming_the_r
     assert b"policy.rules.1" in err and b"undeclared reference to 'arg'" in err and b"recorder" in err
     argv = ["--address", env.address, "schedule", "create", "bad-rule-schedule", str(path), "--every", "2s"]
     assert await asyncio.to_thread(cli_main, [*argv, "--task-queue", env.task_queue]) == 2
-    assert "policy.rules.1" in (err := capsys.readouterr().err) and "undeclared reference to 'arg'" in err
+    said = capsys.readouterr().err
+    assert "policy.rules.1" in said and "undeclared reference to 'arg'" in said
     schedules = [s.id async for s in await env.client.list_schedules()]
     assert not [s for s in schedules if "bad-rule-schedule" in s]
