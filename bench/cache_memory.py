@@ -29,12 +29,12 @@ from typing import Any
 from agent_worker.cli.devserver import free_port
 from agent_worker.schemas.config import DEFAULT_WORKFLOW_CACHE_MB, MB_PER_CACHED_WORKFLOW
 from agent_worker.schemas.tasks import TaskResult
-from agent_worker.schemas.visibility import AWAITING_QUERY
 from agent_worker.workflows import AgentTaskWorkflow
 
 from bench.agents import approval_task
 from bench.common import (
     Section,
+    awaiting_on,
     bench_config,
     dev_server,
     gather_limited,
@@ -75,9 +75,7 @@ def _slope(xs: list[float], ys: list[float]) -> float:
 
 async def _parked(client: Any, queue: str, n: int, within: float) -> None:
     deadline = time.monotonic() + within
-    # Running runs only: a task that continued as new before its wait leaves a closed run that
-    # still carries the attribute, and would be counted twice.
-    query = f"TaskQueue = '{queue}' AND {AWAITING_QUERY}"
+    query = awaiting_on(queue)
     while (await client.count_workflows(query)).count < n:
         if time.monotonic() > deadline:
             raise RuntimeError(f"fewer than {n} tasks parked within {within:.0f} s")

@@ -29,6 +29,7 @@ from agent_worker.cli.devserver import (
 )
 from agent_worker.schemas.config import EXAMPLE_AGENT, WorkerConfig
 from agent_worker.schemas.payloads import DATA_CONVERTER
+from agent_worker.schemas.visibility import AWAITING_QUERY
 from temporalio.client import Client, WorkflowHandle
 
 from agent_worker.worker import build_workers
@@ -238,6 +239,13 @@ def _start_server(
         argv = [a for i, a in enumerate(argv) if a != "--sqlite-pragma" and argv[i - 1] != "--sqlite-pragma"]
     with (directory / "temporal.log").open("ab") as log:
         return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def awaiting_on(queue: str) -> str:
+    """The visibility query for the tasks on ``queue`` waiting for a person: running runs only (the
+    client's ``AWAITING_QUERY``), since a task that continued as new before its wait leaves a closed
+    run that still carries the attribute, and would be counted twice."""
+    return f"TaskQueue = '{queue}' AND {AWAITING_QUERY}"
 
 
 async def connect(address: str) -> Client:

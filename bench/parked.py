@@ -26,7 +26,6 @@ from typing import Any
 from agent_worker.cli.devserver import free_port
 from agent_worker.schemas.approvals import ApprovalRequest
 from agent_worker.schemas.tasks import TaskPhase, TaskResult
-from agent_worker.schemas.visibility import AWAITING_QUERY
 from agent_worker.workflows import AgentTaskWorkflow
 from temporalio.service import RPCError
 
@@ -34,6 +33,7 @@ from bench.agents import APPROVER, approval_task
 from bench.common import (
     Section,
     Target,
+    awaiting_on,
     bench_config,
     cpu_seconds,
     dev_server,
@@ -60,9 +60,7 @@ async def _wait_parked(client: Any, queue: str, n: int, within: float, log: Path
     """Wait until ``n`` tasks wait for approval; return the worker's RSS each time a further tenth
     of them had parked (printed as it goes, so a long run shows progress)."""
     deadline = time.monotonic() + within
-    # Running runs only: a task that continued as new before its wait leaves a closed run that
-    # still carries the attribute, and would be counted twice.
-    query = f"TaskQueue = '{queue}' AND {AWAITING_QUERY}"
+    query = awaiting_on(queue)
     samples: list[str] = []
     while (parked := (await client.count_workflows(query)).count) < n:
         if parked >= (len(samples) + 1) * n / 10:

@@ -45,6 +45,7 @@ from agent_worker.cli import devserver
 from agent_worker.schemas.config import EXAMPLE_AGENT, WorkerConfig
 from agent_worker.schemas.payloads import DATA_CONVERTER
 from agent_worker.schemas.tasks import TaskResult, TaskStatus
+from agent_worker.schemas.visibility import AWAITING_QUERY
 from agent_worker.workflows import AgentTaskWorkflow
 from temporalio.client import (
     Client,
@@ -118,7 +119,7 @@ class Watcher:
         self.waiting: dict[str, asyncio.Event] = collections.defaultdict(asyncio.Event)
 
     async def run(self) -> None:
-        query = f"TaskQueue = '{self.queue}' AND AgentAwaitingApproval = true AND ExecutionStatus = 'Running'"
+        query = f"TaskQueue = '{self.queue}' AND {AWAITING_QUERY}"
         while True:
             with contextlib.suppress(RPCError):
                 async for execution in self.client.list_workflows(query):

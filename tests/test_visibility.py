@@ -17,6 +17,19 @@ from temporalio.api.sdk.v1 import WorkflowMetadata
 
 from tests.helpers.support import TaskEnv, example_spec, running_worker
 
+DOCS = Path(__file__).parents[1] / "docs" / "approvals.md"
+
+
+def listed_ids(env: TaskEnv, query: str) -> list[str]:
+    """Workflow ids `temporal workflow list --query QUERY` prints, one per run it lists."""
+    listed = subprocess.run(
+        [temporal_binary(), "workflow", "list", "--address", env.address, "--query", query, "-o", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return [w["execution"]["workflowId"] for w in json.loads(listed.stdout or "[]")]
+
 
 async def test_a_waiting_task_is_found_by_search_attributes_inbox_and_status(
     env: TaskEnv, capsys: pytest.CaptureFixture[str]
@@ -33,14 +46,7 @@ async def test_a_waiting_task_is_found_by_search_attributes_inbox_and_status(
     )
     found: list[str] = []
     for _ in range(50):  # visibility is eventually consistent
-        listed = await asyncio.to_thread(
-            subprocess.run,
-            [temporal_binary(), "workflow", "list", "--address", env.address, "--query", query, "-o", "json"],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        found = [w["execution"]["workflowId"] for w in json.loads(listed.stdout or "[]")]
+        found = await asyncio.to_thread(listed_ids, env, query)
         if handle.id in found:
             break
         await asyncio.sleep(0.2)
@@ -67,20 +73,6 @@ async def test_a_waiting_task_is_found_by_search_attributes_inbox_and_status(
     assert "Waiting for approval" in metadata.current_details
     assert request.request_id in metadata.current_details and "finance-lead" in metadata.current_details
     await env.cancel(handle)
-
-
-DOCS = Path(__file__).parents[1] / "docs" / "approvals.md"
-
-
-def listed_ids(env: TaskEnv, query: str) -> list[str]:
-    """Workflow ids `temporal workflow list --query QUERY` prints, one per run it lists."""
-    listed = subprocess.run(
-        [temporal_binary(), "workflow", "list", "--address", env.address, "--query", query, "-o", "json"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return [w["execution"]["workflowId"] for w in json.loads(listed.stdout or "[]")]
 
 
 async def test_the_documented_query_lists_a_task_that_waits_in_a_short_run_once(
