@@ -6,7 +6,9 @@ back to the first run), each ``agent.turn``'s input and result, each command's r
 (``sandbox.exec`` and its local twin ``sandbox.exec_here``) and each business write's input and
 receipt, each placed after the turn that proposed it; a fork's ``fork.prepare`` answer adds its
 ancestors' committed writes, so a fork of a fork does not repeat them either. The same reading
-serves an exported history file (``read_exported``: ``agent-worker fork --history``). Light:
+serves an exported history file (``read_exported``: ``agent-worker fork --history``). The chain
+is put together by ``chain_of`` (from the cluster) and ``chains_in`` (from exported runs), which the
+CLI's other readers of whole tasks share (``agent-worker shadow``, ``policy simulate``). Light:
 Temporal's client and the payload models only (``tests/test_light_client.py``).
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -82,21 +85,60 @@ async def read_history(client: Client, task_id: str) -> TaskHistory:
     """
     from temporalio.service import RPCError, RPCStatusCode
 
-    histories = []
-    run_id: str | None = None
     try:
-        for _ in range(MAX_RUNS):
-            history = await client.get_workflow_handle(task_id, run_id=run_id).fetch_history()
-            histories.append(history)
-            started = history.events[0].workflow_execution_started_event_attributes
-            run_id = started.continued_execution_run_id or None
-            if run_id is None:
-                break
+        histories = await chain_of(client, await client.get_workflow_handle(task_id).fetch_history())
     except RPCError as err:
         if err.status is RPCStatusCode.NOT_FOUND:
             raise ForkRefused(f"no task {task_id!r}") from None
         raise
-    return await read_histories(task_id, list(reversed(histories)), client.data_converter)
+    return await read_histories(task_id, histories, client.data_converter)
+
+
+async def chain_of(client: Client, history: WorkflowHistory) -> list[WorkflowHistory]:
+    """``history`` and the runs it continued from (continue-as-new followed back, ``MAX_RUNS`` in
+    all at most), oldest first: the whole chain when ``history`` is its newest run."""
+    chain = [history]
+    while len(chain) < MAX_RUNS and (previous := continued_from(chain[-1])) is not None:
+        handle = client.get_workflow_handle(history.workflow_id, run_id=previous)
+        chain.append(await handle.fetch_history())
+    return chain[::-1]
+
+
+def chains_in(histories: Iterable[WorkflowHistory]) -> list[list[WorkflowHistory]]:
+    """The runs among ``histories`` (exported files, one run each) put together into chains, each
+    oldest first: runs of one workflow id, linked by the run each continued from. A run given twice
+    is taken once; a chain whose earlier runs are not among them begins at its earliest run that is.
+    Chains come in the order their newest runs were given.
+    """
+    runs: dict[tuple[str, str], WorkflowHistory] = {}
+    for index, history in enumerate(histories):
+        # A history without its start (no run id) is a chain of its own, for its reader to refuse.
+        runs.setdefault((history.workflow_id, _run_id(history) or f"#{index}"), history)
+    continued = {(w, p) for (w, _), h in runs.items() if (p := continued_from(h)) is not None}
+    chains = []
+    for (workflow_id, run_id), history in runs.items():
+        if (workflow_id, run_id) in continued:
+            continue  # a later run of its chain is here: the chain is read from that one
+        chain = [history]
+        while len(chain) < MAX_RUNS and (previous := continued_from(chain[-1])) is not None:
+            if (earlier := runs.get((workflow_id, previous))) is None:
+                break
+            chain.append(earlier)
+        chains.append(chain[::-1])
+    return chains
+
+
+def continued_from(history: WorkflowHistory) -> str | None:
+    """The run ``history``'s run continued from (continue-as-new), or None: it is its chain's first."""
+    if not history.events or not history.events[0].HasField("workflow_execution_started_event_attributes"):
+        return None
+    return history.events[0].workflow_execution_started_event_attributes.continued_execution_run_id or None
+
+
+def _run_id(history: WorkflowHistory) -> str:
+    if not history.events or not history.events[0].HasField("workflow_execution_started_event_attributes"):
+        return ""
+    return history.events[0].workflow_execution_started_event_attributes.original_execution_run_id
 
 
 def load_exported(path: str | Path | dict[str, Any]) -> dict[str, Any]:
@@ -316,6 +358,9 @@ __all__ = [
     "ForkRefused",
     "TaskHistory",
     "TurnRecord",
+    "chain_of",
+    "chains_in",
+    "continued_from",
     "fork_spec",
     "forks_of",
     "load_exported",

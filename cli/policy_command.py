@@ -15,9 +15,10 @@ and nothing is simulated (exit 2).
 
 Histories come from the cluster through visibility (``--query``, default every ``AgentTask`` run;
 ``--since``, default 7 days, plus every open run), or from files (``temporal workflow show -o json``,
-the test suite's ``tests/histories``). Reading them is all it does: no workflow is started, signalled
-or updated, no model or tool is called, no store is read or written (``cli.recorded_actions``,
-``cli.policy_diff``).
+the test suite's ``tests/histories``). A task that continued as new is read whole, from all its runs
+(a listed run that continued as new is read with its newest run, not on its own). Reading them is
+all it does: no workflow is started, signalled or updated, no model or tool is called, no store is
+read or written (``cli.recorded_actions``, ``cli.policy_diff``).
 
 Output: one line per proposed action (the change, the task, the turn, the tool and arguments, what
 became of it, the recorded decision and the candidate's), then a summary: recorded × candidate
@@ -31,7 +32,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -131,7 +132,7 @@ def load_policy(path: Path) -> PolicySpec:
 
 @dataclass
 class _Source:
-    histories: AsyncIterator[WorkflowHistory]
+    chains: AsyncIterator[list[WorkflowHistory]]  # each task's runs, oldest first
     converter: DataConverter
     name: str
 
@@ -152,8 +153,8 @@ async def cmd_simulate(args: argparse.Namespace, ctx: CliContext, out: TextIO | 
     source = await _source(args, ctx)
     runs = []
     try:
-        async for history in source.histories:
-            runs.append(await read_run(history, source.converter))
+        async for chain in source.chains:
+            runs.append(await read_run(chain, source.converter))
     except RPCError as err:
         code = 2 if err.status is RPCStatusCode.INVALID_ARGUMENT else 1
         raise CliError(f"cannot list or fetch histories: {err.message}", code) from None
@@ -174,7 +175,8 @@ async def cmd_simulate(args: argparse.Namespace, ctx: CliContext, out: TextIO | 
 
 
 async def _source(args: argparse.Namespace, ctx: CliContext) -> _Source:
-    from agent_worker.cli.replay import cluster_histories, visibility_query
+    from agent_worker.cli.recorded_actions import events_read
+    from agent_worker.cli.replay import cluster_chains, visibility_query
     from agent_worker.cli.schedules import parse_interval
 
     if args.histories:
@@ -189,7 +191,7 @@ async def _source(args: argparse.Namespace, ctx: CliContext) -> _Source:
             converter = converter_for(ctx.config)
         except KeySpecError as err:
             raise CliError(str(err), 2) from None
-        return _Source(file_histories(files), converter, f"{len(files)} history files")
+        return _Source(file_chains(files, events_read), converter, f"{len(files)} history files")
     limit = DEFAULT_LIMIT if args.limit is None else args.limit
     if limit < 1:
         raise CliError(f"--limit {limit}: must be at least 1", 2)
@@ -200,7 +202,7 @@ async def _source(args: argparse.Namespace, ctx: CliContext) -> _Source:
     )
     client = await ctx.temporal()
     name = f"{client.namespace}: {query} (limit {limit})"
-    return _Source(cluster_histories(client, query, limit), client.data_converter, name)
+    return _Source(cluster_chains(client, query, limit), client.data_converter, name)
 
 
 def history_files(paths: list[Path]) -> list[tuple[Path, str]]:
@@ -230,23 +232,38 @@ def history_files(paths: list[Path]) -> list[tuple[Path, str]]:
     return found
 
 
-async def file_histories(files: list[tuple[Path, str]]) -> AsyncIterator[WorkflowHistory]:
-    """The histories in ``files`` (as ``temporal workflow show -o json`` writes them).
+async def file_chains(
+    files: list[tuple[Path, str]], cut: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+) -> AsyncIterator[list[WorkflowHistory]]:
+    """The runs in ``files`` (as ``temporal workflow show -o json`` writes them, one run a file) put
+    together into chains, each oldest first (``activities.task_history.chains_in``): the files of
+    one workflow id are read together, one id at a time. A chain whose earlier runs are not among
+    the files begins at its earliest run that is. ``cut``: applied to each file's JSON before it is
+    parsed (``recorded_actions.events_read``).
 
     Raises:
         CliError: (exit 2) a file is not a workflow history in JSON.
     """
-    from agent_worker.cli.recorded_actions import events_read
+    from agent_worker.activities.task_history import chains_in
+
+    by_id: dict[str, list[Path]] = {}
+    for path, workflow_id in files:
+        by_id.setdefault(workflow_id, []).append(path)
+    for workflow_id, paths in by_id.items():
+        for chain in chains_in([_history_file(path, workflow_id, cut) for path in paths]):
+            yield chain
+
+
+def _history_file(
+    path: Path, workflow_id: str, cut: Callable[[dict[str, Any]], dict[str, Any]] | None
+) -> WorkflowHistory:
     from temporalio.client import WorkflowHistory
 
-    for path, workflow_id in files:
-        try:
-            data = json.loads(path.read_text())
-            yield WorkflowHistory.from_json(
-                workflow_id, events_read(data) if isinstance(data, dict) else data
-            )
-        except (ValueError, KeyError, TypeError) as err:
-            raise CliError(f"{path}: not a workflow history in JSON ({err})", 2) from None
+    try:
+        data = json.loads(path.read_text())
+        return WorkflowHistory.from_json(workflow_id, cut(data) if cut and isinstance(data, dict) else data)
+    except (ValueError, KeyError, TypeError) as err:
+        raise CliError(f"{path}: not a workflow history in JSON ({err})", 2) from None
 
 
 def report_lines(result: Simulation, changed_only: bool = False) -> list[str]:
@@ -314,4 +331,4 @@ def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-__all__ = ["cmd_simulate", "file_histories", "history_files", "load_policy", "register", "report_lines"]
+__all__ = ["cmd_simulate", "file_chains", "history_files", "load_policy", "register", "report_lines"]

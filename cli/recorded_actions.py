@@ -10,13 +10,21 @@ worker):
   of the ``agent.turn`` activity that proposed it (``TurnResult.proposed``);
 - what became of it (executed, edited, rejected, denied, expired, ...) is in the input of the next
   ``agent.turn`` (``TurnInput.results``), which tells the model. An action whose outcome is not in
-  this run (the task still waits, ended, or continued as new first) is ``undecided``.
+  the runs read (the task still waits, or ended first) is ``undecided``.
+
+A task that continued as new is read from all its runs, oldest first (``activities.task_history``'s
+``chain_of`` puts them together from the cluster, ``chains_in`` from files): a task continues as new
+just before it waits for a person, so an action proposed in one run gets its outcome from the next
+turn, in a later run. The chain is one ``RecordedRun``, named by its first run. Files missing the
+chain's earlier runs are read from the runs there (without the absent runs' actions); a run whose
+later runs are absent is read as an open one is (its last actions ``undecided``).
 
 Payloads are decoded with the data converter the workers use, so an encrypted history needs its keys.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -50,7 +58,8 @@ class RecordedAction:
 
 @dataclass
 class RecordedRun:
-    """One run of a task: its spec and the actions it proposed, in order; or why it was not read."""
+    """One task (all the runs of its chain read, named by the first): its spec and the actions it
+    proposed, in order; or why it was not read."""
 
     workflow_id: str
     run_id: str
@@ -60,21 +69,27 @@ class RecordedRun:
     skipped: str | None = None  # why the run was not read (not a task, input refused, ...)
 
 
-async def read_run(history: WorkflowHistory, converter: DataConverter) -> RecordedRun:
-    """The spec and proposed actions recorded in ``history`` (see the module docstring).
+async def read_run(
+    runs: WorkflowHistory | Sequence[WorkflowHistory], converter: DataConverter
+) -> RecordedRun:
+    """The spec and proposed actions recorded in ``runs``: one run's history, or the runs of one
+    chain oldest first (see the module docstring).
 
     A run that is no task, whose input was refused at start, or whose payloads cannot be decoded is
     returned with ``skipped`` saying why, never raised: one unreadable history does not stop a
     simulation over many.
     """
-    events = list(history.events)
-    run = RecordedRun(history.workflow_id, history.run_id, _workflow_type(events))
+    chain = list(runs) if isinstance(runs, Sequence) else [runs]
+    first = list(chain[0].events)
+    run = RecordedRun(chain[-1].workflow_id, _run_id(first), _workflow_type(first))
     if run.workflow_type != TASK_WORKFLOW:
         run.skipped = f"not a task ({run.workflow_type or 'no start event'})"
         return run
     try:
-        run.spec = await _spec(events[0], converter)
-        await _collect(events, converter, run)
+        run.spec = await _spec(first[0], converter)
+        waiting: dict[str, RecordedAction] = {}  # call id -> the latest action still without an outcome
+        for history in chain:
+            await _collect(list(history.events), converter, run, waiting)
     except _Unreadable as err:
         run.skipped = str(err)
         run.actions.clear()
@@ -123,10 +138,12 @@ async def _spec(first: HistoryEvent, converter: DataConverter) -> TaskSpec:
         raise _Unreadable(f"its input was refused at start ({err})") from None
 
 
-async def _collect(events: list[HistoryEvent], converter: DataConverter, run: RecordedRun) -> None:
-    """Walk the history in order: turn inputs settle earlier actions, turn results add new ones."""
-    turns: set[int] = set()  # activity-scheduled event ids of agent.turn
-    waiting: dict[str, RecordedAction] = {}  # call id -> the latest action still without an outcome
+async def _collect(
+    events: list[HistoryEvent], converter: DataConverter, run: RecordedRun, waiting: dict[str, RecordedAction]
+) -> None:
+    """Walk one run's history in order: turn inputs settle earlier actions (of this run or an earlier
+    one: ``waiting``), turn results add new ones."""
+    turns: set[int] = set()  # activity-scheduled event ids of agent.turn (ids begin at 1 in each run)
     for event in events:
         if event.HasField("activity_task_scheduled_event_attributes"):
             attrs = event.activity_task_scheduled_event_attributes
@@ -169,6 +186,12 @@ async def _decode(payload: Payload, converter: DataConverter, what: str) -> Any:
     except Exception as err:  # a codec without the key, a payload no converter reads
         raise _Unreadable(f"{what} cannot be decoded ({type(err).__name__}: {err})") from None
     return value
+
+
+def _run_id(events: list[HistoryEvent]) -> str:
+    if events and events[0].HasField("workflow_execution_started_event_attributes"):
+        return events[0].workflow_execution_started_event_attributes.original_execution_run_id
+    return ""
 
 
 def _workflow_type(events: list[HistoryEvent]) -> str:

@@ -190,6 +190,20 @@ async def cluster_histories(client: Client, query: str, limit: int) -> AsyncIter
         yield history
 
 
+async def cluster_chains(client: Client, query: str, limit: int) -> AsyncIterator[list[WorkflowHistory]]:
+    """Each task among the runs ``query`` lists (at most ``limit``), as all the runs of its chain,
+    oldest first (``activities.task_history.chain_of``). A listed run that continued as new is not
+    fetched: its chain is read from its newest run (when that one is listed too)."""
+    from agent_worker.activities.task_history import chain_of
+    from temporalio.client import WorkflowExecutionStatus
+
+    async for execution in client.list_workflows(query, limit=limit):
+        if execution.status is WorkflowExecutionStatus.CONTINUED_AS_NEW:
+            continue
+        handle = client.get_workflow_handle(execution.id, run_id=execution.run_id)
+        yield await chain_of(client, await handle.fetch_history())
+
+
 async def directory_histories(directory: Path) -> AsyncIterator[WorkflowHistory]:
     """Histories from the ``*.json`` files under ``directory`` (see the module docstring).
 

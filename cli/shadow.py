@@ -9,10 +9,11 @@
 
 Reads the closed tasks of agent ``--agent`` (from the cluster: ``--since``, default 7 days, or
 ``--tasks``, a file of task ids one a line; or exported history JSON files: ``--histories``) into
-recorded tasks (``cli.shadow_record``), stores them in the artifact store the workers read, and
-starts one ``ShadowRun`` workflow on the task queue (``workflows.shadow``): the fleet replays each
-task with the candidate, ``--concurrency`` at a time, executing no business write. When it ends, the
-report is written to ``--out`` (``shadow-report.json`` and ``shadow-report.md``) and summed up here.
+recorded tasks (``cli.shadow_record``; a task that continued as new is read from all its runs),
+stores them in the artifact store the workers read, and starts one ``ShadowRun`` workflow on the
+task queue (``workflows.shadow``): the fleet replays each task with the candidate, ``--concurrency``
+at a time, executing no business write. When it ends, the report is written to ``--out``
+(``shadow-report.json`` and ``shadow-report.md``) and summed up here.
 
 The candidate (``module:attribute``, an ``AgentRegistration`` or a list) must be importable on the
 agent workers. Exit 0; 1 with ``--fail-on-diverge`` when a task diverged; 2 on a usage error.
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 import uuid
 from collections.abc import AsyncIterator
@@ -171,9 +171,9 @@ async def _recorded_tasks(
     recorded: dict[str, RecordedTask] = {}
     skipped = 0
     converter = client.data_converter
-    async for history in _histories(args, client):
+    async for chain in _chains(args, client):
         try:
-            task = await read_recorded_task(history, converter)
+            task = await read_recorded_task(chain, converter)
         except NotRecordable:
             skipped += 1
             continue
@@ -186,20 +186,19 @@ async def _recorded_tasks(
     return list(recorded.values()), skipped
 
 
-async def _histories(args: argparse.Namespace, client: Any) -> AsyncIterator[WorkflowHistory]:
-    from agent_worker.cli.policy_command import history_files
-    from agent_worker.cli.replay import cluster_histories
+async def _chains(args: argparse.Namespace, client: Any) -> AsyncIterator[list[WorkflowHistory]]:
+    """Each task to read, as the runs of its chain, oldest first (a task continues as new before it
+    waits for a person: its actions and their decisions are spread over its runs)."""
+    from agent_worker.activities.task_history import chain_of
+    from agent_worker.cli.policy_command import file_chains, history_files
+    from agent_worker.cli.replay import cluster_chains
     from agent_worker.cli.schedules import parse_interval
     from agent_worker.schemas import visibility
     from agent_worker.schemas.visibility import WORKFLOW_TYPE, queryable
-    from temporalio.client import WorkflowHistory
 
     if args.histories:
-        for path, workflow_id in history_files(args.histories):
-            try:
-                yield WorkflowHistory.from_json(workflow_id, json.loads(path.read_text()))
-            except (ValueError, KeyError, TypeError) as err:
-                raise CliError(f"{path}: not a workflow history in JSON ({err})", 2) from None
+        async for chain in file_chains(history_files(args.histories)):
+            yield chain
         return
     if args.tasks:
         try:
@@ -207,7 +206,7 @@ async def _histories(args: argparse.Namespace, client: Any) -> AsyncIterator[Wor
         except OSError as err:
             raise CliError(f"--tasks {args.tasks}: cannot read it ({err.strerror or err})", 2) from None
         for task_id in ids:
-            yield await client.get_workflow_handle(task_id).fetch_history()
+            yield await chain_of(client, await client.get_workflow_handle(task_id).fetch_history())
         return
     since = parse_interval(args.since or DEFAULT_SINCE, "--since")
     cutoff = (datetime.now(UTC) - since).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -216,5 +215,5 @@ async def _histories(args: argparse.Namespace, client: Any) -> AsyncIterator[Wor
         # The agent is a search attribute: only its tasks' histories are fetched (a name that cannot
         # stand in a query is filtered after the fetch, as every name is).
         query += f" AND {visibility.AGENT.name} = '{args.agent}'"
-    async for history in cluster_histories(client, query, args.limit):
-        yield history
+    async for chain in cluster_chains(client, query, args.limit):
+        yield chain

@@ -11,13 +11,21 @@ Everything a shadow run needs is in the history; nothing else is read:
   a run that failed or was terminated has its phase from the closing event, and its usage summed
   from its turns.
 
+A task that continued as new is read from all its runs, oldest first (``activities.task_history``'s
+``chain_of`` puts them together from the cluster, ``chains_in`` from exported files): the spec from
+the first run's input, the inputs from the chain's first turn, the actions from every run (an action
+proposed in one run gets the result a later run's turn received), the phase, answer and usage from
+the newest run, which closed the task, and the wall time from the first run's start to that close.
+A run that closed by continuing as new is not a task of its own: its newest run stands for it.
+
 Works on histories from the cluster and on exported JSON files alike (``temporal workflow show -o
-json``, ``tests/histories``). A task that continued as new is read from the run given: actions of
-earlier runs are not in it.
+json``, ``tests/histories``). A chain whose earlier runs are not among the files is read from the
+runs that are: the actions of the absent runs are not in it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from agent_worker.schemas.actions import ActionResult, ProposedAction
@@ -41,6 +49,8 @@ _CLOSED = {
     "workflow_execution_timed_out_event_attributes": "timed_out",
     "workflow_execution_continued_as_new_event_attributes": "continued_as_new",
 }
+_CONTINUED = "workflow_execution_continued_as_new_event_attributes"
+_STARTED = "workflow_execution_started_event_attributes"
 
 __all__ = ["NotRecordable", "read_recorded_task"]
 
@@ -49,21 +59,30 @@ class NotRecordable(Exception):
     """The history is not a closed task a shadow run can replay (the message says why)."""
 
 
-async def read_recorded_task(history: WorkflowHistory, converter: DataConverter) -> RecordedTask:
-    """The recorded task in ``history`` (see the module docstring).
+async def read_recorded_task(
+    runs: WorkflowHistory | Sequence[WorkflowHistory], converter: DataConverter
+) -> RecordedTask:
+    """The recorded task in ``runs``: one run's history, or the runs of one chain oldest first (see
+    the module docstring).
 
     Raises:
-        NotRecordable: not a task, still open, its input was refused, or a payload cannot be read.
+        NotRecordable: not a task, still open, continued as new (its newer run stands for it), its
+            input was refused, or a payload cannot be read.
     """
-    events = list(history.events)
-    if not events or not events[0].HasField("workflow_execution_started_event_attributes"):
+    chain = list(runs) if isinstance(runs, Sequence) else [runs]
+    if not chain:
+        raise NotRecordable("no history")
+    if not all(h.events and h.events[0].HasField(_STARTED) for h in chain):
         raise NotRecordable("no start event")
-    started = events[0].workflow_execution_started_event_attributes
+    first, last = chain[0].events, chain[-1].events
+    started = first[0].workflow_execution_started_event_attributes
     if started.workflow_type.name != WORKFLOW_TYPE:
         raise NotRecordable(f"not a task ({started.workflow_type.name})")
-    closing = next((k for k in _CLOSED if events[-1].HasField(k)), None)
+    closing = next((k for k in _CLOSED if last[-1].HasField(k)), None)
     if closing is None:
         raise NotRecordable("the task is still open")
+    if closing == _CONTINUED:
+        raise NotRecordable("the run continued as new: the task is read from its newest run")
     if not started.input.payloads:
         raise NotRecordable("the run has no input")
     try:
@@ -71,8 +90,8 @@ async def read_recorded_task(history: WorkflowHistory, converter: DataConverter)
     except InvalidPayload as err:
         raise NotRecordable(f"its input was refused at start ({err})") from None
     task = RecordedTask(
-        task_id=history.workflow_id,
-        run_id=events[0].workflow_execution_started_event_attributes.original_execution_run_id,
+        task_id=chain[-1].workflow_id,
+        run_id=started.original_execution_run_id,
         agent=spec.agent,
         prompt=spec.prompt,
         tenant=spec.tenant,
@@ -82,61 +101,64 @@ async def read_recorded_task(history: WorkflowHistory, converter: DataConverter)
         sandbox=spec.sandbox,
         phase=_CLOSED[closing],
         wall_seconds=round(
-            events[-1].event_time.ToDatetime().timestamp() - events[0].event_time.ToDatetime().timestamp(), 3
+            last[-1].event_time.ToDatetime().timestamp() - first[0].event_time.ToDatetime().timestamp(), 3
         ),
     )
-    await _read_turns(events, converter, task)
+    await _read_turns(chain, converter, task)
     if closing == "workflow_execution_completed_event_attributes":
-        payloads = events[-1].workflow_execution_completed_event_attributes.result.payloads
+        payloads = last[-1].workflow_execution_completed_event_attributes.result.payloads
         if payloads:
             _read_result(await _decode(payloads[0], converter), task)
     return task
 
 
-async def _read_turns(events: list[Any], converter: DataConverter, task: RecordedTask) -> None:
-    turns: set[int] = set()
+async def _read_turns(chain: list[WorkflowHistory], converter: DataConverter, task: RecordedTask) -> None:
+    """Every run's turns in order. An action waits for its result under its call id across runs (a
+    task continues as new before it waits for a person, so the decision is in a later run)."""
     waiting: dict[str, RecordedAction] = {}
     first = True
-    for event in events:
-        if event.HasField("activity_task_scheduled_event_attributes"):
-            attrs = event.activity_task_scheduled_event_attributes
-            if attrs.activity_type.name != TURN_ACTIVITY or not attrs.input.payloads:
-                continue
-            turns.add(event.event_id)
-            turn_input = await _decode(attrs.input.payloads[0], converter)
-            if not isinstance(turn_input, dict):
-                continue
-            if first:
-                inputs = turn_input.get("inputs") or []
-                task.inputs = [_model(ArtifactRef, i, "a turn's input") for i in inputs]
-                first = False
-            for raw in turn_input.get("results") or []:
-                recorded = waiting.pop(str(raw.get("call_id")), None) if isinstance(raw, dict) else None
-                if recorded is not None:
-                    recorded.result = _model(ActionResult, raw, "a turn's result")
-        elif event.HasField("activity_task_completed_event_attributes"):
-            attrs = event.activity_task_completed_event_attributes
-            if attrs.scheduled_event_id not in turns or not attrs.result.payloads:
-                continue
-            result = await _decode(attrs.result.payloads[0], converter)
-            if not isinstance(result, dict):
-                continue
-            usage = result.get("usage") or {}
-            task.model_calls += int(usage.get("model_calls") or 0)
-            task.input_tokens += int(usage.get("input_tokens") or 0)
-            task.output_tokens += int(usage.get("output_tokens") or 0)
-            task.cost_usd += float(usage.get("cost_usd") or 0.0)
-            for raw in result.get("proposed") or []:
-                action = _model(ProposedAction, raw, "a proposed action")
-                recorded = RecordedAction(
-                    **action.model_dump(
-                        include={"tool", "effect", "arguments", "operation", "version", "turn"}
-                    )
-                )
-                task.actions.append(recorded)
-                waiting[action.call_id] = recorded
-            if result.get("status") == "final":
-                task.final_output = result.get("final_output")
+    for history in chain:
+        turns: set[int] = set()  # event ids begin again at 1 in every run
+        for event in history.events:
+            if event.HasField("activity_task_scheduled_event_attributes"):
+                attrs = event.activity_task_scheduled_event_attributes
+                if attrs.activity_type.name != TURN_ACTIVITY or not attrs.input.payloads:
+                    continue
+                turns.add(event.event_id)
+                turn_input = await _decode(attrs.input.payloads[0], converter)
+                if not isinstance(turn_input, dict):
+                    continue
+                if first:
+                    inputs = turn_input.get("inputs") or []
+                    task.inputs = [_model(ArtifactRef, i, "a turn's input") for i in inputs]
+                    first = False
+                for raw in turn_input.get("results") or []:
+                    recorded = waiting.pop(str(raw.get("call_id")), None) if isinstance(raw, dict) else None
+                    if recorded is not None:
+                        recorded.result = _model(ActionResult, raw, "a turn's result")
+            elif event.HasField("activity_task_completed_event_attributes"):
+                attrs = event.activity_task_completed_event_attributes
+                if attrs.scheduled_event_id in turns and attrs.result.payloads:
+                    _read_turn_result(await _decode(attrs.result.payloads[0], converter), task, waiting)
+
+
+def _read_turn_result(result: Any, task: RecordedTask, waiting: dict[str, RecordedAction]) -> None:
+    if not isinstance(result, dict):
+        return
+    usage = result.get("usage") or {}
+    task.model_calls += int(usage.get("model_calls") or 0)
+    task.input_tokens += int(usage.get("input_tokens") or 0)
+    task.output_tokens += int(usage.get("output_tokens") or 0)
+    task.cost_usd += float(usage.get("cost_usd") or 0.0)
+    for raw in result.get("proposed") or []:
+        action = _model(ProposedAction, raw, "a proposed action")
+        recorded = RecordedAction(
+            **action.model_dump(include={"tool", "effect", "arguments", "operation", "version", "turn"})
+        )
+        task.actions.append(recorded)
+        waiting[action.call_id] = recorded
+    if result.get("status") == "final":
+        task.final_output = result.get("final_output")
 
 
 def _read_result(result: Any, task: RecordedTask) -> None:

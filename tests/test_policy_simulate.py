@@ -18,10 +18,10 @@ import pytest
 from agent_worker.activities.agent import ConversationModel
 from agent_worker.activities.events import JsonlEventSink
 from agent_worker.cli.main import main as cli_main
-from agent_worker.schemas.tasks import TaskPhase
+from agent_worker.schemas.tasks import MIN_EVENTS_BEFORE_WAIT, TaskPhase
 
 from tests.helpers.history_variants import with_arguments
-from tests.helpers.support import REPO, TaskEnv
+from tests.helpers.support import REPO, TaskEnv, run_ids
 
 HISTORIES = REPO / "tests" / "histories"
 
@@ -120,23 +120,32 @@ async def test_simulate_over_50_recorded_histories_prints_the_diff_without_a_mod
 ) -> None:
     """Three real tasks run on the dev server; the candidate is simulated over them from the server
     (--since, --query), where each recorded decision is the worker's own policy.decided event, and over
-    50 history files (the three and 47 copies with other arguments), where every action's recorded
-    and candidate decision is the one worked out by hand. Meanwhile any model call fails, and the
-    business store, the runs on the queue and their histories stay as they were."""
+    50 exported tasks (the three and 47 copies with other arguments; the one finance approved
+    continued as new before it waited, so each of its copies is two files, one a run), where every
+    action's recorded and candidate decision is the one worked out by hand. Meanwhile any model call
+    fails, and the business store, the runs on the queue and their histories stay as they were."""
     ids = await record_tasks(env)
+    chains = {v: await run_ids(env.client, i) for v, i in ids.items()}
+    assert [len(chains[v]) for v in VALUES] == [1, 2, 1]
     histories = {
-        v: json.loads((await env.client.get_workflow_handle(i).fetch_history()).to_json())
-        for v, i in ids.items()
-    }
+        v: [json.loads((await env.client.get_workflow_handle(ids[v], run_id=r).fetch_history()).to_json())
+            for r in runs]
+        for v, runs in chains.items()
+    }  # fmt: skip
     files = tmp_path / "histories"
     files.mkdir()
-    for value, history in histories.items():
-        (files / f"{value}-00.json").write_text(json.dumps(history))
-        for n, other in enumerate(VALUES[value], start=1):
-            (files / f"{value}-{n:02d}.json").write_text(
-                json.dumps(with_arguments(history, "record_value", {"value": other}))
-            )
-    assert len(list(files.glob("*.json"))) == 50
+    index = {}
+    for value, runs in histories.items():
+        for n, other in enumerate([value, *VALUES[value]]):
+            for k, run in enumerate(runs, start=1):
+                try:
+                    run = with_arguments(run, "record_value", {"value": other})
+                except ValueError:
+                    pass  # the run that waited for finance: it proposed nothing
+                (files / f"{value}-{n:02d}-{k}.json").write_text(json.dumps(run))
+                index[f"{value}-{n:02d}-{k}"] = f"{value}-{n:02d}"
+    (files / "workflow_ids.json").write_text(json.dumps(index))
+    assert len(set(index.values())) == 50 and len(list(files.glob("*-*.json"))) == 67
     policy = tmp_path / "candidate.yaml"
     policy.write_text(CANDIDATE)
 
@@ -197,9 +206,54 @@ async def test_simulate_over_50_recorded_histories_prints_the_diff_without_a_mod
     print(f"simulated 50 histories in {report['elapsed_seconds']} s")
 
     assert model_calls == [] and env.business().count() == writes
-    assert (await env.client.count_workflows(on_queue)).count == runs == 3
+    assert (await env.client.count_workflows(on_queue)).count == runs == 4  # 3 tasks, one in 2 runs
     for task_id, length in lengths.items():
         assert len((await env.client.get_workflow_handle(task_id).fetch_history()).events) == length
+
+
+async def test_a_write_approved_after_its_task_continued_as_new_has_its_outcome_from_the_later_run(
+    env: TaskEnv, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A task that continued as new just before it waited for finance (its write proposed in the
+    first run, approved and made in the second) is simulated as one task, from the server and from
+    its two runs' files: the write's outcome is the second run's (executed, not undecided), its
+    recorded decision finance-lead's approval, and the first run is not listed on its own. The first
+    run's file alone is read as far as it goes: the write undecided."""
+    spec = {"agent": "recorder", "prompt": "record: 5000", "policy": {"rules": RUNNING_RULES}}
+    handle = await env.start(
+        {**spec, "continue_as_new_before_wait": MIN_EVENTS_BEFORE_WAIT}, task_id=f"sim-chain-{env.task_queue}"
+    )
+    await env.approve(handle, "finance-lead")
+    result = await asyncio.wait_for(handle.result(), 60)
+    assert result.phase is TaskPhase.COMPLETED, result.reason
+    first, last = await run_ids(env.client, handle.id)
+    files = tmp_path / "histories"
+    files.mkdir()
+    for name, run_id in (("first", first), ("last", last)):
+        history = await env.client.get_workflow_handle(handle.id, run_id=run_id).fetch_history()
+        (files / f"{name}.json").write_text(history.to_json())
+    (files / "workflow_ids.json").write_text(json.dumps({"first": handle.id, "last": handle.id}))
+    policy = tmp_path / "candidate.yaml"
+    policy.write_text(CANDIDATE)
+
+    server = ("--query", f"WorkflowId = '{handle.id}'", "--since", "1d")
+    for source in (server, (str(files),)):
+        code, out, err = await simulate(
+            capsys, "--policy", str(policy), *source, "--json", address=env.address
+        )
+        assert code == 0, err
+        report = json.loads(out)
+        assert (report["summary"]["runs"], report["summary"]["skipped"]) == (1, 0), source
+        [action] = report["actions"]
+        assert (action["workflow_id"], action["run_id"]) == (handle.id, first), source
+        assert action["tool"] == "record_value" and action["outcome"] == "executed", source
+        assert action["recorded"]["verdict"] == "require_approval", source
+        assert action["recorded"]["approvers"] == ["finance-lead"] and not action["inconsistent"], source
+
+    code, out, err = await simulate(capsys, "--policy", str(policy), str(files / "first.json"), "--json")
+    assert code == 0, err
+    [action] = json.loads(out)["actions"]
+    assert action["outcome"] == "undecided" and action["run_id"] == first
 
 
 BAD_CANDIDATE = """\

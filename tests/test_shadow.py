@@ -18,9 +18,10 @@ import pytest
 from agent_worker.activities.shadow import ShadowActivities
 from agent_worker.activities.stores.artifacts import build_artifact_store
 from agent_worker.cli.main import main as cli_main
+from agent_worker.cli.shadow_record import NotRecordable, read_recorded_task
 from agent_worker.schemas.actions import ActionResult, ActionStatus
 from agent_worker.schemas.config import EXAMPLE_AGENT
-from agent_worker.schemas.tasks import TaskPhase
+from agent_worker.schemas.tasks import MIN_EVENTS_BEFORE_WAIT, TaskPhase
 from agent_worker.workflows import AgentTaskWorkflow
 from temporalio.client import Client
 
@@ -33,6 +34,7 @@ from tests.helpers.support import (
     decision,
     example_spec,
     make_config,
+    run_ids,
     running_worker,
 )
 
@@ -78,6 +80,18 @@ def cli_env(env: TaskEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ta
     monkeypatch.setenv("AGENT_WORKER_TASK_QUEUE", env.task_queue)
     monkeypatch.setenv(SCORE_LOG_ENV, str(tmp_path / "scored.log"))
     return env
+
+
+async def export_runs(env: TaskEnv, task_id: str, prefix: Path) -> dict[str, str]:
+    """Write each run of the task (it continued as new before its approval) to ``PREFIX-N.json``, as
+    `temporal workflow show -o json --run-id` would: file name -> task id, for workflow_ids.json."""
+    names = {}
+    for n, run_id in enumerate(await run_ids(env.client, task_id), start=1):
+        history = await env.client.get_workflow_handle(task_id, run_id=run_id).fetch_history()
+        path = prefix.with_name(f"{prefix.name}-{n}.json")
+        path.write_text(history.to_json())
+        names[path.stem] = task_id
+    return names
 
 
 def max_open_children(history: dict[str, Any]) -> int:
@@ -177,21 +191,23 @@ async def test_shadow_of_20_recorded_tasks_names_exactly_the_diverged_ones_and_w
 async def test_shadow_from_exported_histories_for_ci_fails_on_divergence(
     cli_env: TaskEnv, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Exported history files (as `temporal workflow show -o json` writes them) are replayed just as
-    tasks read from the cluster are, other agents' histories skipped, a task exported twice replayed
-    once; with --fail-on-diverge the command exits 1 when a task diverged, and 0 when none did, also
-    on another deployment with an artifact store of its own (a CI job's)."""
+    """Exported history files (as `temporal workflow show -o json` writes them, one a run: each task
+    continued as new before its approval) are replayed just as tasks read from the cluster are,
+    other agents' histories skipped, a task exported twice replayed once; with --fail-on-diverge
+    the command exits 1 when a task diverged, and 0 when none did, also on another deployment with
+    an artifact store of its own (a CI job's)."""
     env = cli_env
     ids = await record_tasks(env, ["item-03", "item-04"])
     exported = tmp_path / "exported"
     exported.mkdir()
+    index = {}
     for item, task_id in ids.items():
-        history = await env.client.get_workflow_handle(task_id).fetch_history()
-        (exported / f"{item}.json").write_text(history.to_json())
+        index |= await export_runs(env, task_id, exported / item)
     # The same task exported twice (as a reused id, or two exports of one task, would list it) is
     # replayed once.
-    (exported / "item-04-again.json").write_text((exported / "item-04.json").read_text())
-    index = {**ids, "item-04-again": ids["item-04"]}
+    for path in exported.glob("item-04-*.json"):
+        (exported / f"again-{path.name}").write_text(path.read_text())
+        index[f"again-{path.stem}"] = ids["item-04"]
     (exported / "workflow_ids.json").write_text(json.dumps(index))
     other = await env.start({"agent": "shell", "prompt": "run: echo hi"})
     await asyncio.wait_for(other.result(), 60)
@@ -207,7 +223,8 @@ async def test_shadow_from_exported_histories_for_ci_fails_on_divergence(
     await assert_replays(env.client, f"shadow-ci-{env.task_queue}/{ids['item-04']}")
 
     # CI: another deployment (its own queue, worker and artifact store) replays the committed file.
-    (exported / "item-03.json").unlink()
+    for path in exported.glob("item-03-*.json"):
+        path.unlink()
     ci = make_config(tmp_path / "ci-data")
     monkeypatch.setenv("AGENT_WORKER_DATA_DIR", str(ci.data_dir))
     monkeypatch.setenv("AGENT_WORKER_TASK_QUEUE", ci.task_queue)
@@ -343,3 +360,53 @@ async def test_recorded_rejections_and_edits_answer_the_candidate_s_matching_pro
     for task in (rejected, edited):
         assert not task["diverged"] and task["exact_match"]
     assert env.business().count() == rows
+
+
+async def test_a_task_that_continued_as_new_before_its_approval_is_replayed_from_all_its_runs(
+    cli_env: TaskEnv, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A recorder task that continued as new just before it waited for finance (its command and
+    write proposed in the first run, the write approved and made in the second) is read whole, from
+    the cluster (--tasks) and from its two runs' exported files: both actions are the same as
+    recorded, the write answered from the record with the second run's receipt, nothing diverges and
+    nothing is written; its first run alone is not a task to replay."""
+    env = cli_env
+    spec = {**item_spec("item-20"), "continue_as_new_before_wait": MIN_EVENTS_BEFORE_WAIT}
+    handle = await env.start(spec, task_id=f"rec-chain-{env.task_queue}")
+    await env.approve(handle)
+    result = await asyncio.wait_for(handle.result(), 120)
+    assert result.phase is TaskPhase.COMPLETED, result.reason
+    first, last = await run_ids(env.client, handle.id)
+    runs = [await env.client.get_workflow_handle(handle.id, run_id=r).fetch_history() for r in (first, last)]
+    assert runs[0].events[-1].HasField("workflow_execution_continued_as_new_event_attributes")
+    assert env.business().count() == 1
+    exported = tmp_path / "exported"
+    exported.mkdir()
+    for name, history in zip(("first", "last"), runs, strict=True):
+        (exported / f"{name}.json").write_text(history.to_json())
+    (exported / "workflow_ids.json").write_text(json.dumps({"first": handle.id, "last": handle.id}))
+    tasks_file = tmp_path / "tasks.txt"
+    tasks_file.write_text(handle.id)
+
+    for source, path in (("--tasks", tasks_file), ("--histories", exported)):
+        out_dir = tmp_path / source.strip("-")
+        code, out, err = await shadow(
+            capsys, env, "--agent", "recorder", "--candidate", CANDIDATE, source, str(path),
+            "--fail-on-diverge", "--id", f"shadow-chain{source}-{env.task_queue}", "--out", str(out_dir),
+        )  # fmt: skip
+        assert code == 0, (source, out, err)
+        [task] = json.loads((out_dir / "shadow-report.json").read_text())["tasks"]
+        assert task["task_id"] == handle.id and not task["diverged"] and task["exact_match"], source
+        shell, write = task["actions"]
+        assert shell["tool"] == "run_shell" and shell["match"] == "same", source
+        assert shell["outcome"] == "ran in the shadow sandbox (recorded: executed)", source
+        assert write["tool"] == "record_value" and write["match"] == "same", source
+        assert write["outcome"] == "answered from the record (executed)", source
+        assert write["recorded"]["status"] == "executed", source
+        assert (task["different_actions"], task["missing_actions"]) == (0, 0), source
+    assert env.business().count() == 1
+
+    recorded = await read_recorded_task(runs, env.client.data_converter)
+    assert recorded.run_id == first and [a.tool for a in recorded.actions] == ["run_shell", "record_value"]
+    with pytest.raises(NotRecordable, match="continued as new"):
+        await read_recorded_task(runs[0], env.client.data_converter)
