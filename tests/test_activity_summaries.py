@@ -10,7 +10,7 @@ from agent_worker.schemas.tasks import TaskPhase
 from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
 
-from tests.helpers.support import TaskEnv, example_spec
+from tests.helpers.support import TaskEnv, example_spec, task_events
 
 
 def _text(payload: Payload) -> str:
@@ -29,9 +29,8 @@ async def test_every_scheduled_activity_and_local_activity_has_a_summary_naming_
     result = await asyncio.wait_for(handle.result(), 60)
     assert result.phase is TaskPhase.COMPLETED
 
-    history = await handle.fetch_history()
     summaries: dict[str, list[str]] = {}
-    for event in history.events:
+    for event in await task_events(env.client, handle.id):  # both runs: it waits in a short one
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             name = event.activity_task_scheduled_event_attributes.activity_type.name
         elif event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED and (
