@@ -150,7 +150,7 @@ FORK_PATCH = "fork"
 # ``TaskSpec.continue_as_new_before_wait`` unset continues as new before a wait once its run has
 # ``DEFAULT_EVENTS_BEFORE_WAIT`` events (0 turns it off). A parked task then replays a few events
 # when its decision finds it out of the cache, and weighs about a third as much in it
-# (bench/results/cache_memory.md). Asked at the start (PATCHES_AT_START). 0.2.0, 2026-12-06, 770e0e6.
+# (bench/results/cache_memory.md). Asked at the start (PATCHES_AT_START). 0.2.0, 2026-12-06.
 SHORT_WAIT_PATCH = "short-wait-by-default"
 
 # The patches of ``PATCHES_AT_START`` declared before ``ONE_MARKER_PATCH``, in the order they are asked.
