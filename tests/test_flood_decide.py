@@ -13,6 +13,7 @@ import os
 import signal
 from pathlib import Path
 
+import pytest
 from agent_worker.schemas.approvals import ApprovalDecision, DecisionKind
 from agent_worker.schemas.tasks import TaskPhase
 from agent_worker.workflows import AgentTaskWorkflow
@@ -38,6 +39,9 @@ FLOOD_BURNERS = 3
 SETTLE_SECONDS = 300
 
 
+# 10,000 updates at load 5: 162 s, then 207 s on a slower box, and past the suite's 300 s on
+# 2026-12-06 (run alone). The bound only stops a hang; the test asserts no time.
+@pytest.mark.timeout(900)
 async def test_ten_thousand_stale_updates_on_a_loaded_machine_leave_the_task_as_it_was(
     config_env: TaskEnv, tmp_path: Path
 ) -> None:
