@@ -113,7 +113,7 @@ def chains_in(histories: Iterable[WorkflowHistory]) -> list[list[WorkflowHistory
     runs: dict[tuple[str, str], WorkflowHistory] = {}
     for index, history in enumerate(histories):
         # A history without its start (no run id) is a chain of its own, for its reader to refuse.
-        runs.setdefault((history.workflow_id, _run_id(history) or f"#{index}"), history)
+        runs.setdefault((history.workflow_id, run_id_of(history) or f"#{index}"), history)
     continued = {(w, p) for (w, _), h in runs.items() if (p := continued_from(h)) is not None}
     chains = []
     for (workflow_id, run_id), history in runs.items():
@@ -135,7 +135,8 @@ def continued_from(history: WorkflowHistory) -> str | None:
     return history.events[0].workflow_execution_started_event_attributes.continued_execution_run_id or None
 
 
-def _run_id(history: WorkflowHistory) -> str:
+def run_id_of(history: WorkflowHistory) -> str:
+    """The run id ``history``'s start event names, or "" for a history without its start."""
     if not history.events or not history.events[0].HasField("workflow_execution_started_event_attributes"):
         return ""
     return history.events[0].workflow_execution_started_event_attributes.original_execution_run_id
@@ -370,5 +371,6 @@ __all__ = [
     "read_exported",
     "read_histories",
     "read_history",
+    "run_id_of",
     "steps_of",
 ]

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from agent_worker.activities.task_history import run_id_of
 from agent_worker.schemas.actions import ProposedAction
 from agent_worker.schemas.tasks import TaskSpec
 from agent_worker.schemas.validation import InvalidPayload, describe, parse_task_input
@@ -81,7 +82,7 @@ async def read_run(
     """
     chain = list(runs) if isinstance(runs, Sequence) else [runs]
     first = list(chain[0].events)
-    run = RecordedRun(chain[-1].workflow_id, _run_id(first), _workflow_type(first))
+    run = RecordedRun(chain[-1].workflow_id, run_id_of(chain[0]), _workflow_type(first))
     if run.workflow_type != TASK_WORKFLOW:
         run.skipped = f"not a task ({run.workflow_type or 'no start event'})"
         return run
@@ -186,12 +187,6 @@ async def _decode(payload: Payload, converter: DataConverter, what: str) -> Any:
     except Exception as err:  # a codec without the key, a payload no converter reads
         raise _Unreadable(f"{what} cannot be decoded ({type(err).__name__}: {err})") from None
     return value
-
-
-def _run_id(events: list[HistoryEvent]) -> str:
-    if events and events[0].HasField("workflow_execution_started_event_attributes"):
-        return events[0].workflow_execution_started_event_attributes.original_execution_run_id
-    return ""
 
 
 def _workflow_type(events: list[HistoryEvent]) -> str:
