@@ -4,7 +4,11 @@ each fails when an SDK upgrade stops honouring what the shim relies on."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import inspect
 import uuid
+from collections import Counter
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -15,14 +19,26 @@ from agent_worker.activities.sdk_shims import (
     _DirectContextInstance,
     deadlock_window_seconds,
     handoff_agent,
+    payload_passes_do_nothing,
+    sdk_decode_activation,
+    sdk_encode_completion,
     sdk_instance_class,
 )
 from agents import Agent, handoff
+from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
+from temporalio.bridge import worker as sdk_bridge_worker
+from temporalio.bridge.proto.workflow_activation import WorkflowActivation
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.converter import ActivitySerializationContext, WorkflowSerializationContext
+from temporalio.converter import (
+    ActivitySerializationContext,
+    DataConverter,
+    PayloadCodec,
+    WorkflowSerializationContext,
+)
 from temporalio.worker import Replayer, Worker
+from temporalio.worker import _workflow as sdk_workflow_worker
 from temporalio.worker.workflow_sandbox import SandboxRestrictions
 
 from agent_worker.plugin import DEADLOCK_WINDOW, workflow_runner
@@ -39,14 +55,34 @@ SHORT_WINDOW = timedelta(seconds=0.5)
 SDK_WINDOW = timedelta(seconds=2)
 
 
+class _CountingCodec(PayloadCodec):
+    """A codec that changes nothing and counts the payloads it is given."""
+
+    def __init__(self) -> None:
+        self.decoded = 0
+
+    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        return list(payloads)
+
+    async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        self.decoded += len(payloads)
+        return list(payloads)
+
+
+def _with_codec(codec: PayloadCodec) -> DataConverter:
+    """The replays' converter with ``codec``: the SDK's payload passes then run."""
+    return dataclasses.replace(pydantic_data_converter, payload_codec=codec)
+
+
 def _runner(window: timedelta | None) -> AgentWorkflowRunner:
     restrictions = SandboxRestrictions.default.with_passthrough_modules("tests.helpers.slow_workflow")
     return AgentWorkflowRunner(restrictions=restrictions, deadlock_window=window)
 
 
 async def test_payload_contexts_are_the_sdks_answers(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Replaying the example task, every context the runner answers directly equals the one the
-    SDK's sandboxed path gives for the same command, activities' contexts among them."""
+    """Replaying the example task with a codec (so that the SDK's payload passes run and ask each
+    command's context), every context the runner answers directly equals the one the SDK's sandboxed
+    path gives for the same command, activities' contexts among them."""
     direct = _DirectContextInstance.get_serialization_context
     answers: list[Any] = []
 
@@ -57,7 +93,7 @@ async def test_payload_contexts_are_the_sdks_answers(monkeypatch: pytest.MonkeyP
         return got
 
     monkeypatch.setattr(_DirectContextInstance, "get_serialization_context", compared)
-    await replay_committed(EXAMPLE)
+    await replay_committed(EXAMPLE, _with_codec(_CountingCodec()))
     kinds = {type(a) for a in answers}
     assert {ActivitySerializationContext, WorkflowSerializationContext} <= kinds, kinds
 
@@ -71,7 +107,9 @@ async def test_the_sandbox_is_not_entered_for_a_payload_context(monkeypatch: pyt
 
     monkeypatch.setattr(sdk_instance_class, "get_serialization_context", entered)
     monkeypatch.setattr(sdk_instance_class, "get_external_store_context", entered)
-    await replay_committed(EXAMPLE)
+    codec = _CountingCodec()
+    await replay_committed(EXAMPLE, _with_codec(codec))
+    assert codec.decoded > 0  # the passes that ask for contexts ran
 
 
 async def test_an_activation_longer_than_the_sdks_window_completes_within_ours(client: Client) -> None:
@@ -154,3 +192,59 @@ async def test_a_worker_configured_for_the_sdks_window_keeps_it(client: Client, 
     assert deadlock_window_seconds(own) == SDK_WINDOW.total_seconds()
     [set_, *_] = build_workers(client, make_config(tmp_path / "set", workflow_deadlock_window_seconds=7.5))
     assert deadlock_window_seconds(set_) == 7.5
+
+
+async def test_the_sdks_payload_passes_change_nothing_without_a_codec(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Replaying the example task, the SDK's own passes over each activation and completion, given
+    the replay's converter (no codec, no external storage), leave it byte for byte as it was: what
+    lets the worker skip them. An SDK whose passes start doing something there fails this test."""
+    compared: Counter[str] = Counter()
+
+    def checked(sdk_pass: Any, stand_in: Any, kind: str) -> Any:
+        async def run(message: Any, data_converter: Any, *args: Any, **kwargs: Any) -> Any:
+            assert payload_passes_do_nothing(data_converter)
+            before = message.SerializeToString(deterministic=True)
+            copy = type(message)()
+            copy.CopyFrom(message)
+            await sdk_pass(copy, data_converter, *args, **kwargs)
+            assert copy.SerializeToString(deterministic=True) == before
+            compared[kind] += 1
+            compared[f"{kind} with payloads"] += b"json/plain" in before
+            return await stand_in(message, data_converter, *args, **kwargs)
+
+        return run
+
+    decode, encode = sdk_bridge_worker.decode_activation, sdk_bridge_worker.encode_completion
+    monkeypatch.setattr(
+        sdk_bridge_worker, "decode_activation", checked(sdk_decode_activation, decode, "activation")
+    )
+    monkeypatch.setattr(
+        sdk_bridge_worker, "encode_completion", checked(sdk_encode_completion, encode, "completion")
+    )
+    await replay_committed(EXAMPLE)
+    assert compared["activation with payloads"] >= 5, compared
+    assert compared["completion with payloads"] >= 5, compared
+
+
+async def test_the_worker_skips_the_sdks_payload_passes_only_without_a_codec_or_storage() -> None:
+    """The SDK's workflow worker looks the passes up on ``temporalio.bridge.worker`` at each
+    activation, where the worker's stand-ins are; those run the SDK's own passes when the converter
+    has a codec (the encryption tests run whole tasks that way), and nothing without one."""
+    source = inspect.getsource(sdk_workflow_worker)
+    assert "temporalio.bridge.worker.decode_activation(" in source
+    assert "temporalio.bridge.worker.encode_completion(" in source
+    assert sdk_bridge_worker.decode_activation is not sdk_decode_activation
+    assert sdk_bridge_worker.encode_completion is not sdk_encode_completion
+    activation = WorkflowActivation(run_id="r")
+    signal = activation.jobs.add().signal_workflow
+    signal.signal_name = "submit_decision"
+    signal.input.add().data = b'"approve"'
+    codec = _CountingCodec()
+    with_codec = _with_codec(codec)
+    await sdk_bridge_worker.decode_activation(
+        activation, with_codec, decode_headers=False, storage_concurrency_limit=1
+    )
+    assert codec.decoded == 1
+    assert not payload_passes_do_nothing(with_codec) and payload_passes_do_nothing(DataConverter.default)

@@ -38,6 +38,7 @@ from agent_worker.workflows import (
 )
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import DataConverter
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Replayer
 
@@ -366,15 +367,14 @@ async def assert_replays(
     return history.to_json()
 
 
-async def replay_committed(path: Path) -> None:
+async def replay_committed(path: Path, data_converter: DataConverter = pydantic_data_converter) -> None:
     """Replay a history committed under ``tests/histories/`` (with the workflow id it ran under,
     from the folder's ``HISTORY_IDS``: child ids derive from it) against the current code, in the
-    worker's workflow runner; fails naming the file on any nondeterminism."""
+    worker's workflow runner and with ``data_converter``; fails naming the file on any
+    nondeterminism."""
     ids = json.loads((path.parent / HISTORY_IDS).read_text())
     history = WorkflowHistory.from_json(ids[path.stem], json.loads(path.read_text()))
-    replayer = Replayer(
-        workflows=WORKFLOWS, data_converter=pydantic_data_converter, workflow_runner=workflow_runner()
-    )
+    replayer = Replayer(workflows=WORKFLOWS, data_converter=data_converter, workflow_runner=workflow_runner())
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, f"{path.name}: {result.replay_failure}"
 
