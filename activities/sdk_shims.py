@@ -163,24 +163,21 @@ def payload_passes_do_nothing(data_converter: DataConverter) -> bool:
     return data_converter.payload_codec is None and data_converter.external_storage is None
 
 
-async def _decode_activation(
-    activation: Any, data_converter: DataConverter, *args: Any, **kwargs: Any
-) -> Any:
-    if payload_passes_do_nothing(data_converter):
-        return StorageOperationMetrics()
-    return await sdk_decode_activation(activation, data_converter, *args, **kwargs)
+def _skipped_when_they_do_nothing(sdk_pass: Any) -> Any:
+    """``sdk_pass`` (the SDK's ``decode_activation`` or ``encode_completion``), skipped for a
+    converter whose passes do nothing (``payload_passes_do_nothing``)."""
+
+    @functools.wraps(sdk_pass)
+    async def stand_in(message: Any, data_converter: DataConverter, *args: Any, **kwargs: Any) -> Any:
+        if payload_passes_do_nothing(data_converter):
+            return StorageOperationMetrics()
+        return await sdk_pass(message, data_converter, *args, **kwargs)
+
+    return stand_in
 
 
-async def _encode_completion(
-    completion: Any, data_converter: DataConverter, *args: Any, **kwargs: Any
-) -> Any:
-    if payload_passes_do_nothing(data_converter):
-        return StorageOperationMetrics()
-    return await sdk_encode_completion(completion, data_converter, *args, **kwargs)
-
-
-_decode_activation.__wrapped__ = sdk_decode_activation  # type: ignore[attr-defined]
-_encode_completion.__wrapped__ = sdk_encode_completion  # type: ignore[attr-defined]
+_decode_activation = _skipped_when_they_do_nothing(sdk_decode_activation)
+_encode_completion = _skipped_when_they_do_nothing(sdk_encode_completion)
 
 
 def _install() -> None:
