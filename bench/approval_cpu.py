@@ -14,8 +14,9 @@ all at once, as fast as the client sends the signals) on one dev server, one wor
   than the issue's size, not the same: the 64 signals in flight do not shrink with it (measured
   2026-12-02 at commit 7f52432: 5.33x warm at 600 tasks on 86, 2.12x at 3,000 on 428). At
   ``--active-tasks 3000`` the cache is the default's size;
-- over-full again, each task asking ``continue_as_new_before_wait`` (``SHORT_WAIT``), and once more
-  with the SDK's full sandbox (``FULL_SANDBOX``).
+- over-full again, each task asking ``continue_as_new_before_wait: 0`` (``IN_RUN``: its wait stays in
+  the run that led to it, as every task's did before ``short-wait-by-default``; by default a task
+  waits in a short run), and once more with the SDK's full sandbox (``FULL_SANDBOX``).
 
 CPU per approval is the worker's user+system CPU from the first approval signal to the last task's
 result, over the tasks. The worker's cache hits and misses in that phase (``/metrics``) show which
@@ -30,7 +31,7 @@ import argparse
 import time
 
 from agent_worker.schemas.config import WorkerConfig
-from agent_worker.schemas.tasks import MIN_EVENTS_BEFORE_WAIT
+from agent_worker.schemas.tasks import DEFAULT_EVENTS_BEFORE_WAIT
 
 from bench import parked
 from bench.common import Section, dev_server, load, ratio, scratch
@@ -41,8 +42,9 @@ ISSUE_ACTIVE = 3000  # the issue's measure: 3,000 active tasks on the default ca
 DEFAULT_CACHE = WorkerConfig().workflow_cache_size
 QUICK = (5, 12)  # warm, over-full
 FULL_SANDBOX = {"AGENT_WORKER_WORKFLOW_PASSTHROUGH": "false"}
-# The over-full run again with tasks that begin each wait for a person in a short run.
-SHORT_WAIT = {"continue_as_new_before_wait": MIN_EVENTS_BEFORE_WAIT}
+# The over-full run again with tasks that wait for a person in the run that led to the wait (the
+# default before ``short-wait-by-default``, which begins each wait in a short run).
+IN_RUN = {"continue_as_new_before_wait": 0}
 
 
 def cold_cache(active: int) -> int:
@@ -68,15 +70,15 @@ async def run(quick: bool = False, active: int | None = None, warm: int | None =
     began = time.perf_counter()
     scratchpad = Section("approval_cpu", "")  # parked's progress notes, not wanted here
     with scratch("approval-cpu") as tmp:
-        for sub in ("warm", "bare", "answer", "cold", "short", "sandboxed"):
+        for sub in ("warm", "bare", "answer", "cold", "in_run", "sandboxed"):
             (tmp / sub).mkdir()
         async with dev_server(tmp / "server") as server:
             ours = await parked.park_ours(server, tmp / "warm", warm_n, scratchpad)
             bare = await parked.park_bare(server, tmp / "bare", warm_n)
             answer = await parked.park_bare(server, tmp / "answer", warm_n, "BareApprovalAnswer")
             cold = await parked.park_ours(server, tmp / "cold", active_n, scratchpad, cache=cache)
-            short = await parked.park_ours(
-                server, tmp / "short", active_n, scratchpad, cache=cache, spec=SHORT_WAIT
+            in_run = await parked.park_ours(
+                server, tmp / "in_run", active_n, scratchpad, cache=cache, spec=IN_RUN
             )
             # The same over-full run with the SDK's full sandbox: our packages imported again for
             # every workflow instance, as before ``workflow_passthrough``.
@@ -87,7 +89,7 @@ async def run(quick: bool = False, active: int | None = None, warm: int | None =
     for name, figures, n in (
         ("warm", ours, warm_n),
         ("over-full", cold, active_n),
-        ("over-full, short wait", short, active_n),
+        ("over-full, wait in its run", in_run, active_n),
         ("over-full, full sandbox", sandboxed, active_n),
     ):
         assert figures["duplicates"] == 0 and figures["missing"] == 0, (name, figures)
@@ -106,10 +108,11 @@ async def run(quick: bool = False, active: int | None = None, warm: int | None =
         ["agent-worker, over-full cache", str(active_n), f"{cold['cache_size']:.0f}",
          f"{cold['cpu_ms_approve']:.1f}", ratio(cold["cpu_ms_approve"], ours["cpu_ms_approve"]),
          _hit_rate(cold), f"{cold['commits_per_s']:.1f}"],
-        ["agent-worker, over-full cache, each task waiting in a short run (`continue_as_new_before_wait: "
-         f"{MIN_EVENTS_BEFORE_WAIT}`)", str(active_n), f"{short['cache_size']:.0f}",
-         f"{short['cpu_ms_approve']:.1f}", ratio(short["cpu_ms_approve"], ours["cpu_ms_approve"]),
-         _hit_rate(short), f"{short['commits_per_s']:.1f}"],
+        ["agent-worker, over-full cache, each task waiting in the run that led to its wait "
+         "(`continue_as_new_before_wait: 0`, the default before `short-wait-by-default`)", str(active_n),
+         f"{in_run['cache_size']:.0f}", f"{in_run['cpu_ms_approve']:.1f}",
+         ratio(in_run["cpu_ms_approve"], ours["cpu_ms_approve"]), _hit_rate(in_run),
+         f"{in_run['commits_per_s']:.1f}"],
         ["agent-worker, over-full cache, full sandbox (`workflow_passthrough` off)", str(active_n),
          f"{sandboxed['cache_size']:.0f}", f"{sandboxed['cpu_ms_approve']:.1f}",
          ratio(sandboxed["cpu_ms_approve"], ours["cpu_ms_approve"]), _hit_rate(sandboxed),
@@ -130,13 +133,14 @@ async def run(quick: bool = False, active: int | None = None, warm: int | None =
         f"{ratio(ours['cpu_ms_approve'], bare['cpu_ms_approve'])} that of bare doing the write alone (the "
         "baseline the issue's 7x was measured against). Over-full against warm: "
         f"{ratio(cold['cpu_ms_approve'], ours['cpu_ms_approve'])}.",
-        "Waiting in a short run (`TaskSpec.continue_as_new_before_wait`, off by default): each task "
-        "continues as new before it waits for its approver, so a replay after the cache let it go "
-        "reads a run of a few events. Over-full with it: "
-        f"{ratio(short['cpu_ms_approve'], ours['cpu_ms_approve'])} warm "
-        f"({ratio(short['cpu_ms_approve'], cold['cpu_ms_approve'])} the over-full run without it); "
-        f"what parking costs with it: {short['cpu_ms_park']:.1f} ms of worker CPU per task, against "
-        f"{cold['cpu_ms_park']:.1f} without.",
+        "Waiting in a short run (the default since `short-wait-by-default`: an unset "
+        f"`TaskSpec.continue_as_new_before_wait` is {DEFAULT_EVENTS_BEFORE_WAIT}): each task continues "
+        "as new before it waits for its approver, so a replay after the cache let it go reads a run of "
+        "a few events. Over-full with the wait in the run that led to it (`0`): "
+        f"{ratio(in_run['cpu_ms_approve'], ours['cpu_ms_approve'])} warm "
+        f"({ratio(cold['cpu_ms_approve'], in_run['cpu_ms_approve'])} of it by default); what parking "
+        f"costs by default: {cold['cpu_ms_park']:.1f} ms of worker CPU per task, against "
+        f"{in_run['cpu_ms_park']:.1f} with the wait in its run.",
         "Passing our packages through the workflow sandbox (`workflow_passthrough`, the default): the "
         f"over-full run at {ratio(cold['cpu_ms_approve'], sandboxed['cpu_ms_approve'])} the CPU per "
         "approval of the same run with the SDK's full sandbox, which imports them again for every "
@@ -162,9 +166,9 @@ async def run(quick: bool = False, active: int | None = None, warm: int | None =
         "bare_answer_cpu_ms_approve": answer["cpu_ms_approve"],
         "cold_cpu_ms_approve": cold["cpu_ms_approve"],
         "sandboxed_cpu_ms_approve": sandboxed["cpu_ms_approve"],
-        "short_cpu_ms_approve": short["cpu_ms_approve"],
-        "short_misses_approve": short["cache_misses_approve"],
-        "short_cpu_ms_park": short["cpu_ms_park"],
+        "in_run_cpu_ms_approve": in_run["cpu_ms_approve"],
+        "in_run_misses_approve": in_run["cache_misses_approve"],
+        "in_run_cpu_ms_park": in_run["cpu_ms_park"],
         "cold_cpu_ms_park": cold["cpu_ms_park"],
         "sandboxed_misses_approve": sandboxed["cache_misses_approve"],
         "ours_misses_approve": ours["cache_misses_approve"],

@@ -330,6 +330,11 @@ MAX_AGENT_NAME_CHARS = 200
 # The least ``TaskSpec.continue_as_new_before_wait``: a run continued before a wait begins that wait at
 # 3 events (more only for input that arrived in between), so it does not continue again before it.
 MIN_EVENTS_BEFORE_WAIT = 10
+# What an unset ``continue_as_new_before_wait`` means (since ``short-wait-by-default``): every task
+# that has done anything before its wait begins it in a short run, so a decision that finds it
+# evicted from the workflow cache replays a few events instead of all the task did before
+# (``bench.approval_cpu``). It weighs the same in the cache (``bench.cache_memory``).
+DEFAULT_EVENTS_BEFORE_WAIT = MIN_EVENTS_BEFORE_WAIT
 
 
 class TaskSpec(BaseModel):
@@ -354,11 +359,13 @@ class TaskSpec(BaseModel):
     )
     continue_as_new_before_wait: int | None = Field(
         default=None,
-        ge=MIN_EVENTS_BEFORE_WAIT,
+        ge=0,
         description="Before the task waits for a person (an approval, a question), continue as new when "
         "its run's history has at least this many events, so the wait begins in a short run: a waiting "
         "task the worker's cache let go replays only that run when its decision comes, not all the task "
-        "did before (docs/operations.md, 'Tasks that wait long').",
+        f"did before. Unset: {DEFAULT_EVENTS_BEFORE_WAIT}. 0: never "
+        f"(the wait stays in the run that led to it). Otherwise at least {MIN_EVENTS_BEFORE_WAIT} "
+        "(docs/operations.md, 'Tasks that wait long').",
     )
     thread: str | None = Field(
         default=None,
@@ -397,6 +404,16 @@ class TaskSpec(BaseModel):
         description="This task is a fork of another at one of its steps (docs/forks.md); set by "
         "`agent-worker fork`, the client's `fork` and the API.",
     )
+
+    @model_validator(mode="after")
+    def _wait_limit_off_or_long_enough(self) -> TaskSpec:
+        limit = self.continue_as_new_before_wait
+        if limit is not None and 0 < limit < MIN_EVENTS_BEFORE_WAIT:
+            raise ValueError(
+                f"continue_as_new_before_wait: {limit} is too few events; give 0 (never) or at least "
+                f"{MIN_EVENTS_BEFORE_WAIT}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _unique_input_names(self) -> TaskSpec:

@@ -15,6 +15,7 @@ import pytest
 from agent_worker.activities.events import JsonlEventSink
 from agent_worker.cli.main import main as cli_main
 from agent_worker.schemas.tasks import (
+    DEFAULT_EVENTS_BEFORE_WAIT,
     MIN_EVENTS_BEFORE_WAIT,
     EvidenceArchive,
     TaskInput,
@@ -23,6 +24,7 @@ from agent_worker.schemas.tasks import (
 )
 from agent_worker.schemas.validation import InvalidPayload, parse_task_input
 from agent_worker.workflows import AgentTaskWorkflow
+from agent_worker.workflows.patches import AFTER_0_2
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
@@ -114,7 +116,9 @@ async def test_a_task_that_asks_waits_for_its_approver_in_a_short_run(env: TaskE
     assert before.events[-1].HasField("workflow_execution_continued_as_new_event_attributes")
     # Started, one workflow task, the search attributes published again, the deadline's timer.
     assert len(kinds) < MIN_EVENTS_BEFORE_WAIT and kinds[-1] == "TIMER_STARTED", kinds
-    assert not [k for k in kinds if k.startswith(("ACTIVITY", "MARKER"))], kinds
+    # No activity; a marker only for each patch declared after 0.2.0 (each run asks it at its start).
+    assert not [k for k in kinds if k.startswith("ACTIVITY")], kinds
+    assert kinds.count("MARKER_RECORDED") == len(AFTER_0_2), kinds
     # Stale decisions during the wait grow the run past the limit, and make it continue no further.
     stale = {"request_id": request.request_id, "version": "sha256:stale", "decision": "approve",
              "principal": "finance-lead"}  # fmt: skip
@@ -132,6 +136,29 @@ async def test_a_task_that_asks_waits_for_its_approver_in_a_short_run(env: TaskE
     await assert_replays(env.client, handle.id, run_id=first)  # kept: the continue before the wait
 
 
+async def test_by_default_a_task_waits_in_a_short_run_and_0_keeps_the_wait_in_its_run(env: TaskEnv) -> None:
+    """The example with ``continue_as_new_before_wait`` unset waits for its approver in a short run
+    (``short-wait-by-default``): two runs, the second a few events long, the approval reaches it and
+    the write happens once. The same spec with 0 waits in the run that led to it: one run. Both
+    complete and replay."""
+    default = await env.start(example_spec())
+    kept = await env.start({**example_spec(), "continue_as_new_before_wait": 0})
+    await env.awaiting_approval(default)
+    await env.awaiting_approval(kept)
+    first, waiting, kinds = await _waiting_run(env, default.id)
+    assert len(kinds) < DEFAULT_EVENTS_BEFORE_WAIT and kinds[-1] == "TIMER_STARTED", kinds
+    for handle in (default, kept):
+        await env.approve(handle)
+        result: TaskResult = await asyncio.wait_for(handle.result(), 60)
+        assert result.phase is TaskPhase.COMPLETED and result.evidence.missing == [], result.reason
+        assert len(result.evidence.approvals) == 1
+    assert await run_ids(env.client, default.id) == [first, waiting]
+    assert len(await run_ids(env.client, kept.id)) == 1, "0: the wait stays in its run"
+    assert env.business().count() == 2
+    await assert_replays(env.client, kept.id, keep=False)
+    await assert_replays(env.client, default.id, run_id=first)
+
+
 def test_continue_as_new_before_wait_refuses_a_limit_a_fresh_run_could_reach_at_once() -> None:
     """Below ``MIN_EVENTS_BEFORE_WAIT`` a run continued before its wait could continue again before
     the same wait; such a spec is refused, naming the field."""
@@ -140,6 +167,8 @@ def test_continue_as_new_before_wait_refuses_a_limit_a_fresh_run_could_reach_at_
         parse_task_input({"spec": spec})
     accepted = parse_task_input({"spec": {**spec, "continue_as_new_before_wait": 40}})
     assert accepted.spec.continue_as_new_before_wait == 40
+    off = parse_task_input({"spec": {**spec, "continue_as_new_before_wait": 0}})
+    assert off.spec.continue_as_new_before_wait == 0
 
 
 async def test_older_evidence_moves_to_the_store_and_the_bundle_puts_it_back(

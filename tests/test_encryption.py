@@ -144,7 +144,9 @@ async def test_payloads_written_under_an_old_key_decode_after_rotation(config_en
     the start input stays under A, everything written afterwards is under B."""
     address = config_env.address
     old = await connect_with(address, data_converter({"A": KEY_A}, "A"))
-    handle = await TaskEnv(client=old, config=config_env.config, address=address).start(canary_spec("rot"))
+    # One run (its wait stays in it), so its start input is the one the old client wrote.
+    spec = {**canary_spec("rot"), "continue_as_new_before_wait": 0}
+    handle = await TaskEnv(client=old, config=config_env.config, address=address).start(spec)
 
     rotated = await connect_with(address, data_converter({"A": KEY_A, "B": KEY_B}, "B"))
     env = TaskEnv(client=rotated, config=config_env.config, address=address)

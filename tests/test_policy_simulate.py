@@ -120,23 +120,32 @@ async def test_simulate_over_50_recorded_histories_prints_the_diff_without_a_mod
 ) -> None:
     """Three real tasks run on the dev server; the candidate is simulated over them from the server
     (--since, --query), where each recorded decision is the worker's own policy.decided event, and over
-    50 history files (the three and 47 copies with other arguments), where every action's recorded
-    and candidate decision is the one worked out by hand. Meanwhile any model call fails, and the
-    business store, the runs on the queue and their histories stay as they were."""
+    50 exported tasks (the three and 47 copies with other arguments; the one finance approved
+    continued as new before it waited, so each of its copies is two files, one a run), where every
+    action's recorded and candidate decision is the one worked out by hand. Meanwhile any model call
+    fails, and the business store, the runs on the queue and their histories stay as they were."""
     ids = await record_tasks(env)
+    chains = {v: await run_ids(env.client, i) for v, i in ids.items()}
+    assert [len(chains[v]) for v in VALUES] == [1, 2, 1]
     histories = {
-        v: json.loads((await env.client.get_workflow_handle(i).fetch_history()).to_json())
-        for v, i in ids.items()
-    }
+        v: [json.loads((await env.client.get_workflow_handle(ids[v], run_id=r).fetch_history()).to_json())
+            for r in runs]
+        for v, runs in chains.items()
+    }  # fmt: skip
     files = tmp_path / "histories"
     files.mkdir()
-    for value, history in histories.items():
-        (files / f"{value}-00.json").write_text(json.dumps(history))
-        for n, other in enumerate(VALUES[value], start=1):
-            (files / f"{value}-{n:02d}.json").write_text(
-                json.dumps(with_arguments(history, "record_value", {"value": other}))
-            )
-    assert len(list(files.glob("*.json"))) == 50
+    index = {}
+    for value, runs in histories.items():
+        for n, other in enumerate([value, *VALUES[value]]):
+            for k, run in enumerate(runs, start=1):
+                try:
+                    run = with_arguments(run, "record_value", {"value": other})
+                except ValueError:
+                    pass  # the run that waited for finance: it proposed nothing
+                (files / f"{value}-{n:02d}-{k}.json").write_text(json.dumps(run))
+                index[f"{value}-{n:02d}-{k}"] = f"{value}-{n:02d}"
+    (files / "workflow_ids.json").write_text(json.dumps(index))
+    assert len(set(index.values())) == 50 and len(list(files.glob("*-*.json"))) == 67
     policy = tmp_path / "candidate.yaml"
     policy.write_text(CANDIDATE)
 
@@ -197,7 +206,7 @@ async def test_simulate_over_50_recorded_histories_prints_the_diff_without_a_mod
     print(f"simulated 50 histories in {report['elapsed_seconds']} s")
 
     assert model_calls == [] and env.business().count() == writes
-    assert (await env.client.count_workflows(on_queue)).count == runs == 3
+    assert (await env.client.count_workflows(on_queue)).count == runs == 4  # 3 tasks, one in 2 runs
     for task_id, length in lengths.items():
         assert len((await env.client.get_workflow_handle(task_id).fetch_history()).events) == length
 

@@ -87,8 +87,9 @@ async def completed(env: TaskEnv) -> WorkflowHistory:
 
 
 async def test_recent_histories_replay_on_the_current_code(env: TaskEnv, completed: WorkflowHistory) -> None:
-    """A completed task listed through visibility (type, task queue, since) replays: one OK line
-    with its id, run id and event count, a summary, exit code 0."""
+    """A completed task listed through visibility (type, task queue, since) replays: an OK line with
+    its id, run id and event count for each of its runs (the example waits for its approver in a
+    short run: two), a summary, exit code 0."""
     query = f"{TASKS_QUERY} AND TaskQueue = '{env.task_queue}'"
     code, lines = await replay(env.client, "--query", query, "--since", "1h", "--limit", "10")
     assert code == 0, "\n".join(lines)
@@ -102,14 +103,15 @@ async def test_recent_histories_replay_on_the_current_code(env: TaskEnv, complet
             "events",
         ]
     ]
-    assert "replayed 1 history: 1 OK" in lines
+    assert "replayed 2 histories: 2 OK" in lines
 
 
 async def test_a_non_deterministic_change_fails_with_exit_code_1(
     env: TaskEnv, completed: WorkflowHistory
 ) -> None:
     """The same history against a workflow that schedules a timer first is reported
-    NONDETERMINISTIC with the SDK's reason, counted in the summary, and exits 1."""
+    NONDETERMINISTIC with the SDK's reason, counted in the summary (both runs of the task), and
+    exits 1."""
     code, lines = await replay(
         env.client,
         "--query",
@@ -121,7 +123,7 @@ async def test_a_non_deterministic_change_fails_with_exit_code_1(
     assert words[:2] == [NONDETERMINISTIC, WORKFLOW_TYPE]
     assert words[4:6] == [str(len(completed.events)), "events:"]
     assert "nondeterminism error" in " ".join(words[6:]).lower()
-    assert f"replayed 1 history: 0 OK, 1 {NONDETERMINISTIC}" in lines
+    assert f"replayed 2 histories: 0 OK, 2 {NONDETERMINISTIC}" in lines
     assert any("do not replay on this code" in ln for ln in lines)
 
 

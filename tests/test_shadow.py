@@ -82,6 +82,18 @@ def cli_env(env: TaskEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ta
     return env
 
 
+async def export_runs(env: TaskEnv, task_id: str, prefix: Path) -> dict[str, str]:
+    """Write each run of the task (it continued as new before its approval) to ``PREFIX-N.json``, as
+    `temporal workflow show -o json --run-id` would: file name -> task id, for workflow_ids.json."""
+    names = {}
+    for n, run_id in enumerate(await run_ids(env.client, task_id), start=1):
+        history = await env.client.get_workflow_handle(task_id, run_id=run_id).fetch_history()
+        path = prefix.with_name(f"{prefix.name}-{n}.json")
+        path.write_text(history.to_json())
+        names[path.stem] = task_id
+    return names
+
+
 def max_open_children(history: dict[str, Any]) -> int:
     """The most child workflows a parent's history shows running at once."""
     open_now = peak = 0
@@ -179,21 +191,23 @@ async def test_shadow_of_20_recorded_tasks_names_exactly_the_diverged_ones_and_w
 async def test_shadow_from_exported_histories_for_ci_fails_on_divergence(
     cli_env: TaskEnv, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Exported history files (as `temporal workflow show -o json` writes them) are replayed just as
-    tasks read from the cluster are, other agents' histories skipped, a task exported twice replayed
-    once; with --fail-on-diverge the command exits 1 when a task diverged, and 0 when none did, also
-    on another deployment with an artifact store of its own (a CI job's)."""
+    """Exported history files (as `temporal workflow show -o json` writes them, one a run: each task
+    continued as new before its approval) are replayed just as tasks read from the cluster are,
+    other agents' histories skipped, a task exported twice replayed once; with --fail-on-diverge
+    the command exits 1 when a task diverged, and 0 when none did, also on another deployment with
+    an artifact store of its own (a CI job's)."""
     env = cli_env
     ids = await record_tasks(env, ["item-03", "item-04"])
     exported = tmp_path / "exported"
     exported.mkdir()
+    index = {}
     for item, task_id in ids.items():
-        history = await env.client.get_workflow_handle(task_id).fetch_history()
-        (exported / f"{item}.json").write_text(history.to_json())
+        index |= await export_runs(env, task_id, exported / item)
     # The same task exported twice (as a reused id, or two exports of one task, would list it) is
     # replayed once.
-    (exported / "item-04-again.json").write_text((exported / "item-04.json").read_text())
-    index = {**ids, "item-04-again": ids["item-04"]}
+    for path in exported.glob("item-04-*.json"):
+        (exported / f"again-{path.name}").write_text(path.read_text())
+        index[f"again-{path.stem}"] = ids["item-04"]
     (exported / "workflow_ids.json").write_text(json.dumps(index))
     other = await env.start({"agent": "shell", "prompt": "run: echo hi"})
     await asyncio.wait_for(other.result(), 60)
@@ -209,7 +223,8 @@ async def test_shadow_from_exported_histories_for_ci_fails_on_divergence(
     await assert_replays(env.client, f"shadow-ci-{env.task_queue}/{ids['item-04']}")
 
     # CI: another deployment (its own queue, worker and artifact store) replays the committed file.
-    (exported / "item-03.json").unlink()
+    for path in exported.glob("item-03-*.json"):
+        path.unlink()
     ci = make_config(tmp_path / "ci-data")
     monkeypatch.setenv("AGENT_WORKER_DATA_DIR", str(ci.data_dir))
     monkeypatch.setenv("AGENT_WORKER_TASK_QUEUE", ci.task_queue)

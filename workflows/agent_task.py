@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
     from agent_worker.schemas.approvals import ApprovalRequest, DecisionKind, DecisionOutcome
     from agent_worker.schemas.events import EventType
     from agent_worker.schemas.tasks import (
+        DEFAULT_EVENTS_BEFORE_WAIT,
         FIRST_RELEASE,
         Release,
         TaskInput,
@@ -63,6 +64,7 @@ from agent_worker.workflows.patches import (
     LOCAL_DELIVERY_PATCH,
     MINIMUM_ROUND_TRIPS_PATCH,
     RUN_CHAIN_PATCH,
+    SHORT_WAIT_PATCH,
     THREADS_PATCH,
     ask_patches_at_start,
     patched,
@@ -254,11 +256,15 @@ class AgentTaskWorkflow:
     def continue_before_wait_due(self) -> bool:
         """Whether the task, about to begin a wait for a person, has a run at least
         ``continue_as_new_before_wait`` events long: it then continues as new first, so a replay
-        after the worker's cache let it go reads only the short run its wait began in. Asked once
-        per wait, as it begins: input arriving during the wait never makes it continue again."""
+        after the worker's cache let it go reads only the short run its wait began in. Unset, the
+        limit is ``DEFAULT_EVENTS_BEFORE_WAIT`` in a run with ``SHORT_WAIT_PATCH`` (a lean run asks
+        it at its start), else none; 0 is none. Asked once per wait, as it begins: input arriving
+        during the wait never makes it continue again."""
         limit = self.spec.continue_as_new_before_wait if self.spec else None
+        if limit is None and self.lean and patched(SHORT_WAIT_PATCH):  # asked at the start of a lean run
+            limit = DEFAULT_EVENTS_BEFORE_WAIT
         return (
-            limit is not None
+            bool(limit)
             and self.state.phase is TaskPhase.AWAITING_APPROVAL
             and workflow.info().get_current_history_length() >= limit
             and bool(self.approvals.pending())

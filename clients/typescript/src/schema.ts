@@ -2076,7 +2076,7 @@ export interface components {
             continue_as_new_after_events?: number | null;
             /**
              * Continue As New Before Wait
-             * @description Before the task waits for a person (an approval, a question), continue as new when its run's history has at least this many events, so the wait begins in a short run: a waiting task the worker's cache let go replays only that run when its decision comes, not all the task did before (docs/operations.md, 'Tasks that wait long').
+             * @description Before the task waits for a person (an approval, a question), continue as new when its run's history has at least this many events, so the wait begins in a short run: a waiting task the worker's cache let go replays only that run when its decision comes, not all the task did before. Unset: 10. 0: never (the wait stays in the run that led to it). Otherwise at least 10 (docs/operations.md, 'Tasks that wait long').
              */
             continue_as_new_before_wait?: number | null;
             /**
