@@ -339,32 +339,59 @@ async def task_events(client: Client, workflow_id: str) -> list[Any]:
 async def assert_replays(
     client: Client, workflow_id: str, run_id: str | None = None, *, keep: bool = True
 ) -> str:
-    """Replay the task's history (its latest run, or ``run_id``) against the current code; returns
-    the history as JSON.
+    """Replay the task's history against the current code: every run of its chain (a task that
+    waited for a person continued as new as the wait began), or only ``run_id``. Returns the
+    history as JSON, the runs joined as one (``joined_runs``).
 
-    With ``AW_RECORD_HISTORIES=DIR`` set, the history is also saved there under the test
-    function's name (``make histories`` refreshes ``tests/histories/`` this way), unless ``keep`` is
-    False (a history too large to commit). The parametrization is left out of the name, so that
-    each file maps to a listed test function: a parametrized test (or one running several tasks)
-    keeps the last history it replayed.
+    With ``AW_RECORD_HISTORIES=DIR`` set, the newest run replayed is also saved there under the
+    test function's name (``make histories`` refreshes ``tests/histories/`` this way), unless
+    ``keep`` is False (a history too large to commit). The parametrization is left out of the
+    name, so that each file maps to a listed test function: a parametrized test (or one running
+    several tasks) keeps the last history it replayed.
     """
-    history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
-    await Replayer(
-        workflows=WORKFLOWS, data_converter=DATA_CONVERTER, workflow_runner=workflow_runner()
-    ).replay_workflow(history)
+    from agent_worker.activities.task_history import chain_of
+
+    newest = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+    runs = [newest] if run_id else await chain_of(client, newest)
+    replayer = Replayer(workflows=WORKFLOWS, data_converter=DATA_CONVERTER, workflow_runner=workflow_runner())
+    for history in runs:
+        await replayer.replay_workflow(history)
     record_dir = os.environ.get("AW_RECORD_HISTORIES")
     if record_dir and keep:
         # "tests/test_x.py::test_y[param-id] (call)" -> "test_y"; an id may hold "/" or spaces.
         node = os.environ["PYTEST_CURRENT_TEST"].rsplit(" ", 1)[0]
         test_name = node.split("[", 1)[0].split("::")[-1]
         Path(record_dir).mkdir(parents=True, exist_ok=True)
-        (Path(record_dir) / f"{test_name}.json").write_text(history.to_json())
+        (Path(record_dir) / f"{test_name}.json").write_text(newest.to_json())
         # Child ids derive from the workflow id, so a replay needs the real one.
         index = Path(record_dir) / HISTORY_IDS
         ids = json.loads(index.read_text()) if index.exists() else {}
         ids[test_name] = workflow_id
         index.write_text(json.dumps(ids, indent=2, sort_keys=True) + "\n")
-    return history.to_json()
+    return joined_runs(runs)
+
+
+def joined_runs(runs: list[WorkflowHistory]) -> str:
+    """The runs of a chain (oldest first) as one history's JSON, for tests that read what a task
+    did: their events in order, each run's event ids, and the ids its events refer to
+    (``scheduledEventId``, ...), numbered on from the run before, so ids stay unique."""
+
+    def numbered_on(value: Any, offset: int) -> Any:
+        if isinstance(value, dict):
+            return {
+                key: str(int(item) + offset)
+                if (key == "eventId" or key.endswith("EventId")) and isinstance(item, str | int)
+                else numbered_on(item, offset)
+                for key, item in value.items()
+            }
+        if isinstance(value, list):
+            return [numbered_on(item, offset) for item in value]
+        return value
+
+    events: list[Any] = []
+    for history in runs:
+        events += numbered_on(json.loads(history.to_json())["events"], len(events))
+    return json.dumps({"events": events})
 
 
 async def replay_committed(path: Path, data_converter: DataConverter = pydantic_data_converter) -> None:
