@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,6 +26,8 @@ from temporalio.converter import DataConverter
 
 if TYPE_CHECKING:
     from agent_worker.schemas.forks import StepRecord
+    from temporalio.api.common.v1 import Payload
+    from temporalio.api.history.v1 import HistoryEvent
 
 # Runs of one chain followed back (continue-as-new); a longer chain is read from its newest runs.
 MAX_RUNS = 100
@@ -102,6 +104,24 @@ async def chain_of(client: Client, history: WorkflowHistory) -> list[WorkflowHis
         handle = client.get_workflow_handle(history.workflow_id, run_id=previous)
         chain.append(await handle.fetch_history())
     return chain[::-1]
+
+
+def turn_payloads(events: Iterable[HistoryEvent]) -> Iterator[tuple[bool, Payload]]:
+    """One run's ``agent.turn`` payloads in history order, still encoded: ``(False, input)`` as a
+    turn is scheduled and ``(True, result)`` as it completes. Event ids begin again at 1 in every
+    run, so give the runs of a chain one at a time."""
+    turns: set[int] = set()
+    for event in events:
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            attrs = event.activity_task_scheduled_event_attributes
+            if attrs.activity_type.name == TURN:
+                turns.add(event.event_id)
+                if attrs.input.payloads:
+                    yield False, attrs.input.payloads[0]
+        elif event.HasField("activity_task_completed_event_attributes"):
+            attrs = event.activity_task_completed_event_attributes
+            if attrs.scheduled_event_id in turns and attrs.result.payloads:
+                yield True, attrs.result.payloads[0]
 
 
 def chains_in(histories: Iterable[WorkflowHistory]) -> list[list[WorkflowHistory]]:

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agent_worker.activities.task_history import run_id_of
+from agent_worker.activities.task_history import TURN, run_id_of, turn_payloads
 from agent_worker.schemas.actions import ProposedAction
 from agent_worker.schemas.tasks import TaskSpec
 from agent_worker.schemas.validation import InvalidPayload, describe, parse_task_input
@@ -42,7 +42,6 @@ if TYPE_CHECKING:
     from temporalio.converter import DataConverter
 
 TASK_WORKFLOW = WORKFLOW_TYPE  # the workflow type of a task
-TURN_ACTIVITY = "agent.turn"
 UNDECIDED = "undecided"
 
 __all__ = ["TASK_WORKFLOW", "UNDECIDED", "RecordedAction", "RecordedRun", "events_read", "read_run"]
@@ -109,8 +108,7 @@ def events_read(history: dict[str, Any]) -> dict[str, Any]:
         str(e.get("eventId"))
         for e in events
         if isinstance(e, dict)
-        and (e.get("activityTaskScheduledEventAttributes") or {}).get("activityType", {}).get("name")
-        == TURN_ACTIVITY
+        and (e.get("activityTaskScheduledEventAttributes") or {}).get("activityType", {}).get("name") == TURN
     }
     kept = [events[0]] + [
         e
@@ -144,19 +142,11 @@ async def _collect(
 ) -> None:
     """Walk one run's history in order: turn inputs settle earlier actions (of this run or an earlier
     one: ``waiting``), turn results add new ones."""
-    turns: set[int] = set()  # activity-scheduled event ids of agent.turn (ids begin at 1 in each run)
-    for event in events:
-        if event.HasField("activity_task_scheduled_event_attributes"):
-            attrs = event.activity_task_scheduled_event_attributes
-            if attrs.activity_type.name == TURN_ACTIVITY:
-                turns.add(event.event_id)
-                if attrs.input.payloads:
-                    _settle(await _decode(attrs.input.payloads[0], converter, "a turn's input"), waiting)
-        elif event.HasField("activity_task_completed_event_attributes"):
-            attrs = event.activity_task_completed_event_attributes
-            if attrs.scheduled_event_id in turns and attrs.result.payloads:
-                result = await _decode(attrs.result.payloads[0], converter, "a turn's result")
-                _propose(result, run, waiting)
+    for is_result, payload in turn_payloads(events):
+        if is_result:
+            _propose(await _decode(payload, converter, "a turn's result"), run, waiting)
+        else:
+            _settle(await _decode(payload, converter, "a turn's input"), waiting)
 
 
 def _propose(result: Any, run: RecordedRun, waiting: dict[str, RecordedAction]) -> None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from agent_worker.activities.task_history import turn_payloads
 from agent_worker.schemas.actions import ActionResult, ProposedAction
 from agent_worker.schemas.artifacts import ArtifactRef
 from agent_worker.schemas.shadow import RecordedAction, RecordedTask
@@ -40,7 +41,6 @@ if TYPE_CHECKING:
     from temporalio.client import WorkflowHistory
     from temporalio.converter import DataConverter
 
-TURN_ACTIVITY = "agent.turn"
 _CLOSED = {
     "workflow_execution_completed_event_attributes": "completed",
     "workflow_execution_failed_event_attributes": "failed",
@@ -118,28 +118,21 @@ async def _read_turns(chain: list[WorkflowHistory], converter: DataConverter, ta
     waiting: dict[str, RecordedAction] = {}
     first = True
     for history in chain:
-        turns: set[int] = set()  # event ids begin again at 1 in every run
-        for event in history.events:
-            if event.HasField("activity_task_scheduled_event_attributes"):
-                attrs = event.activity_task_scheduled_event_attributes
-                if attrs.activity_type.name != TURN_ACTIVITY or not attrs.input.payloads:
-                    continue
-                turns.add(event.event_id)
-                turn_input = await _decode(attrs.input.payloads[0], converter)
-                if not isinstance(turn_input, dict):
-                    continue
-                if first:
-                    inputs = turn_input.get("inputs") or []
-                    task.inputs = [_model(ArtifactRef, i, "a turn's input") for i in inputs]
-                    first = False
-                for raw in turn_input.get("results") or []:
-                    recorded = waiting.pop(str(raw.get("call_id")), None) if isinstance(raw, dict) else None
-                    if recorded is not None:
-                        recorded.result = _model(ActionResult, raw, "a turn's result")
-            elif event.HasField("activity_task_completed_event_attributes"):
-                attrs = event.activity_task_completed_event_attributes
-                if attrs.scheduled_event_id in turns and attrs.result.payloads:
-                    _read_turn_result(await _decode(attrs.result.payloads[0], converter), task, waiting)
+        for is_result, payload in turn_payloads(history.events):
+            decoded = await _decode(payload, converter)
+            if is_result:
+                _read_turn_result(decoded, task, waiting)
+                continue
+            if not isinstance(decoded, dict):
+                continue
+            if first:
+                inputs = decoded.get("inputs") or []
+                task.inputs = [_model(ArtifactRef, i, "a turn's input") for i in inputs]
+                first = False
+            for raw in decoded.get("results") or []:
+                recorded = waiting.pop(str(raw.get("call_id")), None) if isinstance(raw, dict) else None
+                if recorded is not None:
+                    recorded.result = _model(ActionResult, raw, "a turn's result")
 
 
 def _read_turn_result(result: Any, task: RecordedTask, waiting: dict[str, RecordedAction]) -> None:
