@@ -49,7 +49,13 @@ def _need(figures: Figures, key: str, *names: str) -> list[float]:
 
 def _example(f: Figures) -> Measured:
     wt, act, local = _need(f, "round_trips", "workflow_tasks", "activities", "local_activities")
-    return f"{wt:.0f} / {act:.0f} (+ {local:.0f} local)", wt <= 7 and act <= 5, ""
+    # The start of each short run the task waited in (``short-wait-by-default``, issue 43): one workflow
+    # task more, traded for a short replay when the cache let the waiting task go. Shown, not hidden.
+    starts = f["round_trips"].get("runs", 1) - 1
+    shown = f"{wt:.0f} / {act:.0f} (+ {local:.0f} local)"
+    if starts:
+        shown += f", of which {starts:.0f} workflow task(s) start the short run the task waits in"
+    return shown, wt - starts <= 7 and act <= 5, ""
 
 
 def _after_signal(f: Figures) -> Measured:

@@ -101,7 +101,8 @@ async def test_an_approved_own_function_runs_once_as_its_own_activity_with_the_k
     assert (customer, amount) == ("acme", 1200)
     assert key == effect.operation_key
     assert effect.source == "function" and effect.target == "billing" and not effect.replayed
-    first_run = (await handle.describe()).run_id  # the task's run chain: it has a single run
+    # The task's run chain: its first run (it continued as new as its wait for a person began).
+    first_run = (await handle.describe()).raw_description.workflow_execution_info.first_run_id
     assert key == operation_key(handle.id, effect.call_id, first_run)
     output = json.loads(env.store().get(effect.output_digest))
     assert output["customer"] == "acme" and output["amount_cents"] == 1200

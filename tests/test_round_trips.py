@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agent_worker.workflows.patches import ONE_MARKER_COVERS, PATCHES_AT_START
+from agent_worker.workflows.patches import AFTER_0_2, ONE_MARKER_COVERS, PATCHES_AT_START
 
 from tests.helpers.histories import after_first_signal, round_trips
 
@@ -72,10 +72,11 @@ def patch_events(history: list[dict[str, Any]]) -> tuple[int, int]:
 
 def test_the_example_task_asks_its_patches_with_one_marker() -> None:
     """On 0.1 every patch declared before ``one-marker`` is taken on that one marker: one marker and
-    one ``TemporalChangeVersion`` upsert for them all, plus one of each for every later patch, where
-    the run recorded before it had two events per patch. On 0.2 (the current code's history) there is
-    none at all: the release folded them all."""
-    later = len(set(PATCHES_AT_START) - ONE_MARKER_COVERS)
+    one ``TemporalChangeVersion`` upsert for them all, plus one of each for every later patch declared
+    by 0.2 (when that run was recorded), where the run recorded before it had two events per patch.
+    On 0.2 (the committed history, recorded before any patch of ``AFTER_0_2``) there is none at all:
+    the release folded them all."""
+    later = len(set(PATCHES_AT_START) - ONE_MARKER_COVERS - AFTER_0_2)
     on_0_1 = patch_events(events(HISTORY.parent / "pre-release-0.2" / HISTORY.name))
     assert later < 5 and on_0_1 == (1 + later, 1 + later)
     before = patch_events(events(HISTORY.parent / "pre-one-marker" / HISTORY.name))

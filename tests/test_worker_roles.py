@@ -12,7 +12,6 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 from agent_worker.activities.events import JsonlEventSink
 from agent_worker.activities.sandbox.base import sandbox_id_for
@@ -20,7 +19,7 @@ from agent_worker.schemas.tasks import TaskPhase, TaskResult
 from agent_worker.workflows import AgentTaskWorkflow
 from agent_worker.workflows.options import home_queue
 from agent_worker.workflows.placement import NOT_REGISTERED
-from temporalio.client import WorkflowHandle, WorkflowHistory
+from temporalio.client import Client, WorkflowHistory
 
 from tests.helpers.histories import events_of, round_trips
 from tests.helpers.support import (
@@ -28,8 +27,10 @@ from tests.helpers.support import (
     assert_replays,
     example_spec,
     free_port,
+    joined_runs,
     running_worker,
     spawn_worker,
+    task_chain,
 )
 
 
@@ -63,16 +64,16 @@ def scheduled_types(history: WorkflowHistory) -> dict[int, str]:
     }
 
 
-async def activity_workers(handle: WorkflowHandle[Any, Any]) -> dict[str, set[int]]:
-    """For each activity type in the task's history, the pids of the workers that started it (the
-    SDK's default worker identity is ``pid@host``)."""
-    history = await handle.fetch_history()
-    types = scheduled_types(history)
+async def activity_workers(client: Client, workflow_id: str) -> dict[str, set[int]]:
+    """For each activity type in the task's histories (every run of its chain), the pids of the
+    workers that started it (the SDK's default worker identity is ``pid@host``)."""
     ran_by: dict[str, set[int]] = collections.defaultdict(set)
-    for e in history.events:
-        if e.HasField("activity_task_started_event_attributes"):
-            started = e.activity_task_started_event_attributes
-            ran_by[types[started.scheduled_event_id]].add(int(started.identity.split("@", 1)[0]))
+    for history in await task_chain(client, workflow_id):
+        types = scheduled_types(history)  # event ids begin again at 1 in every run
+        for e in history.events:
+            if e.HasField("activity_task_started_event_attributes"):
+                started = e.activity_task_started_event_attributes
+                ran_by[types[started.scheduled_event_id]].add(int(started.identity.split("@", 1)[0]))
     return ran_by
 
 
@@ -118,14 +119,16 @@ async def test_two_workers_with_different_roles_complete_the_example(
     assert result.evidence.commands and result.evidence.writes[0].confirmed is True
     assert env.business().count() == 1
     # Each activity ran in the process holding its role (the history names the worker that started it).
-    ran_by = await activity_workers(handle)
+    ran_by = await activity_workers(env.client, handle.id)
     assert ran_by["agent.turn"] == ran_by["sandbox.exec"] == {hands.pid}
     assert ran_by["business.write"] == {control.pid}
     # The write checked its approval itself, and the inputs were stored by a local activity of the
     # workflows worker; the sandbox's destroy, refused there (it holds no sandbox), went to its home.
     assert "authz.check" not in ran_by and "artifacts.ingest" not in ran_by
     assert ran_by["sandbox.destroy"] == {hands.pid}
-    local = round_trips(events_of(await handle.fetch_history())).local_activities
+    local = round_trips(
+        json.loads(joined_runs(await task_chain(env.client, handle.id)))["events"]
+    ).local_activities
     assert {"artifacts.ingest", "sandbox.destroy_here"} <= set(local)
     # Events go out in local activities of the workflows worker (patch ``local-delivery``), none in
     # an activity of their own.

@@ -327,13 +327,17 @@ async def run_ids(client: Client, workflow_id: str) -> list[str]:
     return [r.run_id for r in sorted(runs, key=lambda r: r.start_time)]
 
 
-async def task_events(client: Client, workflow_id: str) -> list[Any]:
-    """The history events of every run of a task's chain, oldest run first (a task that waited for
-    a person continued as new as the wait began: ``fetch_history`` alone reads its newest run)."""
+async def task_chain(client: Client, workflow_id: str) -> list[WorkflowHistory]:
+    """The history of every run of a task's chain, oldest run first (a task that waited for a person
+    continued as new as the wait began: ``fetch_history`` alone reads its newest run)."""
     from agent_worker.activities.task_history import chain_of
 
-    newest = await client.get_workflow_handle(workflow_id).fetch_history()
-    return [event for history in await chain_of(client, newest) for event in history.events]
+    return await chain_of(client, await client.get_workflow_handle(workflow_id).fetch_history())
+
+
+async def task_events(client: Client, workflow_id: str) -> list[Any]:
+    """The history events of every run of a task's chain, oldest run first (``task_chain``)."""
+    return [event for history in await task_chain(client, workflow_id) for event in history.events]
 
 
 async def assert_replays(
