@@ -347,11 +347,13 @@ async def assert_replays(
     waited for a person continued as new as the wait began), or only ``run_id``. Returns the
     history as JSON, the runs joined as one (``joined_runs``).
 
-    With ``AW_RECORD_HISTORIES=DIR`` set, the newest run replayed is also saved there under the
-    test function's name (``make histories`` refreshes ``tests/histories/`` this way), unless
-    ``keep`` is False (a history too large to commit). The parametrization is left out of the
-    name, so that each file maps to a listed test function: a parametrized test (or one running
-    several tasks) keeps the last history it replayed.
+    With ``AW_RECORD_HISTORIES=DIR`` set, the runs replayed are also saved there, one file a run
+    (``make histories`` refreshes ``tests/histories/`` this way), unless ``keep`` is False (a
+    history too large to commit): the newest under the test function's name, each earlier one as
+    ``NAME.runN`` (N counting from the oldest), so the code before a wait stays covered when the
+    task waited in a short run. The parametrization is left out of the name, so that each file
+    maps to a listed test function: a parametrized test (or one running several tasks) keeps the
+    last history it replayed.
     """
     from agent_worker.activities.task_history import chain_of
 
@@ -366,11 +368,16 @@ async def assert_replays(
         node = os.environ["PYTEST_CURRENT_TEST"].rsplit(" ", 1)[0]
         test_name = node.split("[", 1)[0].split("::")[-1]
         Path(record_dir).mkdir(parents=True, exist_ok=True)
-        (Path(record_dir) / f"{test_name}.json").write_text(newest.to_json())
         # Child ids derive from the workflow id, so a replay needs the real one.
         index = Path(record_dir) / HISTORY_IDS
         ids = json.loads(index.read_text()) if index.exists() else {}
-        ids[test_name] = workflow_id
+        for stale in Path(record_dir).glob(f"{test_name}.run*.json"):  # a chain it recorded before
+            stale.unlink()
+            ids.pop(stale.stem, None)
+        for number, history in enumerate(runs, start=1):
+            name = test_name if history is newest else f"{test_name}.run{number}"
+            (Path(record_dir) / f"{name}.json").write_text(history.to_json())
+            ids[name] = workflow_id
         index.write_text(json.dumps(ids, indent=2, sort_keys=True) + "\n")
     return joined_runs(runs)
 
