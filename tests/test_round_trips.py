@@ -23,17 +23,27 @@ WHOLE = (7, 5)
 AFTER_SIGNAL = (3, 2)
 
 
+def earlier_runs(path: Path) -> list[Path]:
+    """The earlier runs of the chain ``path`` is the newest run of, oldest first: ``make histories``
+    records them as ``NAME.runN.json`` (a task that waited for a person in a short run)."""
+    return sorted(path.parent.glob(f"{path.stem}.run*.json"), key=lambda p: int(p.stem.rsplit("run", 1)[1]))
+
+
 def events(path: Path) -> list[dict[str, Any]]:
-    return json.loads(path.read_text())["events"]
+    """The events of every run of the recorded chain, oldest first (counted, not numbered)."""
+    return [e for run in [*earlier_runs(path), path] for e in json.loads(run.read_text())["events"]]
 
 
 def test_the_example_task_takes_at_most_the_design_s_round_trips() -> None:
+    """Counted over every run; the start of each short run the task waited in (one workflow task
+    each, ``short-wait-by-default``) is not part of the task's own work."""
     trips = round_trips(events(HISTORY))
+    own_work = trips.workflow_tasks - len(earlier_runs(HISTORY))
     # It is the example: three turns, its one command and its one write, each once; its two event
     # deliveries (before the wait for the approver, at the end) are local activities.
     assert sorted(trips.activities) == ["agent.turn"] * 3 + ["business.write", "sandbox.exec"]
     assert trips.local_activities.count("events.publish_here") == 2, trips
-    assert trips.workflow_tasks <= WHOLE[0] and len(trips.activities) <= WHOLE[1], trips
+    assert own_work <= WHOLE[0] and len(trips.activities) <= WHOLE[1], trips
 
 
 def test_the_approval_takes_at_most_three_workflow_tasks_and_two_activities_after_its_signal() -> None:
