@@ -282,7 +282,7 @@ async def test_two_workers_the_api_and_redis_stream_a_turn_running_on_the_other_
     assert [e.offset for e in entries] == list(range(1, len(entries) + 1))
 
     handle = client.get_workflow_handle(task_id)
-    ran_by = await activity_workers(handle)
+    ran_by = await activity_workers(client, task_id)
     assert ran_by["agent.turn"] == {hands.pid}
     history = await handle.fetch_history()
     workflow_workers = {
