@@ -123,6 +123,7 @@ async def run(quick: bool = False, rounds: int | None = None) -> Section:
                     measured.append(await _one(client, spec))
     section.seconds = time.perf_counter() - began
     whole, after = _worst([m[0] for m in measured]), _worst([m[1] for m in measured])
+    runs = max(m[2] for m in measured)
     section.headers = ["measure", "whole task", "after the approval signal"]
     section.rows = [
         ["workflow tasks completed", str(whole.workflow_tasks), str(after.workflow_tasks)],
@@ -145,7 +146,7 @@ async def run(quick: bool = False, rounds: int | None = None) -> Section:
         f"approved by the `submit_decision` signal; {rounds} round(s), the table gives the one with the "
         f"most workflow tasks. (workflow tasks, activities) of every round: whole {spread['whole']}, "
         f"after the signal {spread['after']}.",
-        f"Counted over every run of the task ({max(m[2] for m in measured)}): the task waits for its "
+        f"Counted over every run of the task ({runs}): the task waits for its "
         "approver in a short run (`short-wait-by-default`), whose start is one workflow task more than "
         "the task's own work; after the signal, the counts are the short run's.",
     ]
@@ -162,7 +163,7 @@ async def run(quick: bool = False, rounds: int | None = None) -> Section:
         "rounds": rounds,
         # Runs of the task's chain: 2 when it waited for its approver in a short run, whose start is
         # one workflow task of the whole count.
-        "runs": max(m[2] for m in measured),
+        "runs": runs,
     }
     return section
 

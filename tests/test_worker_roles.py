@@ -27,7 +27,6 @@ from tests.helpers.support import (
     assert_replays,
     example_spec,
     free_port,
-    joined_runs,
     running_worker,
     spawn_worker,
     task_chain,
@@ -126,9 +125,8 @@ async def test_two_workers_with_different_roles_complete_the_example(
     # workflows worker; the sandbox's destroy, refused there (it holds no sandbox), went to its home.
     assert "authz.check" not in ran_by and "artifacts.ingest" not in ran_by
     assert ran_by["sandbox.destroy"] == {hands.pid}
-    local = round_trips(
-        json.loads(joined_runs(await task_chain(env.client, handle.id)))["events"]
-    ).local_activities
+    chain = await task_chain(env.client, handle.id)
+    local = round_trips([e for history in chain for e in events_of(history)]).local_activities
     assert {"artifacts.ingest", "sandbox.destroy_here"} <= set(local)
     # Events go out in local activities of the workflows worker (patch ``local-delivery``), none in
     # an activity of their own.

@@ -355,10 +355,11 @@ async def assert_replays(
     maps to a listed test function: a parametrized test (or one running several tasks) keeps the
     last history it replayed.
     """
-    from agent_worker.activities.task_history import chain_of
-
-    newest = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
-    runs = [newest] if run_id else await chain_of(client, newest)
+    if run_id:
+        runs = [await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()]
+    else:
+        runs = await task_chain(client, workflow_id)
+    newest = runs[-1]
     replayer = Replayer(workflows=WORKFLOWS, data_converter=DATA_CONVERTER, workflow_runner=workflow_runner())
     for history in runs:
         await replayer.replay_workflow(history)
