@@ -410,7 +410,10 @@ async def test_a_first_command_retried_after_its_host_died_goes_back_to_that_hos
     is ever made on B, none is left on A."""
     a, b = hosts
     first_a = await fleet.start("a-1", a)
-    handle = await a.start({"agent": "shell", "prompt": "run: sleep 6; echo done"})
+    # The first attempt outlives B's start on a busy box (a 6 s command once finished on A before A
+    # was killed, and then nothing was retried); the retry, in the sandbox A began, finds the mark.
+    script = "if [ -e begun ]; then echo done; else touch begun; sleep 30; fi"
+    handle = await a.start({"agent": "shell", "prompt": f"run: {script}"})
     deadline = time.monotonic() + 60
     while not sandboxes_on(a):
         assert time.monotonic() < deadline, "the first command never made its sandbox"
@@ -422,12 +425,16 @@ async def test_a_first_command_retried_after_its_host_died_goes_back_to_that_hos
         await asyncio.sleep(0.2)
     await fleet.start("b", b)
     await fleet.kill("a-1")
+    running = [p.activity_type.name for p in (await handle.describe()).raw_description.pending_activities]
+    assert running == ["sandbox.exec"], "the command ended before A was killed"
     # A stays down until B has taken the retry (after the heartbeat timeout) and sent it back: 10 s
-    # alone. One full run on a slow box took over 60 (not diagnosed: it passed 4 of 4 times alone), so
-    # the bound is the one the result gets below.
+    # alone; the bound is the one the result gets below.
     deadline = time.monotonic() + 120
     while "sandbox_begun_elsewhere" not in (await handle.fetch_history()).to_json():
-        assert time.monotonic() < deadline, "B never sent the retried command back to A"
+        if time.monotonic() > deadline:
+            pending = (await handle.describe()).raw_description.pending_activities
+            log_b = (fleet.tmp_path / "worker-b.log").read_text()[-3000:]
+            raise AssertionError(f"B never sent the retried command back to A: {pending}\n{log_b}")
         await asyncio.sleep(0.5)
     assert sandboxes_on(b) == []
     second_a = await fleet.start("a-2", a)
