@@ -41,6 +41,7 @@ from agent_worker.activities.grants import GrantStore, find_grant
 from agent_worker.activities.stores.streams import StreamBackend
 from agent_worker.activities.tools import mcp as mcp_tools
 from agent_worker.schemas.actions import RAN, ActionResult, ActionStatus, ProposedAction, action_version
+from agent_worker.schemas.artifacts import ArtifactRef
 from agent_worker.schemas.config import ConfigError, WorkerConfig
 from agent_worker.schemas.grants import ActionBasis, GrantQuery, tool_schema_digest
 from agent_worker.schemas.turns import (
@@ -55,7 +56,7 @@ from agent_worker.schemas.turns import (
 )
 from agent_worker.security.redact import redact
 from agent_worker.telemetry import metrics
-from agents import Agent, Runner
+from agents import Agent, Runner, RunResult
 from agents.exceptions import MaxTurnsExceeded
 from agents.items import ToolApprovalItem
 from agents.run_state import RunState
@@ -167,7 +168,11 @@ class AgentActivities:
             stream=stream,
         )
         run_config = prepared.run_config_for(model)
-        outputs = await asyncio.to_thread(self._tool_outputs, input.results)
+        # Only a result kept in the store needs a read (in a thread); inline ones are here already.
+        if any(result.output_ref for result in input.results):
+            outputs = await asyncio.to_thread(self._tool_outputs, input.results)
+        else:
+            outputs = self._tool_outputs(input.results)
         services = TurnServices(
             store=self.store,
             inputs={ref.name: ref for ref in input.inputs},
@@ -254,8 +259,7 @@ class AgentActivities:
             "agent_worker_model_cost_microusd", round(usage.cost_usd * 1e6), model=model_name
         )
         if not result.interruptions:
-            conversation_ref = await asyncio.to_thread(self.store.put_json, result.to_input_list())
-            final_output = await asyncio.to_thread(self._bounded_output, str(result.final_output), services)
+            conversation_ref, final_output = await asyncio.to_thread(self._finished, result, services)
             return TurnResult(
                 turn=input.turn,
                 status="final",
@@ -269,10 +273,8 @@ class AgentActivities:
                 compacted=compacted,
                 agent=result.last_agent.name,
             )
-        state_ref = None
-        if self.config.run_state == "always" or needs_run_state(agent, result.last_agent):
-            state_ref = await asyncio.to_thread(self.store.put_json, result.to_state().to_json())
-        conversation_ref = await asyncio.to_thread(self.store.put_json, result.to_input_list())
+        keep_state = self.config.run_state == "always" or needs_run_state(agent, result.last_agent)
+        state_ref, conversation_ref = await asyncio.to_thread(self._paused, result, keep_state)
         proposed, invalid = _propose(result.interruptions, input.turn, registration.version)
         if input.grants is not None and self.grants is not None and proposed:
             proposed = await asyncio.to_thread(self._with_grants, input.grants, proposed)
@@ -329,6 +331,18 @@ class AgentActivities:
         if input.run_state_ref is not None:
             return await self._resume(agent, input, context, max_calls)
         return "\n\n".join([_first_message(input), *input.follow_ups])
+
+    def _finished(self, result: RunResult, services: TurnServices) -> tuple[ArtifactRef, str]:
+        """A finished run's conversation stored, and its final answer as the workflow carries it
+        (one trip to a worker thread for both)."""
+        conversation_ref = self.store.put_json(result.to_input_list())
+        return conversation_ref, self._bounded_output(str(result.final_output), services)
+
+    def _paused(self, result: RunResult, keep_state: bool) -> tuple[ArtifactRef | None, ArtifactRef]:
+        """A run paused on proposed actions: its RunState stored when the task resumes from it, and
+        its conversation (one trip to a worker thread for both)."""
+        state_ref = self.store.put_json(result.to_state().to_json()) if keep_state else None
+        return state_ref, self.store.put_json(result.to_input_list())
 
     def _bounded_output(self, text: str, services: TurnServices) -> str:
         """The final answer as the workflow carries it, redacted (``security.redact``: the task's

@@ -65,8 +65,7 @@ class BusinessActivities:
             if found is not None:
                 log.info("retried write was already committed", operation_key=input.operation_key)
                 return found.model_copy(update={"replayed": True})
-        await self.authorize(input)
-        receipt = await asyncio.to_thread(writer.write, input)
+        receipt = await asyncio.to_thread(self._authorized_write, writer, input)
         log.info(
             "write done",
             operation_key=input.operation_key,
@@ -76,7 +75,12 @@ class BusinessActivities:
         )
         return receipt
 
-    async def authorize(self, input: WriteInput) -> None:
+    def _authorized_write(self, writer: BusinessWriter, input: WriteInput) -> WriteReceipt:
+        """``authorize``, then the write (in one worker thread: both may ask a database)."""
+        self.authorize(input)
+        return writer.write(input)
+
+    def authorize(self, input: WriteInput) -> None:
         """Check the write's approval (``input.authz``; nothing to check without one).
 
         Raises:
@@ -92,7 +96,7 @@ class BusinessActivities:
                 code="authz_unavailable",
                 retryable="no",
             )
-        decision = await asyncio.to_thread(self.authorizer.check, input.authz)
+        decision = self.authorizer.check(input.authz)
         if not decision.allowed:
             log.info("write refused: approval revoked", operation_key=input.operation_key)
             raise WriteError(decision.reason, code="authz_revoked", retryable="no")

@@ -116,8 +116,9 @@ class LiveEventTap:
                 )
             )
         for seen in (self._last, self._sent):
-            for old in list(seen)[: max(len(seen) - REMEMBERED, 0)]:
-                del seen[old]
+            if len(seen) > REMEMBERED:  # (not a copy of every key per batch while under the bound)
+                for old in list(seen)[: len(seen) - REMEMBERED]:
+                    del seen[old]
         if self.dropped > self._reported:  # counted in the workflow thread, logged from here
             log.warning("live events dropped: the queue was full", count=self.dropped - self._reported)
             self._reported = self.dropped
