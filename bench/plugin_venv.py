@@ -3,7 +3,7 @@
 Why a separate environment: temporalio 1.35's ``temporalio.contrib.openai_agents`` is only a
 forwarding shim to the standalone package ``temporalio-openai-agents`` (``temporalio.openai_agents``),
 which is not installed with agent-worker and pins ``openai-agents>=0.22,<0.23``; agent-worker needs
-0.24 (its RunState schema). pip cannot install both in one environment.
+0.24 or 0.25 (its RunState schema). pip cannot install both in one environment.
 
 How: a venv with its own site-packages holding the plugin and the openai-agents it pins
 (``PINS``), layered over this project's environment for everything else (temporalio, openai,

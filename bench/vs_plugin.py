@@ -17,6 +17,7 @@ import json
 import os
 import time
 import uuid
+from importlib import metadata
 from typing import Any
 
 from agent_worker.schemas.tasks import TaskPhase, TaskResult
@@ -191,7 +192,7 @@ async def run(quick: bool = False, turns: list[int] | None = None, rounds: int |
     ]
     section.notes += [
         f"Plugin: {', '.join(f'{k} {v}' for k, v in versions.items())}, in its own venv ({python}); "
-        "agent-worker: openai-agents 0.24 in the project venv. Medians of "
+        f"agent-worker: openai-agents {metadata.version('openai-agents')} in the project venv. Medians of "
         f"{rounds} round(s); each side's time is start to result, measured by its own client.",
         f"Bytes per added turn ({first[0]}->{first[1]} vs {last[0]}->{last[1]} turns): plugin "
         f"{marginal(theirs, *first):.0f} -> {marginal(theirs, *last):.0f}, "
