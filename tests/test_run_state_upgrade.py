@@ -16,6 +16,7 @@ from agent_worker.activities.agent.turn import AgentActivities
 from agent_worker.activities.artifacts import LocalArtifactStore
 from agent_worker.schemas.actions import ActionResult, ActionStatus
 from agent_worker.schemas.turns import TurnInput
+from agents.run_state import CURRENT_SCHEMA_VERSION
 from temporalio.testing import ActivityEnvironment
 
 from tests.helpers.support import TEST_AGENTS, make_config
@@ -58,4 +59,4 @@ async def test_a_run_state_stored_by_openai_agents_0_24_resumes_on_the_installed
     assert [(o["call_id"], json.loads(o["output"])["stdout"]) for o in outputs] == [("call_count_1", "1\n")]
     # The turn stored its RunState again, now in the installed release's own schema.
     assert result.run_state_ref is not None
-    assert "$schemaVersion" in store.get_json(result.run_state_ref)
+    assert store.get_json(result.run_state_ref)["$schemaVersion"] == CURRENT_SCHEMA_VERSION
