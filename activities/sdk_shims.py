@@ -52,7 +52,7 @@ from agents import Handoff
 from temporalio.bridge import worker as sdk_bridge_worker
 from temporalio.converter import DataConverter
 from temporalio.converter._extstore import StorageOperationMetrics
-from temporalio.worker import WorkflowInstance, WorkflowInstanceDetails
+from temporalio.worker import UnsandboxedWorkflowRunner, WorkflowInstance, WorkflowInstanceDetails
 from temporalio.worker import _workflow as sdk_workflow_worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from temporalio.worker.workflow_sandbox import _runner as sdk_runner
@@ -104,12 +104,24 @@ class _DirectContextInstance(sdk_runner._Instance):
 class AgentWorkflowRunner(SandboxedWorkflowRunner):
     """The SDK's ``SandboxedWorkflowRunner`` with payload contexts answered outside the sandbox and,
     when ``deadlock_window`` is set, that window for the workflow activations of every worker and
-    replayer it is given to (instead of the SDK's 2 s)."""
+    replayer it is given to (instead of the SDK's 2 s). The workflow classes in ``unsandboxed`` run
+    as the SDK's ``UnsandboxedWorkflowRunner`` runs them (both through ``WorkflowRunner``'s public
+    methods); any other workflow a worker is given stays in the sandbox."""
 
     deadlock_window: timedelta | None = None
+    unsandboxed: frozenset[type] = frozenset()
+
+    def prepare_workflow(self, defn: Any) -> None:
+        if defn.cls not in self.unsandboxed:
+            super().prepare_workflow(defn)
 
     def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
+        if det.defn.cls in self.unsandboxed:
+            return _UNSANDBOXED.create_instance(det)
         return _DirectContextInstance(det, self.runner_class, self.restrictions)
+
+
+_UNSANDBOXED = UnsandboxedWorkflowRunner()
 
 
 def _widen_deadlock_window(workflow_worker: Any, runner: Any) -> None:

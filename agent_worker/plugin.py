@@ -94,14 +94,16 @@ WORKFLOWS = (
 # 10,000-signal flood passed with it at load 6.3 and 7.1 and failed at 9.8 (2026-12-05), so the
 # default stays wide.
 DEADLOCK_WINDOW = timedelta(seconds=20)
-# Library packages the workflow sandbox passes through beyond the SDK's default set, each with why.
+# Library packages the workflow sandbox (``workflow_sandbox`` on, and the full-sandbox replays) passes
+# through beyond the SDK's default set, each with why.
 # The default set already holds what our workflow modules import themselves: the standard library,
 # temporalio, pydantic (with pydantic_core, typing_extensions, annotated_types). Our payload models,
 # activity classes and the helpers workflow code calls (``schemas``, ``activities``,
 # ``telemetry.metrics``, ``security.signing``) are passed through where workflow code imports them,
 # with the SDK's documented ``workflow.unsafe.imports_passed_through()``: one copy of each payload
 # class for the converter, and no per-instance import of the Agents SDK behind the activity classes.
-# Our workflow code (``workflows``) is imported inside the sandbox, with its restrictions.
+# Our workflow code (``workflows``) is imported inside the sandbox, with its restrictions, unless
+# ``WORKFLOW_CODE`` passes it through.
 LIBRARY_PASSTHROUGH: dict[str, str] = {
     # Policy conditions (``schemas.conditions``): workflow code compiles and evaluates CEL with it
     # (a rule's ``when``, validated with the task input). Pure and deterministic: no clock,
@@ -111,36 +113,45 @@ LIBRARY_PASSTHROUGH: dict[str, str] = {
     # imported afresh per workflow instance; passed through, one copy and its program cache serve all.
     "celpy": "policy conditions (CEL), evaluated in workflow code",
 }
-# Our workflow code, passed through too unless ``workflow_passthrough`` is off, for speed alone: a
-# sandbox imports it again for every workflow instance a cache miss builds, 15 ms of a 33.6 ms live
-# miss against 18.4 ms passed through (+83%; `python -m bench.sandbox_passthrough`, 2026-12-05), and
-# a copy per cached workflow. What the sandbox would refuse there, ``scripts/check_workflows.py``
-# refuses before it runs, and tests/test_full_sandbox.py replays every committed history in the
-# SDK's unmodified sandbox with ``LIBRARY_PASSTHROUGH`` alone.
+# Our workflows run outside the sandbox unless ``workflow_sandbox`` is on (``workflow_runner``): with
+# our code passed through, the sandbox checked none of it at run time, and still cost its import
+# hooks on every activation and its instance on every cache miss (bench/findings.md, 2026-12-07).
+# With it on, our workflow code is passed through too unless ``workflow_passthrough`` is off, for
+# speed alone: a sandbox imports it again for every workflow instance a cache miss builds, 15 ms of
+# a 33.6 ms live miss against 18.4 ms passed through (+83%; `python -m bench.sandbox_passthrough`,
+# 2026-12-05), and a copy per cached workflow. What the sandbox would refuse in our workflow code,
+# ``scripts/check_workflows.py`` refuses before it runs, and tests/test_full_sandbox.py replays every
+# committed history in the SDK's unmodified sandbox with ``LIBRARY_PASSTHROUGH`` alone.
 WORKFLOW_CODE = ("agent_worker.workflows",)
 
 
 def workflow_runner(
-    passthrough: bool = True, deadlock_window: timedelta | None = DEADLOCK_WINDOW
+    passthrough: bool = True, deadlock_window: timedelta | None = DEADLOCK_WINDOW, *, sandboxed: bool = False
 ) -> SandboxedWorkflowRunner:
-    """The workflow sandbox the worker runs workflows in, and replays check them with: the SDK's
-    ``SandboxedWorkflowRunner`` with ``LIBRARY_PASSTHROUGH`` passed through (and ``WORKFLOW_CODE``
-    unless ``passthrough`` is off), payload contexts answered without entering it, and
-    ``deadlock_window`` for activations (None: the SDK's own 2 s;
-    ``activities.sdk_shims.AgentWorkflowRunner``)."""
+    """The runner the worker runs workflows in, and replays check them with
+    (``activities.sdk_shims.AgentWorkflowRunner``): ``WORKFLOWS`` outside the workflow sandbox unless
+    ``sandboxed``; in it (``sandboxed``, and any workflow of the user's on the same worker) the
+    SDK's ``SandboxedWorkflowRunner`` with ``LIBRARY_PASSTHROUGH`` passed through (and
+    ``WORKFLOW_CODE`` unless ``passthrough`` is off), payload contexts answered without entering it;
+    ``deadlock_window`` for activations (None: the SDK's own 2 s)."""
     from agent_worker.schemas.conditions import warm_conditions
 
     warm_conditions()  # policy conditions compile inside activations: not the parser's first build
     passed = [*LIBRARY_PASSTHROUGH, *(WORKFLOW_CODE if passthrough else ())]
     restrictions = SandboxRestrictions.default.with_passthrough_modules(*passed)
-    return AgentWorkflowRunner(restrictions=restrictions, deadlock_window=deadlock_window)
+    return AgentWorkflowRunner(
+        restrictions=restrictions,
+        deadlock_window=deadlock_window,
+        unsandboxed=frozenset() if sandboxed else frozenset(WORKFLOWS),
+    )
 
 
-def deadlock_window(config: AgentWorkerConfig) -> timedelta | None:
-    """The activation deadlock window ``config`` asks for (``workflow_deadlock_window_seconds``), or
-    None for the SDK's own."""
+def config_runner(config: AgentWorkerConfig) -> SandboxedWorkflowRunner:
+    """``workflow_runner`` as ``config`` asks for it (``workflow_sandbox``, ``workflow_passthrough``,
+    ``workflow_deadlock_window_seconds``: 0 for the SDK's own window)."""
     seconds = config.workflow_deadlock_window_seconds
-    return timedelta(seconds=seconds) if seconds > 0 else None
+    window = timedelta(seconds=seconds) if seconds > 0 else None
+    return workflow_runner(config.workflow_passthrough, window, sandboxed=config.workflow_sandbox)
 
 
 class AgentWorkerPlugin(SimplePlugin):
@@ -173,7 +184,7 @@ class AgentWorkerPlugin(SimplePlugin):
         super().__init__(
             PLUGIN_NAME,
             data_converter=converter_for(config),
-            workflow_runner=workflow_runner(config.workflow_passthrough, deadlock_window(config)),
+            workflow_runner=config_runner(config),
         )
 
     def task_queues(self, client: Client) -> list[str]:
@@ -189,9 +200,7 @@ class AgentWorkerPlugin(SimplePlugin):
         config["activities"] = [*config.get("activities", []), *activities]
         if queue == self.config.task_queue and "workflows" in self.config.role_set:
             config["workflows"] = [*config.get("workflows", []), *WORKFLOWS]
-            config["workflow_runner"] = workflow_runner(
-                self.config.workflow_passthrough, deadlock_window(self.config)
-            )
+            config["workflow_runner"] = config_runner(self.config)
         return config
 
     def configure_replayer(self, config: ReplayerConfig) -> ReplayerConfig:

@@ -9,10 +9,12 @@ the Temporal CLI) ``--replays`` times in each of these, interleaved round by rou
 - ``passthrough``: the same sandbox with our own packages passed through
   (``SandboxRestrictions.default.with_passthrough_modules(...)``): imported once, shared by every
   instance, so no longer re-imported but no longer isolated per instance either;
-- ``worker``: the worker's runner (``agent_worker.worker.workflow_runner``): our workflow code
-  passed through (``WORKFLOW_CODE``; our models and helpers are passed through where workflow code
-  imports them), with payload contexts answered without entering the sandbox and its code strings
-  compiled once (``activities.sdk_shims.AgentWorkflowRunner``);
+- ``worker, sandbox on``: the worker's runner with ``workflow_sandbox`` on
+  (``agent_worker.worker.workflow_runner(sandboxed=True)``): our workflow code passed through
+  (``WORKFLOW_CODE``; our models and helpers are passed through where workflow code imports them),
+  with payload contexts answered without entering the sandbox and its code strings compiled once
+  (``activities.sdk_shims.AgentWorkflowRunner``);
+- ``worker``: the worker's runner as it runs by default: our workflows outside the sandbox;
 - ``unsandboxed``: ``UnsandboxedWorkflowRunner``, the floor (no sandbox at all).
 
 It also counts the sandbox's ``exec()`` calls by purpose (the SDK runs a code string in the
@@ -75,6 +77,7 @@ def runners() -> dict[str, WorkflowRunner]:
     return {
         "sandboxed": SandboxedWorkflowRunner(),
         "passthrough": SandboxedWorkflowRunner(restrictions=passthrough),
+        "worker, sandbox on": workflow_runner(sandboxed=True),
         "worker": workflow_runner(),
         "unsandboxed": UnsandboxedWorkflowRunner(),
     }
@@ -254,7 +257,7 @@ def report(figures: dict[str, Any], replays: int, rounds: int) -> str:
     ]
     v = figures["validation_ms"]
     live = {name: m[name] - v[name] for name in m}
-    for name in ("sandboxed", "passthrough", "worker", "unsandboxed"):
+    for name in runners():
         rounds_text = ", ".join(f"{x:.1f}" for x in figures["rounds"][name])
         lines.append(
             f"| {name} | {m[name]:.1f} | {m[name] / m['sandboxed']:.2f}x | {v[name]:.1f} | "
@@ -267,10 +270,12 @@ def report(figures: dict[str, Any], replays: int, rounds: int) -> str:
         "so a live cache miss pays the replay less that instance's creation.",
         "",
         f"`passthrough` passes `{', '.join(OURS)}` through the sandbox "
-        "(`SandboxRestrictions.default.with_passthrough_modules`); `worker` is the worker's runner "
-        "(`agent_worker.worker.workflow_runner`): our workflow code passed through (`WORKFLOW_CODE`), "
-        "with payload contexts answered without entering the sandbox and its code strings compiled "
-        "once (`AgentWorkflowRunner`). `sandboxed` imports the workflow code afresh for each "
+        "(`SandboxRestrictions.default.with_passthrough_modules`); `worker, sandbox on` is the worker's "
+        "runner with `workflow_sandbox` on (`agent_worker.worker.workflow_runner(sandboxed=True)`): our "
+        "workflow code passed through (`WORKFLOW_CODE`), with payload contexts answered without "
+        "entering the sandbox and its code strings compiled once (`AgentWorkflowRunner`); `worker` is "
+        "the same runner as a worker runs it by default, our workflows outside the sandbox. "
+        "`sandboxed` imports the workflow code afresh for each "
         "instance (the SDK's default; our models and helpers pass through where imported).",
         "",
         "## The sandbox's exec() calls per replay (sandboxed runner)",

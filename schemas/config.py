@@ -371,13 +371,23 @@ class WorkerConfig(BaseModel):
     agents_tracing: bool = Field(
         default=False, description="Export OpenAI Agents SDK traces (needs OPENAI_API_KEY)."
     )
+    workflow_sandbox: bool = Field(
+        default=False,
+        description="Run agent-worker's own workflows in the SDK's workflow sandbox. Off (the default), "
+        "they run as the SDK's UnsandboxedWorkflowRunner runs them: about 3% less worker CPU per warm "
+        "approval and 6% less per cache miss (bench/findings.md). What the sandbox would refuse in them, "
+        "`scripts/check_workflows.py` refuses before they run, and tests/test_full_sandbox.py replays "
+        "every committed history in the SDK's full sandbox. A workflow of your own on the same worker "
+        "stays sandboxed either way.",
+    )
     workflow_passthrough: bool = Field(
         default=True,
         description="Import the workflow code (`workflows`) once, outside the workflow sandbox, instead "
         "of again for every workflow instance: a cache miss costs 18.4 ms instead of 33.6 "
         "(`python -m bench.sandbox_passthrough`). `scripts/check_workflows.py` (run by `make test`) "
         "refuses in it, and in the code of ours it runs, what the sandbox would stop. Off: the SDK's "
-        "full sandbox for the workflow code (libraries and our payload models stay passed through).",
+        "full sandbox for the workflow code (libraries and our payload models stay passed through). "
+        "Only with workflow_sandbox on.",
     )
     workflow_deadlock_window_seconds: float = Field(
         default=20.0,

@@ -41,9 +41,9 @@ from temporalio.worker import Replayer, Worker
 from temporalio.worker import _workflow as sdk_workflow_worker
 from temporalio.worker.workflow_sandbox import SandboxRestrictions
 
-from agent_worker.plugin import DEADLOCK_WINDOW, workflow_runner
+from agent_worker.plugin import DEADLOCK_WINDOW, WORKFLOWS, config_runner, workflow_runner
 from agent_worker.worker import build_workers
-from tests.helpers.slow_workflow import SlowActivation
+from tests.helpers.slow_workflow import SandboxProbe, SlowActivation
 from tests.helpers.support import REPO, make_config, replay_committed
 
 EXAMPLE = REPO / "tests" / "histories" / "test_approval_by_temporal_cli_completes_with_evidence.json"
@@ -81,8 +81,9 @@ def _runner(window: timedelta | None) -> AgentWorkflowRunner:
 
 async def test_payload_contexts_are_the_sdks_answers(monkeypatch: pytest.MonkeyPatch) -> None:
     """Replaying the example task with a codec (so that the SDK's payload passes run and ask each
-    command's context), every context the runner answers directly equals the one the SDK's sandboxed
-    path gives for the same command, activities' contexts among them."""
+    command's context) in the sandbox (``workflow_sandbox`` on), every context the runner answers
+    directly equals the one the SDK's sandboxed path gives for the same command, activities'
+    contexts among them."""
     direct = _DirectContextInstance.get_serialization_context
     answers: list[Any] = []
 
@@ -93,7 +94,7 @@ async def test_payload_contexts_are_the_sdks_answers(monkeypatch: pytest.MonkeyP
         return got
 
     monkeypatch.setattr(_DirectContextInstance, "get_serialization_context", compared)
-    await replay_committed(EXAMPLE, _with_codec(_CountingCodec()))
+    await replay_committed(EXAMPLE, _with_codec(_CountingCodec()), sandboxed=True)
     kinds = {type(a) for a in answers}
     assert {ActivitySerializationContext, WorkflowSerializationContext} <= kinds, kinds
 
@@ -108,7 +109,7 @@ async def test_the_sandbox_is_not_entered_for_a_payload_context(monkeypatch: pyt
     monkeypatch.setattr(sdk_instance_class, "get_serialization_context", entered)
     monkeypatch.setattr(sdk_instance_class, "get_external_store_context", entered)
     codec = _CountingCodec()
-    await replay_committed(EXAMPLE, _with_codec(codec))
+    await replay_committed(EXAMPLE, _with_codec(codec), sandboxed=True)
     assert codec.decoded > 0  # the passes that ask for contexts ran
 
 
@@ -160,6 +161,24 @@ def test_the_worker_and_its_replays_run_with_the_deadlock_window() -> None:
     replay``) check them with, carries ``DEADLOCK_WINDOW``."""
     assert workflow_runner().deadlock_window == DEADLOCK_WINDOW
     assert workflow_runner(passthrough=False).deadlock_window == DEADLOCK_WINDOW
+
+
+async def test_the_runner_takes_only_its_own_workflows_out_of_the_sandbox(
+    client: Client, tmp_path: Path
+) -> None:
+    """A workflow the runner lists as ``unsandboxed`` runs outside the SDK's sandbox, and the same
+    workflow not listed (a user's own on our worker) inside it, through the SDK's public runner
+    methods; the worker's runner lists agent-worker's workflows unless ``workflow_sandbox`` is on."""
+    for unsandboxed, inside in ((frozenset({SandboxProbe}), False), (frozenset(), True)):
+        runner = dataclasses.replace(_runner(None), unsandboxed=unsandboxed)
+        queue = f"tq-{uuid.uuid4().hex[:10]}"
+        async with Worker(client, task_queue=queue, workflows=[SandboxProbe], workflow_runner=runner):
+            probe = f"probe-{uuid.uuid4()}"
+            assert await client.execute_workflow(SandboxProbe.run, id=probe, task_queue=queue) is inside
+    assert workflow_runner().unsandboxed == frozenset(WORKFLOWS)
+    assert workflow_runner(sandboxed=True).unsandboxed == frozenset()
+    assert config_runner(make_config(tmp_path / "default")).unsandboxed == frozenset(WORKFLOWS)
+    assert config_runner(make_config(tmp_path / "on", workflow_sandbox=True)).unsandboxed == frozenset()
 
 
 def test_a_handoffs_target_agent_is_found() -> None:

@@ -6,14 +6,17 @@ are in the stream while it waits."""
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 from agent_worker.activities.events import JsonlEventSink
-from agent_worker.activities.stores.live_events import LiveEventTap
+from agent_worker.activities.stores.live_events import MAX_QUEUED, LiveEventTap
 from agent_worker.activities.stores.state import build_stream_backend
 from agent_worker.activities.stores.streams import SqliteStreamBackend
 from agent_worker.schemas.events import Event, EventType
+from agent_worker.schemas.streams import StreamEntry
 from agent_worker.schemas.tasks import TaskPhase, TaskResult
 from temporalio.client import Client
 
@@ -105,3 +108,35 @@ def test_the_tap_streams_each_event_once_redacted_and_survives_a_store_that_is_d
     broken.offer(_event("t-2", 1))
     broken.close()
     assert not broken._thread.is_alive()  # it ended on close, not on the error
+
+
+def test_a_flood_past_the_tap_s_bound_is_counted_and_dropped_and_what_it_held_is_written() -> None:
+    """The tap holds at most ``MAX_QUEUED`` entries while its store is stuck; a flood past that is
+    dropped and counted (never waiting in the workflow thread), and once the store answers, what the
+    tap held is written in order, each once."""
+    written: list[int] = []
+    stuck = threading.Event()
+    release = threading.Event()
+
+    class Stuck:
+        def append(self, task_id: str, chain: str | None, entries: list[StreamEntry]) -> list[int]:
+            stuck.set()
+            release.wait(60)
+            written.extend(e.data["seq"] for e in entries)
+            return list(range(len(entries)))
+
+    tap = LiveEventTap(Stuck())  # type: ignore[arg-type]
+    tap.offer(_event("t-flood", 1))
+    assert stuck.wait(10), "the writer took the first event"
+    flood = MAX_QUEUED + 2_000
+    events = [_event("t-flood", seq) for seq in range(2, flood + 2)]
+    started = time.perf_counter()
+    for event in events:
+        tap.offer(event)
+    offering = time.perf_counter() - started
+    assert tap.dropped == 2_000, f"held {MAX_QUEUED}, dropped the rest: {tap.dropped}"
+    release.set()
+    tap.close(timeout=60)
+    assert not tap._thread.is_alive()
+    assert written == list(range(1, MAX_QUEUED + 2)), "the first event, then all the tap held, in order"
+    print(f"{flood} offers in {offering:.2f} s")  # (no timing asserted: the offers never waited)

@@ -16,3 +16,12 @@ class SlowActivation:
     async def run(self, seconds: float) -> str:
         threading.Event().wait(seconds)
         return "done"
+
+
+@workflow.defn(name="SandboxProbe")
+class SandboxProbe:
+    """Answers whether it runs inside the SDK's workflow sandbox."""
+
+    @workflow.run
+    async def run(self) -> bool:
+        return workflow.unsafe.in_sandbox()

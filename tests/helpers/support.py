@@ -406,14 +406,17 @@ def joined_runs(runs: list[WorkflowHistory]) -> str:
     return json.dumps({"events": events})
 
 
-async def replay_committed(path: Path, data_converter: DataConverter = pydantic_data_converter) -> None:
+async def replay_committed(
+    path: Path, data_converter: DataConverter = pydantic_data_converter, *, sandboxed: bool = False
+) -> None:
     """Replay a history committed under ``tests/histories/`` (with the workflow id it ran under,
     from the folder's ``HISTORY_IDS``: child ids derive from it) against the current code, in the
-    worker's workflow runner and with ``data_converter``; fails naming the file on any
-    nondeterminism."""
+    worker's workflow runner (``sandboxed``: as ``workflow_sandbox`` on has it) and with
+    ``data_converter``; fails naming the file on any nondeterminism."""
     ids = json.loads((path.parent / HISTORY_IDS).read_text())
     history = WorkflowHistory.from_json(ids[path.stem], json.loads(path.read_text()))
-    replayer = Replayer(workflows=WORKFLOWS, data_converter=data_converter, workflow_runner=workflow_runner())
+    runner = workflow_runner(sandboxed=sandboxed)
+    replayer = Replayer(workflows=WORKFLOWS, data_converter=data_converter, workflow_runner=runner)
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, f"{path.name}: {result.replay_failure}"
 
