@@ -104,13 +104,15 @@ class LiveEventTap:
             if event.seq <= self._last.get(key, 0):
                 continue  # a failed workflow task's events, emitted again by its retry
             self._last[key] = event.seq
-            redacted = event.model_copy(update={"data": redact_value(event.data)})
+            data = event.model_dump(mode="json")
+            data["data"] = redact_value(data["data"])
+            # Built from the validated event's own dump: no second validation of the same values.
             by_stream.setdefault(key, []).append(
-                StreamEntry(
+                StreamEntry.model_construct(
                     task_id=event.task_id,
                     run_chain=event.run_chain,
                     kind="event",
-                    data=redacted.model_dump(mode="json"),
+                    data=data,
                     at=now,
                     writer=WRITER,
                 )

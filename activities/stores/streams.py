@@ -135,10 +135,11 @@ class SqliteStreamBackend:
                             for n, e in zip(got, entries, strict=True)
                         ],
                     )
-                    db.execute(
-                        "DELETE FROM stream_entries WHERE stream = ? AND pos <= ?",
-                        (key, got[-1] - self.retention),
-                    )
+                    if got[-1] > self.retention:  # (a stream shorter than that has nothing to drop)
+                        db.execute(
+                            "DELETE FROM stream_entries WHERE stream = ? AND pos <= ?",
+                            (key, got[-1] - self.retention),
+                        )
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
