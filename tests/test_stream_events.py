@@ -117,11 +117,14 @@ def test_a_flood_past_the_tap_s_bound_is_counted_and_dropped_and_what_it_held_is
     written: list[int] = []
     stuck = threading.Event()
     release = threading.Event()
+    released_in_time: list[bool] = []
 
     class Stuck:
         def append(self, task_id: str, chain: str | None, entries: list[StreamEntry]) -> list[int]:
             stuck.set()
-            release.wait(60)
+            # Released by the test once its offers return: an offer that waited for room would
+            # hold the test up until this times out.
+            released_in_time.append(release.wait(60))
             written.extend(e.data["seq"] for e in entries)
             return list(range(len(entries)))
 
@@ -138,5 +141,6 @@ def test_a_flood_past_the_tap_s_bound_is_counted_and_dropped_and_what_it_held_is
     release.set()
     tap.close(timeout=60)
     assert not tap._thread.is_alive()
+    assert all(released_in_time), "an offer waited for the stuck store"
     assert written == list(range(1, MAX_QUEUED + 2)), "the first event, then all the tap held, in order"
-    print(f"{flood} offers in {offering:.2f} s")  # (no timing asserted: the offers never waited)
+    print(f"{flood} offers in {offering:.2f} s")
