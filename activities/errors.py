@@ -241,9 +241,12 @@ def activity_boundary(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]
             with structlog.contextvars.bound_contextvars(**context):
                 if takeover is not None:
                     log.info("took over from a lost worker", seconds_since_its_last_heartbeat=takeover)
-                # An activity class may name what its heartbeats carry too (``heartbeat_note``).
+                # An activity class may name what its heartbeats carry too (``heartbeat_note``): a
+                # retry needs it even after a loss in the first seconds, so it goes at once.
                 note = getattr(args[0], "heartbeat_note", None) if args else None
-                async with heartbeating(details=lambda: {**beat_details(), **(note or {})}):
+                async with heartbeating(
+                    details=lambda: {**beat_details(), **(note or {})}, first_at_once=note is not None
+                ):
                     result = await fn(*args, **kwargs)
             return with_takeover(result, takeover)
         except AgentWorkerError as err:

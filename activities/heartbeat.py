@@ -45,14 +45,24 @@ def taken_over_after() -> float | None:
 
 
 @contextlib.asynccontextmanager
-async def heartbeating(every: float = 2.0, details: Callable[[], Any] = beat_details) -> AsyncIterator[None]:
+async def heartbeating(
+    every: float = 2.0, details: Callable[[], Any] = beat_details, *, first_at_once: bool = False
+) -> AsyncIterator[None]:
     """Heartbeat every ``every`` seconds while the block runs, with ``details()`` (no-op outside an
-    activity, and in a local activity, which has no heartbeats)."""
+    activity, and in a local activity, which has no heartbeats).
+
+    The first beat comes after ``every`` seconds, so work done sooner sends none: each beat is an RPC
+    and a write to the task's state on the server, and an approval's two short activities (the write,
+    the model's answer) spent two of them (bench/findings.md, "Heartbeats"). ``first_at_once`` beats at
+    the start, for details a retry must find even when the worker is lost in the first seconds (a
+    sandbox command's home queue)."""
     if not activity.in_activity() or activity.info().is_local:
         yield
         return
 
     async def beat() -> None:
+        if not first_at_once:
+            await asyncio.sleep(every)
         while True:
             activity.heartbeat(details())
             await asyncio.sleep(every)

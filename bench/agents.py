@@ -32,6 +32,7 @@ from agents.items import ModelResponse, TResponseOutputItem
 from agents.testing import assistant_message, function_call
 from temporalio import activity
 
+from agent_worker.client import workflow_input
 from bench import script
 
 CALL_LOG_ENV = "AW_BENCH_CALL_LOG"
@@ -167,12 +168,17 @@ def counting_task(target: int, agent: str = "bench-counter", **extra: Any) -> di
 APPROVER = "bench-approver"
 
 
-def approval_task(value: str) -> dict[str, Any]:
-    """A TaskSpec whose one business write waits for ``APPROVER``."""
-    return {
+def approval_task(value: str, **extra: Any) -> dict[str, Any]:
+    """The workflow input of a task whose one business write waits for ``APPROVER``, as
+    ``AgentWorkerClient.start_task`` sends it (``workflow_input``: the current release line, which
+    asks one patch at the start; a spec alone begins on 0.1 and asks six, each a marker and a
+    search-attribute upsert). ``extra`` joins the spec."""
+    spec = {
         "agent": "bench-approval",
         "prompt": f"record: {value}",
         "policy": {
             "rules": [{"tool": "record_value", "decision": "require_approval", "approvers": [APPROVER]}]
         },
+        **extra,
     }
+    return workflow_input(spec)

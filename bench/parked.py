@@ -19,6 +19,7 @@ import sqlite3
 import time
 import urllib.request
 import uuid
+from collections import Counter
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from bench.common import (
     cpu_seconds,
     dev_server,
     gather_limited,
+    group_cpu_seconds,
     load,
     percentile,
     row,
@@ -88,15 +90,20 @@ async def _pending(handle: Any) -> list[ApprovalRequest]:
     raise AssertionError("unreachable")
 
 
-def cache_counts(port: int) -> tuple[float, float]:
-    """(hits, misses) of the worker's sticky workflow cache so far, from its ``/metrics``."""
+def cache_counts(port: int) -> tuple[float, float, Counter[str]]:
+    """(hits, misses) of the worker's sticky workflow cache so far, and its requests to the server by
+    operation (the SDK's ``temporal_request`` and ``temporal_long_request``), from its ``/metrics``."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
         text = response.read().decode()
 
     def total(name: str) -> float:
         return sum(float(v) for v in re.findall(rf"^{name}(?:_total)?(?:{{[^}}]*}})? (\S+)$", text, re.M))
 
-    return total("temporal_sticky_cache_hit"), total("temporal_sticky_cache_miss")
+    requests: Counter[str] = Counter()
+    for labels, value in re.findall(r"^temporal_(?:long_)?request(?:_total)?\{([^}]*)\} (\S+)$", text, re.M):
+        operation = re.search(r'operation="([^"]+)"', labels)
+        requests[operation.group(1) if operation else "?"] += float(value)
+    return total("temporal_sticky_cache_hit"), total("temporal_sticky_cache_miss"), requests
 
 
 def _commits(db: Path, sql: str) -> dict[str, float]:
@@ -144,7 +151,7 @@ async def park_ours(
             IN_FLIGHT,
             (
                 server.client.start_workflow(
-                    AgentTaskWorkflow.run, {**approval_task(f"v{i}"), **(spec or {})}, id=task_id,
+                    AgentTaskWorkflow.run, approval_task(f"v{i}", **(spec or {})), id=task_id,
                     task_queue=config.task_queue, result_type=TaskResult,
                 )
                 for i, task_id in enumerate(ids)
@@ -177,11 +184,13 @@ async def park_ours(
             )  # fmt: skip
 
         cpu_queried, cache_queried = cpu_seconds(worker.pid), await asyncio.to_thread(cache_counts, port)
+        server_queried = group_cpu_seconds(server.proc.pid)
         await gather_limited(IN_FLIGHT, (approve(h, p) for h, p in zip(handles, pending, strict=True)))
         results: list[TaskResult] = await gather_limited(4 * IN_FLIGHT, (h.result() for h in handles))
         done = time.time()
         _, final_peak = rss_mb(worker.pid)
         cpu_done, cache_done = cpu_seconds(worker.pid), await asyncio.to_thread(cache_counts, port)
+        server_done = group_cpu_seconds(server.proc.pid)
     finally:
         await worker.stop()
     phases = {r.phase for r in results}
@@ -202,6 +211,12 @@ async def park_ours(
             "query_all_s": query_seconds,
             "cpu_ms_park": (cpu_parked - cpu_start) * 1000 / n,
             "cpu_ms_approve": (cpu_done - cpu_queried) * 1000 / n,
+            "server_cpu_ms_approve": (server_done - server_queried) * 1000 / n,
+            "rpcs_approve": (cache_done[2].total() - cache_queried[2].total()) / n,
+            "heartbeats_approve": (
+                cache_done[2]["RecordActivityTaskHeartbeat"] - cache_queried[2]["RecordActivityTaskHeartbeat"]
+            )
+            / n,
             "cache_size": float(cache if cache is not None else config.workflow_cache_size),
             "cache_hits_approve": cache_done[0] - cache_queried[0],
             "cache_misses_approve": cache_done[1] - cache_queried[1],
@@ -228,7 +243,7 @@ async def park_bare(server: Any, tmp: Path, n: int, workflow: str = "BareApprova
         await gather_limited(IN_FLIGHT, (h.query("parked") for h in handles))
         park_seconds = time.perf_counter() - started
         parked_rss, _ = rss_mb(worker.pid)
-        cpu_parked = cpu_seconds(worker.pid)
+        cpu_parked, server_parked = cpu_seconds(worker.pid), group_cpu_seconds(server.proc.pid)
         sent: dict[str, float] = {}
 
         async def approve(handle: Any) -> None:
@@ -238,7 +253,7 @@ async def park_bare(server: Any, tmp: Path, n: int, workflow: str = "BareApprova
         await gather_limited(IN_FLIGHT, (approve(h) for h in handles))
         await gather_limited(4 * IN_FLIGHT, (h.result() for h in handles))
         done = time.time()
-        cpu_done = cpu_seconds(worker.pid)
+        cpu_done, server_done = cpu_seconds(worker.pid), group_cpu_seconds(server.proc.pid)
     finally:
         await worker.stop()
     committed = _commits(tmp / "bare" / "bare.db", "SELECT task_id, committed_at FROM rows")
@@ -250,6 +265,7 @@ async def park_bare(server: Any, tmp: Path, n: int, workflow: str = "BareApprova
             "rows": len(committed),
             "cpu_ms_park": (cpu_parked - cpu_start) * 1000 / n,
             "cpu_ms_approve": (cpu_done - cpu_parked) * 1000 / n,
+            "server_cpu_ms_approve": (server_done - server_parked) * 1000 / n,
         }
     )
     return figures
@@ -280,6 +296,17 @@ async def run(quick: bool = False, tasks: int | None = None, bare_tasks: int | N
         row("approval-to-commit p95, ms", ours["p95_ms"], bare["p95_ms"]),
         row("worker CPU ms per task, parking", ours["cpu_ms_park"], bare["cpu_ms_park"]),
         row("worker CPU ms per task, approval to completion", ours["cpu_ms_approve"], bare["cpu_ms_approve"]),
+        row(
+            "dev server CPU ms per task, approval to completion",
+            ours["server_cpu_ms_approve"],
+            bare["server_cpu_ms_approve"],
+        ),
+        [
+            "worker requests to the server per approval (of them heartbeats)",
+            f"{ours['rpcs_approve']:.1f} ({ours['heartbeats_approve']:.1f})",
+            "",
+            "",
+        ],
         ["rows written / duplicates", f"{ours['rows']} / {ours['duplicates']}", f"{bare['rows']} / 0", ""],
     ]
     section.targets += [
