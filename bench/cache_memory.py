@@ -2,8 +2,8 @@
 
 One ``agent-worker worker`` process parks ``bench-approval`` tasks (each waits for approval, the
 state a cached task is usually in; started with the bare spec, the heaviest way a client can start
-one, so that the budget holds for every client) in steps, and after each step reads its RSS and the SDK's own
-count of cached workflows (``temporal_sticky_cache_size`` on ``/metrics``). It runs twice on one dev
+one, so that the budget holds for every client) in steps, and after each step reads its RSS and the
+SDK's own count of cached workflows (``temporal_sticky_cache_size`` on ``/metrics``). It runs twice on one dev
 server: with a cache big enough for every task, and with a small cache (``SMALL_CACHE``), where
 parking costs the same activities and events but keeps no more workflows in memory once the first
 steps have filled it. The MB per cached workflow is the slope of RSS over cached workflows in the

@@ -76,10 +76,19 @@ def rss_mb(pid: int) -> tuple[float, float]:
     return values["VmRSS"], values["VmHWM"]
 
 
+def _stat(path: Path) -> list[str]:
+    """The fields of a ``/proc/PID/stat`` after the command name (the first is the state)."""
+    return path.read_text().rsplit(")", 1)[1].split()
+
+
+def _cpu(fields: list[str]) -> float:
+    """User plus system CPU seconds from ``_stat``'s fields."""
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_seconds(pid: int) -> float:
     """User plus system CPU time process ``pid`` has used so far, from ``/proc``."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return _cpu(_stat(Path(f"/proc/{pid}/stat")))
 
 
 def group_cpu_seconds(pid: int) -> float:
@@ -90,11 +99,11 @@ def group_cpu_seconds(pid: int) -> float:
         if not entry.name.isdigit():
             continue
         try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            fields = _stat(entry / "stat")
         except OSError:  # the process ended meanwhile
             continue
-        if int(fields[2]) == pid:
-            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        if int(fields[2]) == pid:  # the process group id
+            total += _cpu(fields)
     return total
 
 
