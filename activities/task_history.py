@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -68,6 +68,8 @@ class TaskHistory:
     sent: dict[str, dict[str, Any]] = field(default_factory=dict)
     # A fork's ancestors' committed writes, as its ``fork.prepare`` took them (``ParentWrite`` JSON).
     inherited: list[dict[str, Any]] = field(default_factory=list)
+    # Read from exported runs whose first continued from a run not among them: earlier steps are missing.
+    partial: bool = False
 
     def spec(self) -> dict[str, Any]:
         """The task's spec as it was started (a bare spec or ``{"spec": ...}``)."""
@@ -162,14 +164,27 @@ def run_id_of(history: WorkflowHistory) -> str:
     return history.events[0].workflow_execution_started_event_attributes.original_execution_run_id
 
 
-def load_exported(path: str | Path | dict[str, Any]) -> dict[str, Any]:
-    """An exported history file's JSON (a dict is taken as already read).
+# A task that waited for a person ran in two runs or more (continue-as-new), and an export holds one
+# run: the runs of one task exported file by file are kept together under this key.
+RUNS = "runs"
+
+
+def load_exported(
+    path: str | Path | dict[str, Any] | Sequence[str | Path | dict[str, Any]],
+) -> dict[str, Any]:
+    """An exported history file's JSON (a dict is taken as already read); several files (the runs of
+    one task, in any order) as ``{"runs": [...]}``, which ``read_exported`` puts together.
 
     Raises:
-        ForkRefused: it cannot be read or is not a JSON object, naming the file.
+        ForkRefused: one cannot be read or is not a JSON object, naming the file.
     """
     if isinstance(path, dict):
         return path
+    if not isinstance(path, str | Path):
+        runs = [load_exported(one) for one in path]
+        if not runs:
+            raise ForkRefused("no exported history given")
+        return runs[0] if len(runs) == 1 else {RUNS: runs}
     try:
         value = json.loads(Path(path).read_text())
     except (OSError, ValueError) as err:
@@ -198,13 +213,29 @@ def parse_exported(task_id: str, exported: str | dict[str, Any]) -> WorkflowHist
 async def read_exported(
     task_id: str, exported: str | dict[str, Any], converter: DataConverter
 ) -> TaskHistory:
-    """An exported history of one run (``parse_exported``), read as ``read_history`` reads the
-    cluster's; ``converter`` decodes its payloads (the workers', with their codec).
+    """An exported history of one run (``parse_exported``), or the runs of one task
+    (``load_exported``'s ``{"runs": [...]}``) put together into their chain, read as ``read_history``
+    reads the cluster's; ``converter`` decodes its payloads (the workers', with their codec).
 
     Raises:
-        ForkRefused: not an exported history.
+        ForkRefused: not an exported history, or runs of more than one chain.
     """
-    return await read_histories(task_id, [parse_exported(task_id, exported)], converter)
+    if isinstance(exported, dict) and RUNS in exported:
+        runs = exported[RUNS]
+        if not isinstance(runs, list) or not runs:
+            raise ForkRefused(f"not exported histories: {RUNS!r} must list the runs")
+        chains = chains_in(parse_exported(task_id, run) for run in runs)
+        if len(chains) != 1:
+            raise ForkRefused(
+                f"the {len(runs)} exported histories are runs of {len(chains)} chains, not of one task "
+                "(or a run between them is missing): give every run of one task"
+            )
+        [chain] = chains
+    else:
+        chain = [parse_exported(task_id, exported)]
+    read = await read_histories(task_id, chain, converter)
+    read.partial = continued_from(chain[0]) is not None
+    return read
 
 
 async def read_histories(
@@ -314,6 +345,13 @@ def fork_spec(
     Raises:
         ForkRefused: the task has no such step, or nothing asks for a fork that could differ.
     """
+    if at not in read.turns and read.partial:
+        given = f"steps {min(read.turns)} to {max(read.turns)}" if read.turns else "no step"
+        raise ForkRefused(
+            f"task {read.task_id}: the exported runs hold {given}, and step {at} is not among them: "
+            "the first of them continued from an earlier run (the task waited, or grew long); export "
+            "every run (temporal workflow show --run-id RUN -o json) and give each file"
+        )
     if at not in read.turns:
         last = max(read.turns, default=0)
         raise ForkRefused(f"task {read.task_id} has steps 1 to {last}; there is no step {at}")

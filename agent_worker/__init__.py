@@ -48,7 +48,7 @@ from agent_worker.schemas.lazy import lazy_exports  # noqa: E402
 
 # The package's version (pyproject.toml's, which a test keeps equal). Its release line (0.2) is what a
 # task started by this package's client begins on (``schemas.tasks.CURRENT_RELEASE``, docs/upgrading.md).
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 # Each public name and the module that defines it. Importing ``agent_worker`` (or its client) loads none
 # of them: a name is imported on first use (PEP 562), so a process that only starts and decides tasks

@@ -5,10 +5,14 @@ kept in a module of its own; the history reading it needs is imported on the fir
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from temporalio.client import Client
+
+# An exported history: a file's path or its parsed JSON, or several (the runs of one task).
+Exported = str | Path | dict[str, Any] | Sequence[str | Path | dict[str, Any]]
 
 if TYPE_CHECKING:
     from agent_worker.activities.artifacts import ArtifactStore
@@ -31,11 +35,10 @@ class ForkCalls:
             self, spec: TaskSpec | TaskInput | dict[str, Any], task_id: str | None = None
         ) -> TaskRef: ...
 
-    async def steps(
-        self, task_id: str, *, history: str | Path | dict[str, Any] | None = None
-    ) -> list[StepRecord]:
+    async def steps(self, task_id: str, *, history: Exported | None = None) -> list[StepRecord]:
         """The task's steps (its turns), read from its history: what each proposed and what ran after.
-        ``history``: from this exported history (a path or parsed JSON) instead of the cluster.
+        ``history``: from this exported history (a path or parsed JSON, or a list of them: the runs of
+        one task) instead of the cluster.
 
         Raises:
             ValueError: no task with that id, or not an exported history (``ForkRefused``).
@@ -57,7 +60,7 @@ class ForkCalls:
         model: str | None = None,
         replay_until: int | None = None,
         fork_id: str | None = None,
-        history: str | Path | dict[str, Any] | None = None,
+        history: Exported | None = None,
         store: ArtifactStore | None = None,
     ) -> TaskRef:
         """Start a fork of ``task_id`` at step ``at``: a new task with the original's state there
@@ -67,7 +70,8 @@ class ForkCalls:
         before ``replay_until`` replay the original's turns.
 
         ``history``: read the original from this exported history (a file's path or its parsed JSON,
-        one run as ``temporal workflow show -o json`` writes it) instead of the cluster; it is put in
+        one run as ``temporal workflow show -o json`` writes it; a list of them for a task of several
+        runs, one that waited for a person) instead of the cluster; it is put in
         ``store`` (the artifact store the workers use, ``build_artifact_store(config)``) for the
         worker to read, and the fork starts on this client's task queue. ``task_id`` then names the
         original for the fork's evidence and events.

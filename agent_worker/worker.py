@@ -52,7 +52,6 @@ log = structlog.get_logger("agent_worker.worker")
 
 GRACEFUL_SHUTDOWN = timedelta(seconds=30)
 HEARTBEAT_THROTTLE = timedelta(seconds=2)
-STICKY_TIMEOUT = timedelta(seconds=5)
 _INDEXED_TYPES = {
     "Keyword": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
     "Bool": IndexedValueType.INDEXED_VALUE_TYPE_BOOL,
@@ -130,8 +129,9 @@ def build_workers(
         "max_concurrent_workflow_tasks": config.max_concurrent_workflow_tasks,
         # Sized to the memory budget (workflow_cache_mb); misses are on /metrics.
         "max_cached_workflows": config.workflow_cache_size,
-        # A dead worker's tasks move to another worker after this (the SDK's default is 10 s).
-        "sticky_queue_schedule_to_start_timeout": STICKY_TIMEOUT,
+        # A dead worker's tasks move to another worker after this, and so does any task a burst kept
+        # waiting here that long (then replayed from history): sticky_timeout_seconds says why 10 s.
+        "sticky_queue_schedule_to_start_timeout": timedelta(seconds=config.sticky_timeout_seconds),
     }
     return [
         Worker(

@@ -183,8 +183,9 @@ async def run(quick: bool = False, tasks: int | None = None) -> Section:
         f"{k} tasks on two worker processes; one is killed while calls are in flight and the other carries "
         "on (no restart, so Python start-up is not counted). What bounds recovery is the activity heartbeat "
         "timeout (10 s, `workflows/options.py`) plus the first retry interval (1 s); workflow tasks "
-        "move off the dead worker's sticky queue after 5 s. A worker process takes several seconds just "
-        "to import (the openai-agents SDK alone took ~8 s under load here), which a restart would add."
+        "move off the dead worker's sticky queue after 10 s (`sticky_timeout_seconds`). A worker "
+        "process takes several seconds just to import (the openai-agents SDK alone took ~8 s under "
+        "load here), which a restart would add."
     )
     section.figures = {
         **{k: float(v) for k, v in ours.items()},

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -36,8 +37,10 @@ def register(sub: Any) -> None:
     fork.add_argument(
         "--history",
         type=Path,
+        action="append",
         help="read the original from this exported history JSON (temporal workflow show -o json) "
-        "instead of the cluster; the fork starts on the configured task queue",
+        "instead of the cluster; once per run for a task of several runs; the fork starts on the "
+        "configured task queue",
     )
     change = fork.add_mutually_exclusive_group()
     change.add_argument("--prompt-edit", help="the fork's prompt, in place of the original's")
@@ -52,7 +55,12 @@ def register(sub: Any) -> None:
 
     steps = sub.add_parser("steps", help="a task's steps (turns): what each proposed and what ran after it")
     steps.add_argument("task_id", nargs="?", help="the task (with --history: its name)")
-    steps.add_argument("--history", type=Path, help="read the steps from this exported history JSON")
+    steps.add_argument(
+        "--history",
+        type=Path,
+        action="append",
+        help="read the steps from this exported history JSON (once per run of the task)",
+    )
     steps.add_argument("--json", action="store_true")
     steps.set_defaults(handler=cmd_steps)
 
@@ -88,12 +96,13 @@ async def cmd_fork(args: argparse.Namespace, ctx: CliContext, out: TextIO | None
 
 
 def _task_id(args: argparse.Namespace) -> str:
-    """The original's id: the argument, else (with ``--history``) the history file's stem."""
+    """The original's id: the argument, else (with ``--history``) the first history file's stem
+    (without the ``.runN`` that ``make histories`` gives a task's earlier runs)."""
     if args.task_id:
         return str(args.task_id)
-    if args.history is None:
+    if not args.history:
         raise CliError("name the task, or give --history FILE", 2)
-    return str(args.history.stem)
+    return re.sub(r"\.run\d+$", "", args.history[0].stem)
 
 
 async def cmd_steps(args: argparse.Namespace, ctx: CliContext, out: TextIO | None = None) -> int:

@@ -350,6 +350,15 @@ class WorkerConfig(BaseModel):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     max_concurrent_activities: int = Field(default=64, ge=1)
     max_concurrent_workflow_tasks: int = Field(default=64, ge=1)
+    sticky_timeout_seconds: float = Field(
+        default=10.0,
+        ge=1,
+        description="How long a workflow task waits on this worker's own (sticky) queue before it goes "
+        "to the task queue, where any worker takes it and replays the task from history: how soon a "
+        "dead worker's cached tasks move on, and how long a burst may queue here before each of its "
+        "tasks is replayed elsewhere. 10 s is the Temporal SDK's default; 5 s turned a burst of 500 "
+        "approvals into 274 replays and 0.4x the throughput (bench/findings.md).",
+    )
     workflow_cache_mb: float = Field(
         default=DEFAULT_WORKFLOW_CACHE_MB,
         gt=0,

@@ -616,13 +616,14 @@ class TaskState(BaseModel):
 
 
 # The release line a run began on (``TaskInput.release``): the one its code behaves as, for its whole
-# run chain and its sub-tasks. A run begun on 0.2 takes every patch that release folded
-# (``workflows.patches.FOLDED``) as base behaviour, without a marker; an input that names no release
-# began on 0.1 (every history recorded before 0.2.0 has such an input), and its run asks each patch as
-# it always did. docs/upgrading.md says what this means for an upgrade.
-Release = Literal["0.1", "0.2"]
+# run chain and its sub-tasks. A run begun on a line takes every patch that line folded
+# (``workflows.patches.FOLDED``) as base behaviour, without a marker, and the behaviour the line
+# brought (``workflows.patches.on_line``); an input that names no release began on 0.1 (every history
+# recorded before 0.2.0 has such an input), and its run asks each patch as it always did.
+# docs/upgrading.md says what this means for an upgrade.
+Release = Literal["0.1", "0.2", "0.3"]
 FIRST_RELEASE: Release = "0.1"
-CURRENT_RELEASE: Release = "0.2"
+CURRENT_RELEASE: Release = "0.3"
 
 
 class TaskInput(BaseModel):
@@ -639,10 +640,11 @@ class TaskInput(BaseModel):
         # (a 0.1 worker, which knows no such field, still reads them).
         exclude_if=lambda release: release is None,
         description="The release line the task begins on; its continue-as-new runs and sub-tasks keep "
-        "it. '0.2' (what agent-worker's client, CLI and API send): every behaviour of 0.2.0 is the "
-        "base, with no patch markers in the history. Omitted (a raw start with the bare TaskSpec or "
+        "it. '0.3' (what agent-worker's client, CLI and API send): every behaviour of 0.3.0 is the "
+        "base, with no patch markers in the history, and its phase published once it settles; '0.2' the "
+        "same as of 0.2.0. Omitted (a raw start with the bare TaskSpec or "
         "{\"spec\": ...}): '0.1', each change since 0.1.0 recorded as a patch marker, as 0.1.x workers "
-        "did. A 0.1 worker refuses an input that names a release (docs/upgrading.md).",
+        "did. A worker refuses a line newer than its own (docs/upgrading.md).",
     )
 
 

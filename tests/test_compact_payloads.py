@@ -20,6 +20,7 @@ from agent_worker.schemas.turns import TurnInput, TurnResult
 from pydantic import BaseModel
 
 from agent_worker import schemas
+from tests.helpers.histories import earlier_runs
 
 HISTORIES = Path(__file__).parent / "histories"
 EXAMPLE = "test_approval_by_temporal_cli_completes_with_evidence.json"
@@ -49,18 +50,22 @@ def payload(value: Any) -> tuple[dict[str, Any], Any]:
 
 
 def history_payloads(path: Path, activity: str) -> list[dict[str, Any]]:
-    """The decoded results of every ``activity`` the history completes."""
-    events = json.loads(path.read_text())["events"]
-    scheduled = {
-        e["eventId"]
-        for e in events
-        if (a := e.get("activityTaskScheduledEventAttributes")) and a["activityType"]["name"] == activity
-    }
-    return [
-        json.loads(base64.b64decode(a["result"]["payloads"][0]["data"]))
-        for e in events
-        if (a := e.get("activityTaskCompletedEventAttributes")) and a["scheduledEventId"] in scheduled
-    ]
+    """The decoded results of every ``activity`` the committed chain completes, run by run (event
+    ids are a run's own)."""
+    found = []
+    for run in [*earlier_runs(path), path]:
+        events = json.loads(run.read_text())["events"]
+        scheduled = {
+            e["eventId"]
+            for e in events
+            if (a := e.get("activityTaskScheduledEventAttributes")) and a["activityType"]["name"] == activity
+        }
+        found += [
+            json.loads(base64.b64decode(a["result"]["payloads"][0]["data"]))
+            for e in events
+            if (a := e.get("activityTaskCompletedEventAttributes")) and a["scheduledEventId"] in scheduled
+        ]
+    return found
 
 
 def test_a_turn_result_from_the_example_reads_back_the_same_from_fewer_bytes() -> None:

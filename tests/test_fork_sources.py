@@ -18,6 +18,7 @@ from agent_worker.schemas.writes import WriteInput
 from temporalio.client import Client
 
 from agent_worker.client import AgentWorkerClient
+from tests.helpers.histories import earlier_runs
 from tests.helpers.openai_stub import OpenAIStub, response_json
 from tests.helpers.support import (
     TEST_AGENTS,
@@ -30,8 +31,10 @@ from tests.helpers.support import (
 )
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
-# The monthly report, approved and filed once (a sandbox command, then the write).
+# The monthly report, approved and filed once (a sandbox command, then the write): its newest run,
+# and every run of it (it waited for its approver in a run of its own).
 REPORT_HISTORY = HISTORIES / "test_approval_by_temporal_cli_completes_with_evidence.json"
+REPORT_RUNS = [*earlier_runs(REPORT_HISTORY), REPORT_HISTORY]
 # A fork of a ledger task whose write was answered from its parent's receipt: its history holds no
 # business.write, only the receipt fork.prepare took from the parent.
 FORK_HISTORY = (
@@ -146,11 +149,11 @@ async def test_a_fork_from_a_committed_history_file_completes_without_writing_ag
     business = env.business()
     business.write(filed)  # the business system the file's task wrote to
     cli = ("--address", env.address)
-    code, listed, err = await run_cli(capsys, *cli, "steps", "--history", str(REPORT_HISTORY))
+    files = [arg for run in REPORT_RUNS[::-1] for arg in ("--history", str(run))]  # any order
+    assert len(REPORT_RUNS) == 2, "the example waits for its approver in a run of its own"
+    code, listed, err = await run_cli(capsys, *cli, "steps", *files)
     assert code == 0, err
-    code, out, err = await run_cli(
-        capsys, *cli, "fork", "report-oct", "--history", str(REPORT_HISTORY), "--at", "1", "--json"
-    )
+    code, out, err = await run_cli(capsys, *cli, "fork", "report-oct", *files, "--at", "1", "--json")
     assert code == 0, err
     fork_id = json.loads(out)["task_id"]
     result = await asyncio.wait_for(AgentWorkerClient(env.client).handle(fork_id).result(), RESULT_WITHIN)
@@ -192,11 +195,33 @@ async def test_a_fork_from_a_file_at_a_step_whose_conversation_is_elsewhere_is_r
 
     env = history_env
     workers = AgentWorkerClient(env.client, env.task_queue)
-    ref = await workers.fork("report-oct", at=2, history=REPORT_HISTORY, store=env.store())
+    ref = await workers.fork("report-oct", at=2, history=REPORT_RUNS, store=env.store())
     with pytest.raises(WorkflowFailureError) as failed:
         await asyncio.wait_for(workers.handle(ref.task_id).result(), RESULT_WITHIN)
     assert "not in this artifact store" in str(failed.value.cause)
     assert env.business().count() == 0
+
+
+async def test_the_newest_run_alone_refuses_a_step_of_an_earlier_run_saying_so(
+    history_env: TaskEnv, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Given only the newest run of a task that waited in a run of its own (what `temporal workflow
+    show` exports without --run-id), `steps` lists the steps it holds and `fork` at an earlier step
+    is refused, saying the earlier runs are missing and how to export them; runs of two different
+    tasks are refused as not one chain. Nothing starts."""
+    env = history_env
+    cli = ("--address", env.address)
+    code, listed, err = await run_cli(capsys, *cli, "steps", "--history", str(REPORT_HISTORY), "--json")
+    assert code == 0, err
+    steps = [json.loads(line)["step"] for line in listed.splitlines()]
+    assert steps and 1 not in steps, steps
+    code, _, err = await run_cli(capsys, *cli, "fork", "--history", str(REPORT_HISTORY), "--at", "1")
+    assert code != 0 and "step 1 is not among them" in err and "--run-id" in err, err
+    code, _, err = await run_cli(
+        capsys, *cli, "fork", "--history", str(REPORT_HISTORY), "--history", str(FORK_HISTORY), "--at", "1"
+    )
+    assert code != 0 and "not of one task" in err, err
+    assert [e async for e in env.client.list_workflows(f"TaskQueue = '{env.task_queue}'")] == []
 
 
 async def test_a_file_that_is_no_exported_history_is_refused_naming_it(

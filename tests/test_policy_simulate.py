@@ -20,10 +20,17 @@ from agent_worker.activities.events import JsonlEventSink
 from agent_worker.cli.main import main as cli_main
 from agent_worker.schemas.tasks import MIN_EVENTS_BEFORE_WAIT, TaskPhase
 
+from tests.helpers.histories import earlier_runs
 from tests.helpers.history_variants import with_arguments
 from tests.helpers.support import REPO, TaskEnv, run_ids
 
 HISTORIES = REPO / "tests" / "histories"
+
+
+def chain_files(path: Path) -> list[Path]:
+    """Every run of the committed task ``path`` is the newest run of, oldest first."""
+    return [*earlier_runs(path), path]
+
 
 # The running policy of the recorded tasks: secrets denied, small values allowed, the rest asked.
 RUNNING_RULES = [
@@ -292,8 +299,9 @@ async def test_the_running_policy_as_candidate_changes_nothing_and_a_whole_spec_
     TaskSpec in JSON, change no decision (exit 0 with --fail-on-change); raising the threshold
     changes the large one, and --changed lists only it."""
     runs = [
-        HISTORIES / f"test_an_argument_condition_{name}.json"
+        run
         for name in ("allows_a_small_write_without_asking", "sends_a_large_write_for_approval")
+        for run in chain_files(HISTORIES / f"test_an_argument_condition_{name}.json")
     ]
     task_input = json.loads(base64.b64decode(start_payload(json.loads(runs[0].read_text()))["data"]))
     task_spec = task_input.get("spec", task_input)  # a run begun on 0.2 has a TaskInput
@@ -317,9 +325,10 @@ async def test_a_question_is_simulated_as_routed_to_a_person_as_the_workflow_rou
     """An ask_human question a candidate allows is routed as a task routes it: to the candidate's
     default approvers, or denied when it names none (never allowed with nobody to answer)."""
     run = HISTORIES / "test_a_choice_question_is_answered_from_the_cli_and_only_with_one_of_its_options.json"
+    files = [str(f) for f in chain_files(run)]  # it waited for its answer in a run of its own
     policy = tmp_path / "p.yaml"
     policy.write_text("rules: [{tool: ask_human, decision: allow}]\ndefault_approvers: [ops-lead]\n")
-    code, out, err = await simulate(capsys, "--policy", str(policy), str(run), "--json")
+    code, out, err = await simulate(capsys, "--policy", str(policy), *files, "--json")
     assert code == 0, err
     [question] = [a for a in json.loads(out)["actions"] if a["tool"] == "ask_human"]
     assert question["candidate"]["verdict"] == "require_approval"
@@ -327,7 +336,7 @@ async def test_a_question_is_simulated_as_routed_to_a_person_as_the_workflow_rou
     assert question["recorded"]["verdict"] == "require_approval"
 
     policy.write_text("rules: [{tool: ask_human, decision: allow}]\n")
-    code, out, err = await simulate(capsys, "--policy", str(policy), str(run), "--json")
+    code, out, err = await simulate(capsys, "--policy", str(policy), *files, "--json")
     [question] = [a for a in json.loads(out)["actions"] if a["tool"] == "ask_human"]
     assert (
         question["candidate"]["verdict"] == "deny" and "nobody may answer" in question["candidate"]["reason"]

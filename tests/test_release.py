@@ -1,8 +1,10 @@
-"""Release 0.2.0: a task our client starts begins on release line 0.2 and takes every patch 0.2 folded
-as base behaviour, so its history holds no marker of them (and no ``TemporalChangeVersion`` upsert
-for them), through its continue-as-new runs and its sub-tasks: only the patches declared after 0.2.0
-(``AFTER_0_2``) record theirs, as on every line. A raw start that names no release runs as on 0.1,
-asking each patch. The committed 0.1.x histories replay in ``test_replay.py``."""
+"""Release lines: a task our client starts begins on the current line (0.3) and takes every patch it
+folded as base behaviour, so its history holds no marker of them (and no ``TemporalChangeVersion``
+upsert for them), through its continue-as-new runs and its sub-tasks: only the patches declared after
+the line (``AFTER_0_3``, none yet) would record theirs. A start on 0.2 still runs as 0.2 did (the
+marker of ``short-wait-by-default``, every phase published at once); a raw start that names no
+release runs as on 0.1, asking each patch. The committed histories of earlier lines replay in
+``test_replay.py``."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import json
 import time
 import tomllib
 from pathlib import Path
-from typing import get_args
+from typing import Any, get_args
 
 import pytest
 from agent_worker.schemas.tasks import (
@@ -25,7 +27,7 @@ from agent_worker.schemas.tasks import (
 from agent_worker.schemas.validation import InvalidPayload, parse_task_input
 from agent_worker.workflows import patches
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import WorkflowHistory
+from temporalio.client import WorkflowHandle, WorkflowHistory
 
 import agent_worker
 from agent_worker.client import AgentWorkerClient
@@ -62,10 +64,10 @@ def recorded_patches(history: WorkflowHistory) -> list[str]:
     ]
 
 
-def only_later_patches(history: WorkflowHistory) -> bool:
-    """Whether a 0.2 run's history records the patches declared after 0.2.0 and nothing 0.2 folded:
-    one marker and one ``TemporalChangeVersion`` upsert for each of ``AFTER_0_2``."""
-    later = sorted(patches.AFTER_0_2)
+def only_later_patches(history: WorkflowHistory, after: frozenset[str] = patches.AFTER_0_3) -> bool:
+    """Whether a run's history records the patches declared after its line (``after``) and nothing its
+    line folded: one marker and one ``TemporalChangeVersion`` upsert for each of ``after``."""
+    later = sorted(after)
     kinds = patch_markers(history)
     return sorted(recorded_patches(history)) == later and kinds == ["marker", "upsert"] * len(later)
 
@@ -76,12 +78,23 @@ def started_input(history: WorkflowHistory) -> TaskInput:
     return parse_task_input(json.loads(started.input.payloads[0].data))
 
 
-def test_the_package_is_version_0_2_0_and_its_client_starts_release_line_0_2() -> None:
-    """pyproject.toml and ``agent_worker.__version__`` say 0.2.0, the release line a client starts
+async def approved_history(env: TaskEnv, handle: WorkflowHandle[Any, TaskResult]) -> WorkflowHistory:
+    """Approve the example task's one request, check it completed with its evidence, and return its
+    newest run's history."""
+    [request] = (await env.awaiting_approval(handle)).pending
+    client = AgentWorkerClient(env.client, env.task_queue)
+    await client.decide(handle.id, request.request_id, "approve", "finance-lead", version=request.version)
+    result: TaskResult = await asyncio.wait_for(handle.result(), 60)
+    assert result.phase is TaskPhase.COMPLETED and result.evidence.missing == []
+    return await handle.fetch_history()
+
+
+def test_the_package_is_version_0_3_0_and_its_client_starts_release_line_0_3() -> None:
+    """pyproject.toml and ``agent_worker.__version__`` say 0.3.0, the release line a client starts
     is its major.minor, and ``workflows.patches.FOLDED`` knows every release line an input may name."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    assert project["version"] == agent_worker.__version__ == "0.2.0"
-    assert CURRENT_RELEASE == "0.2" == ".".join(agent_worker.__version__.split(".")[:2])
+    assert project["version"] == agent_worker.__version__ == "0.3.0"
+    assert CURRENT_RELEASE == "0.3" == ".".join(agent_worker.__version__.split(".")[:2])
     assert set(patches.FOLDED) == set(get_args(Release)) and FIRST_RELEASE == "0.1"
 
 
@@ -93,14 +106,15 @@ def test_an_input_without_a_release_is_0_1_and_an_unknown_release_is_refused_by_
     assert parse_task_input(spec).release is None
     assert "release" not in parse_task_input({"spec": spec}).model_dump(mode="json")
     assert parse_task_input({"spec": spec, "release": "0.2"}).release == "0.2"
+    assert parse_task_input({"spec": spec, "release": "0.3"}).release == "0.3"
     with pytest.raises(InvalidPayload, match="release"):
-        parse_task_input({"spec": spec, "release": "0.3"})
+        parse_task_input({"spec": spec, "release": "0.4"})
 
 
 async def test_the_example_task_started_by_the_client_records_no_folded_patch_marker(env: TaskEnv) -> None:
-    """The example task, started and approved through ``AgentWorkerClient``, begins on 0.2, completes
+    """The example task, started and approved through ``AgentWorkerClient``, begins on 0.3, completes
     with its evidence, and its history has no marker and no ``TemporalChangeVersion`` upsert of a
-    patch 0.2 folded, only those of the patches after it; it replays."""
+    patch 0.3 folded, only those of the patches after it (none yet); it replays."""
     client = AgentWorkerClient(env.client, env.task_queue)
     ref = await client.start(example_spec())
     request = await client.next_request(ref.task_id)
@@ -108,9 +122,20 @@ async def test_the_example_task_started_by_the_client_records_no_folded_patch_ma
     result: TaskResult = await asyncio.wait_for(client.handle(ref.task_id).result(), 60)
     assert result.phase is TaskPhase.COMPLETED and result.evidence.missing == []
     history = await client.handle(ref.task_id).fetch_history()
-    assert started_input(history).release == "0.2"
+    assert started_input(history).release == "0.3"
     assert only_later_patches(history), recorded_patches(history)
     await assert_replays(env.client, ref.task_id)
+
+
+async def test_a_start_on_0_2_still_runs_as_0_2(env: TaskEnv) -> None:
+    """The example started on 0.2 (what a 0.2 client sends, and every 0.2 task in flight) records the
+    marker of each patch declared after 0.2.0 in each run, as before 0.3.0, and completes the same
+    way; the check fails on a 0.3 run's history (no such marker)."""
+    handle = await env.start(example_spec(), release="0.2")
+    history = await approved_history(env, handle)
+    assert started_input(history).release == "0.2"
+    assert patches.AFTER_0_2 and only_later_patches(history, patches.AFTER_0_2), recorded_patches(history)
+    await assert_replays(env.client, handle.id)
 
 
 async def test_a_raw_start_without_a_release_asks_its_patches_as_on_0_1(env: TaskEnv) -> None:
@@ -118,12 +143,7 @@ async def test_a_raw_start_without_a_release_asks_its_patches_as_on_0_1(env: Tas
     it records its patch markers (the one marker and one for each patch after it), so the check above
     can fail, and completes the same way."""
     handle = await env.start(example_spec(), release=None)
-    [request] = (await env.awaiting_approval(handle)).pending
-    client = AgentWorkerClient(env.client, env.task_queue)
-    await client.decide(handle.id, request.request_id, "approve", "finance-lead", version=request.version)
-    result: TaskResult = await asyncio.wait_for(handle.result(), 60)
-    assert result.phase is TaskPhase.COMPLETED and result.evidence.missing == []
-    history = await handle.fetch_history()
+    history = await approved_history(env, handle)
     assert started_input(history).release is None
     later = len(set(patches.PATCHES_AT_START) - patches.ONE_MARKER_COVERS)
     assert patch_markers(history).count("marker") == 1 + later
@@ -140,9 +160,9 @@ async def test_a_raw_start_without_a_release_asks_its_patches_as_on_0_1(env: Tas
         await asyncio.sleep(0.5)
 
 
-async def test_continue_as_new_runs_and_sub_tasks_of_a_0_2_task_stay_on_0_2(env: TaskEnv) -> None:
-    """A 0.2 task's continue-as-new runs and a 0.2 task's sub-task each begin on 0.2 and record no
-    marker of a patch 0.2 folded."""
+async def test_continue_as_new_runs_and_sub_tasks_of_a_0_3_task_stay_on_0_3(env: TaskEnv) -> None:
+    """A 0.3 task's continue-as-new runs and a 0.3 task's sub-task each begin on 0.3 and record no
+    marker of a patch 0.3 folded."""
     counting = await env.start(
         {"agent": "counter", "prompt": "count to 12", "continue_as_new_after_events": 50}
     )
@@ -159,7 +179,7 @@ async def test_continue_as_new_runs_and_sub_tasks_of_a_0_2_task_stay_on_0_2(env:
         (delegation.task_id, None),
     ]:
         history = await env.client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
-        assert started_input(history).release == "0.2", (workflow_id, run_id)
+        assert started_input(history).release == "0.3", (workflow_id, run_id)
         assert only_later_patches(history), (workflow_id, run_id, recorded_patches(history))
     await assert_replays(env.client, counting.id)
     await assert_replays(env.client, parent.id)

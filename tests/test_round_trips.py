@@ -14,7 +14,7 @@ from typing import Any
 
 from agent_worker.workflows.patches import AFTER_0_2, ONE_MARKER_COVERS, PATCHES_AT_START
 
-from tests.helpers.histories import after_first_signal, round_trips
+from tests.helpers.histories import after_first_signal, chain_events, earlier_runs, round_trips
 
 HISTORY = Path(__file__).parent / "histories" / "test_approval_by_temporal_cli_completes_with_evidence.json"
 BEFORE = HISTORY.parent / "pre-minimum-round-trips" / HISTORY.name
@@ -23,15 +23,7 @@ WHOLE = (7, 5)
 AFTER_SIGNAL = (3, 2)
 
 
-def earlier_runs(path: Path) -> list[Path]:
-    """The earlier runs of the chain ``path`` is the newest run of, oldest first: ``make histories``
-    records them as ``NAME.runN.json`` (a task that waited for a person in a short run)."""
-    return sorted(path.parent.glob(f"{path.stem}.run*.json"), key=lambda p: int(p.stem.rsplit("run", 1)[1]))
-
-
-def events(path: Path) -> list[dict[str, Any]]:
-    """The events of every run of the recorded chain, oldest first (counted, not numbered)."""
-    return [e for run in [*earlier_runs(path), path] for e in json.loads(run.read_text())["events"]]
+events = chain_events
 
 
 def test_the_example_task_takes_at_most_the_design_s_round_trips() -> None:

@@ -7,15 +7,21 @@ import asyncio
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from agent_worker.cli.devserver import temporal_binary
 from agent_worker.cli.main import main as cli_main
-from agent_worker.schemas.tasks import MIN_EVENTS_BEFORE_WAIT
+from agent_worker.schemas import visibility
+from agent_worker.schemas.tasks import MIN_EVENTS_BEFORE_WAIT, TaskPhase, TaskResult
 from agent_worker.schemas.visibility import AWAITING_QUERY
+from agent_worker.workflows.visibility import SETTLE_SUMMARY
+from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
+from temporalio.client import WorkflowHistory
 
-from tests.helpers.support import TaskEnv, example_spec, running_worker
+from agent_worker.client import AgentWorkerClient
+from tests.helpers.support import TaskEnv, assert_replays, example_spec, running_worker
 
 DOCS = Path(__file__).parents[1] / "docs" / "approvals.md"
 
@@ -31,6 +37,16 @@ def listed_ids(env: TaskEnv, query: str) -> list[str]:
     return [w["execution"]["workflowId"] for w in json.loads(listed.stdout or "[]")]
 
 
+async def until_listed(env: TaskEnv, query: str, task_id: str, *, listed: bool = True) -> None:
+    """Wait until `temporal workflow list --query QUERY` lists the task (or, ``listed`` False, no
+    longer does): visibility is eventually consistent."""
+    for _ in range(50):
+        if (task_id in await asyncio.to_thread(listed_ids, env, query)) is listed:
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"{task_id} {'never' if listed else 'still'} listed by {query!r}")
+
+
 async def test_a_waiting_task_is_found_by_search_attributes_inbox_and_status(
     env: TaskEnv, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -44,13 +60,7 @@ async def test_a_waiting_task_is_found_by_search_attributes_inbox_and_status(
         "AgentAwaitingApproval = true AND AgentTaskPhase = 'awaiting_approval' "
         "AND AgentTenant = 'acme' AND AgentApprovers = 'finance-lead' AND AgentName = 'monthly-report'"
     )
-    found: list[str] = []
-    for _ in range(50):  # visibility is eventually consistent
-        found = await asyncio.to_thread(listed_ids, env, query)
-        if handle.id in found:
-            break
-        await asyncio.sleep(0.2)
-    assert handle.id in found
+    await until_listed(env, query, handle.id)
 
     assert await asyncio.to_thread(cli_main, ["--address", env.address, "inbox", "--json"]) == 0
     inbox = json.loads(capsys.readouterr().out)
@@ -124,3 +134,84 @@ async def test_inbox_lists_a_task_whose_worker_is_gone(
     assert "no worker answered" in entry["error"]
     async with running_worker(env.client, env.config):
         await env.cancel(handle)
+
+
+def upserts(history: WorkflowHistory) -> list[tuple[str, dict[str, Any]]]:
+    """Each search-attribute upsert of a history (but a patch marker's), with what set it off:
+    ``first`` (the run's first), ``settled`` (the first workflow task after a settle timer fired),
+    ``waits`` (the task waits for a person), ``ended`` (a terminal phase), else ``at once``; and the
+    attributes it set."""
+    found: list[tuple[str, dict[str, Any]]] = []
+    settle_timers: set[str] = set()
+    fired = False
+    for event in history.events:
+        if event.event_type == EventType.EVENT_TYPE_TIMER_STARTED:
+            summary = event.user_metadata.summary.data if event.user_metadata.HasField("summary") else b""
+            if json.loads(summary or b"null") == SETTLE_SUMMARY:
+                settle_timers.add(event.timer_started_event_attributes.timer_id)
+        elif event.event_type == EventType.EVENT_TYPE_TIMER_FIRED:
+            fired = fired or event.timer_fired_event_attributes.timer_id in settle_timers
+        elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            cause, fired = ("settled" if fired else None), False
+        elif event.event_type == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
+            fields = event.upsert_workflow_search_attributes_event_attributes.search_attributes
+            values = {k: json.loads(v.data) for k, v in fields.indexed_fields.items()}
+            if set(values) == {"TemporalChangeVersion"}:
+                continue  # a patch marker's, not the task's
+            phase = values.get(visibility.PHASE.name)
+            if not found:
+                why = "first"
+            elif phase in ("awaiting_approval",):
+                why = "waits"
+            elif phase is not None and TaskPhase(phase).terminal:
+                why = "ended"
+            else:
+                why = cause or "at once"
+            found.append((why, values))
+    return found
+
+
+async def test_a_phase_that_lasts_is_published_when_it_settles_and_a_short_one_never(env: TaskEnv) -> None:
+    """On release 0.3 a working phase is published by its settle timer once it has lasted
+    ``SETTLE_SECONDS``: the notes agent's turn (seven model calls of 0.4 s) shows as ``running``
+    while it runs, ``initializing`` (milliseconds) is never upserted, and every upsert is the run's
+    first, a settled one, or the end. The same task on 0.2 upserts every phase at once (so the check
+    can fail)."""
+    settled = await env.start({"agent": "notes", "prompt": "take your notes"})
+    at_once = await env.start({"agent": "notes", "prompt": "take your notes"}, release="0.2")
+    for handle in (settled, at_once):
+        result: TaskResult = await asyncio.wait_for(handle.result(), 90)
+        assert result.phase is TaskPhase.COMPLETED, result.reason
+    found = upserts(await settled.fetch_history())
+    assert {why for why, _ in found} <= {"first", "settled", "ended"}, found
+    phases = [values.get(visibility.PHASE.name) for _, values in found]
+    assert phases[0] == "received" and phases[-1] == "completed" and "initializing" not in phases
+    assert ("settled", {visibility.PHASE.name: "running"}) in found, found
+    old = upserts(await at_once.fetch_history())
+    assert [values.get(visibility.PHASE.name) for _, values in old] == [
+        "received", "initializing", "running", "completed"
+    ]  # fmt: skip
+    assert {why for why, _ in old} == {"first", "at once", "ended"}
+    await assert_replays(env.client, settled.id)
+    await assert_replays(env.client, at_once.id)
+
+
+async def test_a_decided_task_leaves_the_awaiting_list_and_publishes_only_its_end(env: TaskEnv) -> None:
+    """Approved, the example task shows its wait at once (``AWAITING_QUERY`` lists it), and after the
+    decision upserts nothing until it settles or ends: the work after an approval that ends within
+    ``SETTLE_SECONDS`` costs one upsert, where 0.2 makes three. Visibility then lists it no more."""
+    client = AgentWorkerClient(env.client, env.task_queue)
+    ref = await client.start(example_spec())
+    request = await client.next_request(ref.task_id)
+    await until_listed(env, AWAITING_QUERY, ref.task_id)
+    await client.decide(ref.task_id, request.request_id, "approve", "finance-lead", version=request.version)
+    result: TaskResult = await asyncio.wait_for(client.handle(ref.task_id).result(), 60)
+    assert result.phase is TaskPhase.COMPLETED
+    history = await client.handle(ref.task_id).fetch_history()
+    found_upserts = upserts(history)  # the newest run's: the one that waited
+    phases = [values.get(visibility.PHASE.name) for _, values in found_upserts]
+    after = found_upserts[phases.index("awaiting_approval") + 1 :]
+    assert after and after[-1][0] == "ended", after
+    assert all(why == "settled" for why, _ in after[:-1]), after
+    await until_listed(env, AWAITING_QUERY, ref.task_id, listed=False)
+    await assert_replays(env.client, ref.task_id)

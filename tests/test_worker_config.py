@@ -4,12 +4,15 @@ never showing the OpenAI key."""
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from agent_worker.schemas.config import ConfigError, WorkerConfig
+from temporalio.client import Client
 
-from tests.helpers.support import REPO
+from agent_worker.worker import build_workers
+from tests.helpers.support import REPO, make_config
 
 
 def test_config_reads_agent_worker_variables() -> None:
@@ -90,3 +93,19 @@ def test_the_cache_count_uses_the_committed_measurement_of_memory_per_cached_wor
     assert abs(MB_PER_CACHED_WORKFLOW - measured) <= 0.15 * measured, (
         f"MB_PER_CACHED_WORKFLOW is {MB_PER_CACHED_WORKFLOW}, the committed measurement {measured}"
     )
+
+
+async def test_the_sticky_timeout_is_the_sdks_default_unless_set(client: Client, tmp_path: Path) -> None:
+    """Each workflow worker ``build_workers`` makes waits ``sticky_timeout_seconds`` (10 s, the SDK's
+    default, unless AGENT_WORKER_STICKY_TIMEOUT_SECONDS says otherwise) before a task on its sticky
+    queue goes to the task queue; under a second is refused, naming the variable."""
+    assert WorkerConfig().sticky_timeout_seconds == 10.0
+    assert WorkerConfig.from_env({"AGENT_WORKER_STICKY_TIMEOUT_SECONDS": "7"}).sticky_timeout_seconds == 7.0
+    with pytest.raises(ConfigError, match="AGENT_WORKER_STICKY_TIMEOUT_SECONDS"):
+        WorkerConfig.from_env({"AGENT_WORKER_STICKY_TIMEOUT_SECONDS": "0.5"})
+    for seconds in (None, 7.0):
+        extra = {} if seconds is None else {"sticky_timeout_seconds": seconds}
+        workers = build_workers(client, make_config(tmp_path / f"data-{seconds}", **extra))
+        settings = [w.config(active_config=True) for w in workers]
+        waits = {s["sticky_queue_schedule_to_start_timeout"] for s in settings if s.get("workflows")}
+        assert waits == {timedelta(seconds=seconds or 10.0)}

@@ -64,9 +64,11 @@ from agent_worker.workflows.patches import (
     LOCAL_DELIVERY_PATCH,
     MINIMUM_ROUND_TRIPS_PATCH,
     RUN_CHAIN_PATCH,
+    SETTLED_VISIBILITY_LINE,
     SHORT_WAIT_PATCH,
     THREADS_PATCH,
     ask_patches_at_start,
+    on_line,
     patched,
 )
 from agent_worker.workflows.placement import Placement
@@ -188,6 +190,7 @@ class AgentTaskWorkflow:
         # Asked in the first activation, and only by forks (``PATCHES_AT_START`` says why).
         self.forking = spec.fork is not None and patched(FORK_PATCH)
         self.visibility.lean, self.visibility.threaded = self.lean, self.threaded
+        self.visibility.settled = on_line(SETTLED_VISIBILITY_LINE)
         if self.state.phase is TaskPhase.RECEIVED:
             self.state.started_at = workflow.now()
             self.events.emit(EventType.TASK_STARTED, agent=spec.agent, tenant=spec.tenant)

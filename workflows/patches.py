@@ -9,7 +9,8 @@ committed history from each side of every id declared here (it reads the ``NAME_
 A release folds the patches before it (``FOLDED``): a run begun on 0.2 (``TaskInput.release``) takes
 every patch of ``FOLDED_AT_0_2`` as base behaviour and records no marker for it; a run begun on 0.1
 (an input without a release: every history recorded before 0.2.0) asks each patch as before, so its
-history replays unchanged. The run's release is the workflow's own ``release`` attribute, read through
+history replays unchanged. 0.3 folds ``AFTER_0_2`` the same way, and brings behaviour of its own
+without a patch (``on_line``). The run's release is the workflow's own ``release`` attribute, read through
 ``workflow.instance()``: never module state, which every run on a worker shares.
 """
 
@@ -228,10 +229,25 @@ FOLDED_AT_0_2 = frozenset(
         FORK_PATCH,
     }
 )
-# The patches declared after 0.2.0 (asked with a marker by every run, until a later release folds them).
+# The patches declared after 0.2.0 and before 0.3.0 (a 0.2 run asks each with a marker). Frozen.
 AFTER_0_2: frozenset[str] = frozenset({SHORT_WAIT_PATCH})
+# Every patch id declared by release 0.3.0: a run begun on 0.3 takes each one's branch, with no marker.
+# Frozen: a patch declared after 0.3.0 goes to ``AFTER_0_3`` (``tests/test_patches.py`` pins it).
+FOLDED_AT_0_3 = FOLDED_AT_0_2 | AFTER_0_2
+# The patches declared after 0.3.0 (asked with a marker by every run, until a later release folds them).
+AFTER_0_3: frozenset[str] = frozenset()
 # What each release takes without asking: its own folded patches and those of every release before it.
-FOLDED: Mapping[str, frozenset[str]] = MappingProxyType({FIRST_RELEASE: frozenset(), "0.2": FOLDED_AT_0_2})
+FOLDED: Mapping[str, frozenset[str]] = MappingProxyType(
+    {FIRST_RELEASE: frozenset(), "0.2": FOLDED_AT_0_2, "0.3": FOLDED_AT_0_3}
+)
+# The release lines in order (``on_line`` compares them).
+LINES: tuple[str, ...] = tuple(FOLDED)
+# Behaviour a release line brought without a patch: a run begun on that line or a later one has it
+# from its first event, one begun on an earlier line never has it (it asks nothing, so its history
+# replays as recorded). Used where a patch would cost more than the change saves: each marker is an
+# event and a ``TemporalChangeVersion`` upsert in every run.
+# Phase changes are published once they settle (``workflows.visibility``): 0.3.0, 2026-12-07.
+SETTLED_VISIBILITY_LINE = "0.3"
 
 
 def run_release() -> str:
@@ -246,6 +262,12 @@ def run_release() -> str:
     if instance is None:
         raise RuntimeError("patched() in a workflow's __init__ needs the run's release (release=...)")
     return getattr(instance, "release", None) or FIRST_RELEASE
+
+
+def on_line(line: str, *, release: str | None = None) -> bool:
+    """Whether this run began on release ``line`` or a later one (workflow code), so it has the
+    behaviour that line brought; ``release`` as for ``patched``."""
+    return LINES.index(release or run_release()) >= LINES.index(line)
 
 
 def patched(patch: str, *, release: str | None = None) -> bool:
@@ -277,6 +299,7 @@ def ask_patches_at_start() -> None:
 __all__ = [
     "APPROVAL_SLA_PATCH",
     "AFTER_0_2",
+    "AFTER_0_3",
     "ARCHIVE_EVIDENCE_PATCH",
     "BOUNDED_PATCH",
     "BUDGET_TREE_PATCH",
@@ -286,9 +309,11 @@ __all__ = [
     "EXEC_HERE_PATCH",
     "FOLDED",
     "FOLDED_AT_0_2",
+    "FOLDED_AT_0_3",
     "FORK_PATCH",
     "INTERRUPT_PATCH",
     "LEAN_EVIDENCE_PATCH",
+    "LINES",
     "LOCAL_DELIVERY_PATCH",
     "MCP_UNAVAILABLE_PATCH",
     "MINIMUM_ROUND_TRIPS_PATCH",
@@ -304,10 +329,12 @@ __all__ = [
     "RUN_CHAIN_PATCH",
     "SANDBOX_HOME_PATCH",
     "SETTLE_CANCELLED_WRITE_PATCH",
+    "SETTLED_VISIBILITY_LINE",
     "SHORT_WAIT_PATCH",
     "TENANT_ADMISSION_PATCH",
     "THREADS_PATCH",
     "ask_patches_at_start",
+    "on_line",
     "patched",
     "run_release",
 ]

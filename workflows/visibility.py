@@ -1,9 +1,17 @@
 """What Temporal shows of a task, kept in step with its state: its phase (the time spent in the phase
 it leaves added to its usage), its search attributes (``schemas.visibility``) and its current details
-in the UI. Workflow code: deterministic, no I/O of its own."""
+in the UI. Workflow code: deterministic, no I/O of its own.
+
+On release line 0.3 a change of phase that leaves nobody waiting (``running``, ``committing``,
+``reconciling``) is published once it settles: after ``SETTLE_SECONDS``, or with the next change that
+shows at once (the task waits for a person, or ends), whichever comes first. Each upsert is a
+visibility write on the server, the costliest thing an approval asks of it, and most such phases
+last milliseconds (bench/findings.md). The current details are set at once: they cost nothing.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +25,12 @@ with workflow.unsafe.imports_passed_through():
     from agent_worker.telemetry import metrics
 
 from agent_worker.workflows.context import Emit
+
+# How long a change that leaves nobody waiting may go unpublished (release 0.3): a phase that lasts
+# longer is published by a timer; a shorter one is published with the change after it.
+SETTLE_SECONDS = 2.0
+# The settle timer's summary (the UI shows it beside the timer).
+SETTLE_SUMMARY = "publish the phase"
 
 
 class TaskVisibility:
@@ -41,6 +55,10 @@ class TaskVisibility:
         self.threaded = False
         # What the search attributes were last set to (``publish``): only changes are upserted.
         self.published: dict[str, Any] = {}
+        # Decided in ``AgentTaskWorkflow.run``: whether a phase is published once it settles (0.3).
+        self.settled = False
+        # The timer that publishes a change that has not settled yet.
+        self.settling: asyncio.Task[None] | None = None
 
     def set_phase(self, phase: TaskPhase) -> None:
         if phase is self.state.phase:
@@ -66,7 +84,35 @@ class TaskVisibility:
             self.state.usage.active_seconds += spent
 
     def publish(self) -> None:
-        """Keep search attributes and the UI's current details in step with the state."""
+        """Keep search attributes and the UI's current details in step with the state (on a settled
+        run, a change that leaves nobody waiting once it settles)."""
+        self.show_details()
+        if self.settled and self.published and not self.at_once():
+            if self.settling is None:
+                self.settling = asyncio.create_task(self.settle())
+            return
+        if self.settling is not None and not self.state.phase.terminal:
+            # Published now, with the change the timer waited for (a run that ends leaves it be).
+            self.settling.cancel()
+            self.settling = None
+        self.upsert()
+
+    def at_once(self) -> bool:
+        """Whether the state must be visible now: the task waits for a person (what the inbox and
+        ``AWAITING_QUERY`` list it by) or has ended."""
+        return self.state.phase.terminal or self.state.phase is TaskPhase.AWAITING_APPROVAL
+
+    async def settle(self) -> None:
+        """Publish the state once it has had ``SETTLE_SECONDS`` to settle."""
+        try:
+            await workflow.sleep(SETTLE_SECONDS, summary=SETTLE_SUMMARY)
+        except asyncio.CancelledError:
+            return
+        self.settling = None
+        self.upsert()
+
+    def upsert(self) -> None:
+        """Upsert the search attributes (on a lean run, only those that changed)."""
         spec = self.spec
         pending = self.pending()
         approvers = sorted({p for r in pending for p in r.approvers})
@@ -84,6 +130,10 @@ class TaskVisibility:
             self.published.update((key.name, value) for key, value in values)
         if values:
             workflow.upsert_search_attributes([key.value_set(value) for key, value in values])
+
+    def show_details(self) -> None:
+        """The UI's current details: what the task waits for, or its phase."""
+        pending = self.pending()
         if self.state.phase is TaskPhase.AWAITING_APPROVAL and pending:
             lines = [f"**Waiting for approval** of {len(pending)} action(s):"]
             lines += [

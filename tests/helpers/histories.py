@@ -6,11 +6,23 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from temporalio.client import WorkflowHistory
 
 SIGNALED = "EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED"
+
+
+def earlier_runs(path: Path) -> list[Path]:
+    """The earlier runs of the committed chain ``path`` is the newest run of, oldest first: ``make
+    histories`` records them as ``NAME.runN.json`` (a task that waited for a person in a short run)."""
+    return sorted(path.parent.glob(f"{path.stem}.run*.json"), key=lambda p: int(p.stem.rsplit("run", 1)[1]))
+
+
+def chain_events(path: Path) -> list[dict[str, Any]]:
+    """The events of every run of the committed chain, oldest first (counted, not numbered)."""
+    return [e for run in [*earlier_runs(path), path] for e in json.loads(run.read_text())["events"]]
 
 
 @dataclass(frozen=True)
