@@ -345,7 +345,7 @@ def fork_spec(
     Raises:
         ForkRefused: the task has no such step, or nothing asks for a fork that could differ.
     """
-    if at not in read.turns and read.partial:
+    if at not in read.turns and read.partial and (not read.turns or at < min(read.turns)):
         given = f"steps {min(read.turns)} to {max(read.turns)}" if read.turns else "no step"
         raise ForkRefused(
             f"task {read.task_id}: the exported runs hold {given}, and step {at} is not among them: "

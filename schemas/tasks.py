@@ -641,8 +641,8 @@ class TaskInput(BaseModel):
         exclude_if=lambda release: release is None,
         description="The release line the task begins on; its continue-as-new runs and sub-tasks keep "
         "it. '0.3' (what agent-worker's client, CLI and API send): every behaviour of 0.3.0 is the "
-        "base, with no patch markers in the history, and its phase published once it settles; '0.2' the "
-        "same as of 0.2.0. Omitted (a raw start with the bare TaskSpec or "
+        "base, with no patch markers in the history, and a change between working phases published once "
+        "it settles; '0.2' the same as of 0.2.0. Omitted (a raw start with the bare TaskSpec or "
         "{\"spec\": ...}): '0.1', each change since 0.1.0 recorded as a patch marker, as 0.1.x workers "
         "did. A worker refuses a line newer than its own (docs/upgrading.md).",
     )

@@ -90,12 +90,14 @@ async def test_the_task_page_shows_the_first_tokens_while_the_turn_runs_then_its
     running; the words grow into the whole answer, then the turn's finished step appears, then the
     page redraws itself for the completed task, with its output and evidence."""
     stub.reply_text(ANSWER, chunk_delay=0.15)
-    handle = await openai_env.start(SPEC)
     app = build_app(openai_env.client, auth="token", tokens=tokens_file, streams=backend_of(openai_env))
     driver = await asyncio.to_thread(chromium)
     try:
         async with running_inbox(app, "127.0.0.1:0") as url:
             await asyncio.to_thread(sign_in, driver, url, LEAD_TOKEN)
+            # Started once the browser is up: its start-up (seconds on a loaded machine) must not eat
+            # into the turn's ~6 s, which the page has to catch while it runs.
+            handle = await openai_env.start(SPEC)
             await asyncio.to_thread(driver.get, url + task_url(handle.id))
             [*_, first] = await asyncio.to_thread(watch, driver, lambda s: s["text"], 30)
             turn_done_at_first_words = await turn_completed(handle)

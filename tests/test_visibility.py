@@ -196,10 +196,13 @@ async def test_a_phase_that_lasts_is_published_when_it_settles_and_a_short_one_n
     await assert_replays(env.client, at_once.id)
 
 
-async def test_a_decided_task_leaves_the_awaiting_list_and_publishes_only_its_end(env: TaskEnv) -> None:
-    """Approved, the example task shows its wait at once (``AWAITING_QUERY`` lists it), and after the
-    decision upserts nothing until it settles or ends: the work after an approval that ends within
-    ``SETTLE_SECONDS`` costs one upsert, where 0.2 makes three. Visibility then lists it no more."""
+async def test_a_decided_task_leaves_the_awaiting_list_at_once_and_its_working_phases_settle(
+    env: TaskEnv,
+) -> None:
+    """Approved, the example task shows its wait at once (``AWAITING_QUERY`` lists it) and its end at
+    once (the decision's own workflow task upserts ``AgentAwaitingApproval`` false, so a decided task
+    leaves the list even if no worker takes its next step); the working phases after it are upserted
+    only once they settle, and the end at once. Visibility then lists it no more."""
     client = AgentWorkerClient(env.client, env.task_queue)
     ref = await client.start(example_spec())
     request = await client.next_request(ref.task_id)
@@ -211,7 +214,8 @@ async def test_a_decided_task_leaves_the_awaiting_list_and_publishes_only_its_en
     found_upserts = upserts(history)  # the newest run's: the one that waited
     phases = [values.get(visibility.PHASE.name) for _, values in found_upserts]
     after = found_upserts[phases.index("awaiting_approval") + 1 :]
-    assert after and after[-1][0] == "ended", after
-    assert all(why == "settled" for why, _ in after[:-1]), after
+    assert len(after) >= 2 and after[-1][0] == "ended", after
+    assert after[0][0] == "at once" and after[0][1][visibility.AWAITING_APPROVAL.name] is False, after
+    assert all(why == "settled" for why, _ in after[1:-1]), after
     await until_listed(env, AWAITING_QUERY, ref.task_id, listed=False)
     await assert_replays(env.client, ref.task_id)

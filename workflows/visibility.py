@@ -2,9 +2,9 @@
 it leaves added to its usage), its search attributes (``schemas.visibility``) and its current details
 in the UI. Workflow code: deterministic, no I/O of its own.
 
-On release line 0.3 a change of phase that leaves nobody waiting (``running``, ``committing``,
-``reconciling``) is published once it settles: after ``SETTLE_SECONDS``, or with the next change that
-shows at once (the task waits for a person, or ends), whichever comes first. Each upsert is a
+On release line 0.3 a change between working phases (``running``, ``committing``, ``reconciling``)
+is published once it settles: after ``SETTLE_SECONDS``, or with the next change that shows at once
+(a wait for a person begins or ends, the task ends), whichever comes first. Each upsert is a
 visibility write on the server, the costliest thing an approval asks of it, and most such phases
 last milliseconds (bench/findings.md). The current details are set at once: they cost nothing.
 """
@@ -98,9 +98,11 @@ class TaskVisibility:
         self.upsert()
 
     def at_once(self) -> bool:
-        """Whether the state must be visible now: the task waits for a person (what the inbox and
-        ``AWAITING_QUERY`` list it by) or has ended."""
-        return self.state.phase.terminal or self.state.phase is TaskPhase.AWAITING_APPROVAL
+        """Whether the state must be visible now: the task begins or ends a wait for a person (what
+        the inbox and ``AWAITING_QUERY`` list it by: a decided task must leave the list even when no
+        worker takes its next step for a while), or has ended."""
+        waited = self.published.get(visibility.AWAITING_APPROVAL.name) is True
+        return self.state.phase.terminal or self.state.phase is TaskPhase.AWAITING_APPROVAL or waited
 
     async def settle(self) -> None:
         """Publish the state once it has had ``SETTLE_SECONDS`` to settle."""
