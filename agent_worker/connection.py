@@ -50,14 +50,14 @@ async def connect(
         connect_config["data_converter"] = (
             converter_for(config) if config is not None else converter_from_env(os.environ)
         )
-    client = await Client.connect(**connect_config, interceptors=list(interceptors))
+    # Before the attempt: a connect that fails leaves the core's threads finishing too.
     _settle_core_at_exit()
-    return client
+    return await Client.connect(**connect_config, interceptors=list(interceptors))
 
 
 @functools.cache
 def _settle_core_at_exit() -> None:
     """Once per process: wait ``EXIT_SETTLE_SECONDS`` at exit for the core's threads (an atexit
-    handler runs before finalization, with threads still alive). Registered on the first connect, so
-    a process that never connects never waits."""
+    handler runs before finalization, with threads still alive). Registered on the first connect
+    attempt (a failed one too), so a process that never connects never waits."""
     atexit.register(time.sleep, EXIT_SETTLE_SECONDS)
