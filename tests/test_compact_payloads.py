@@ -20,7 +20,7 @@ from agent_worker.schemas.turns import TurnInput, TurnResult
 from pydantic import BaseModel
 
 from agent_worker import schemas
-from tests.helpers.histories import earlier_runs
+from tests.helpers.histories import chain_files
 
 HISTORIES = Path(__file__).parent / "histories"
 EXAMPLE = "test_approval_by_temporal_cli_completes_with_evidence.json"
@@ -53,7 +53,7 @@ def history_payloads(path: Path, activity: str) -> list[dict[str, Any]]:
     """The decoded results of every ``activity`` the committed chain completes, run by run (event
     ids are a run's own)."""
     found = []
-    for run in [*earlier_runs(path), path]:
+    for run in chain_files(path):
         events = json.loads(run.read_text())["events"]
         scheduled = {
             e["eventId"]

@@ -18,7 +18,7 @@ from agent_worker.schemas.writes import WriteInput
 from temporalio.client import Client
 
 from agent_worker.client import AgentWorkerClient
-from tests.helpers.histories import earlier_runs
+from tests.helpers.histories import chain_files
 from tests.helpers.openai_stub import OpenAIStub, response_json
 from tests.helpers.support import (
     TEST_AGENTS,
@@ -34,7 +34,7 @@ HISTORIES = Path(__file__).resolve().parent / "histories"
 # The monthly report, approved and filed once (a sandbox command, then the write): its newest run,
 # and every run of it (it waited for its approver in a run of its own).
 REPORT_HISTORY = HISTORIES / "test_approval_by_temporal_cli_completes_with_evidence.json"
-REPORT_RUNS = [*earlier_runs(REPORT_HISTORY), REPORT_HISTORY]
+REPORT_RUNS = chain_files(REPORT_HISTORY)
 # A fork of a ledger task whose write was answered from its parent's receipt: its history holds no
 # business.write, only the receipt fork.prepare took from the parent.
 FORK_HISTORY = (

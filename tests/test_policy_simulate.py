@@ -20,16 +20,11 @@ from agent_worker.activities.events import JsonlEventSink
 from agent_worker.cli.main import main as cli_main
 from agent_worker.schemas.tasks import MIN_EVENTS_BEFORE_WAIT, TaskPhase
 
-from tests.helpers.histories import earlier_runs
+from tests.helpers.histories import chain_files
 from tests.helpers.history_variants import with_arguments
 from tests.helpers.support import REPO, TaskEnv, run_ids
 
 HISTORIES = REPO / "tests" / "histories"
-
-
-def chain_files(path: Path) -> list[Path]:
-    """Every run of the committed task ``path`` is the newest run of, oldest first."""
-    return [*earlier_runs(path), path]
 
 
 # The running policy of the recorded tasks: secrets denied, small values allowed, the rest asked.

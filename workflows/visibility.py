@@ -85,8 +85,9 @@ class TaskVisibility:
 
     def publish(self) -> None:
         """Keep search attributes and the UI's current details in step with the state (on a settled
-        run, a change that leaves nobody waiting once it settles)."""
-        self.show_details()
+        run, a change between working phases once it settles)."""
+        pending = self.pending()
+        self.show_details(pending)
         if self.settled and self.published and not self.at_once():
             if self.settling is None:
                 self.settling = asyncio.create_task(self.settle())
@@ -95,7 +96,7 @@ class TaskVisibility:
             # Published now, with the change the timer waited for (a run that ends leaves it be).
             self.settling.cancel()
             self.settling = None
-        self.upsert()
+        self.upsert(pending)
 
     def at_once(self) -> bool:
         """Whether the state must be visible now: the task begins or ends a wait for a person (what
@@ -113,10 +114,11 @@ class TaskVisibility:
         self.settling = None
         self.upsert()
 
-    def upsert(self) -> None:
-        """Upsert the search attributes (on a lean run, only those that changed)."""
+    def upsert(self, pending: list[ApprovalRequest] | None = None) -> None:
+        """Upsert the search attributes (on a lean run, only those that changed); ``pending``: the
+        requests still waiting, when the caller has them."""
         spec = self.spec
-        pending = self.pending()
+        pending = self.pending() if pending is None else pending
         approvers = sorted({p for r in pending for p in r.approvers})
         values: list[tuple[Any, Any]] = [
             (visibility.PHASE, self.state.phase.value),
@@ -133,9 +135,8 @@ class TaskVisibility:
         if values:
             workflow.upsert_search_attributes([key.value_set(value) for key, value in values])
 
-    def show_details(self) -> None:
-        """The UI's current details: what the task waits for, or its phase."""
-        pending = self.pending()
+    def show_details(self, pending: list[ApprovalRequest]) -> None:
+        """The UI's current details: what the task waits for (``pending``), or its phase."""
         if self.state.phase is TaskPhase.AWAITING_APPROVAL and pending:
             lines = [f"**Waiting for approval** of {len(pending)} action(s):"]
             lines += [

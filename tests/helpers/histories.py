@@ -20,9 +20,14 @@ def earlier_runs(path: Path) -> list[Path]:
     return sorted(path.parent.glob(f"{path.stem}.run*.json"), key=lambda p: int(p.stem.rsplit("run", 1)[1]))
 
 
+def chain_files(path: Path) -> list[Path]:
+    """Every run of the committed chain ``path`` is the newest run of, oldest first."""
+    return [*earlier_runs(path), path]
+
+
 def chain_events(path: Path) -> list[dict[str, Any]]:
     """The events of every run of the committed chain, oldest first (counted, not numbered)."""
-    return [e for run in [*earlier_runs(path), path] for e in json.loads(run.read_text())["events"]]
+    return [e for run in chain_files(path) for e in json.loads(run.read_text())["events"]]
 
 
 @dataclass(frozen=True)
