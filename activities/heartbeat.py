@@ -59,18 +59,29 @@ async def heartbeating(
     if not activity.in_activity() or activity.info().is_local:
         yield
         return
+    loop = asyncio.get_running_loop()
+    beating: asyncio.Task[None] | None = None
 
     async def beat() -> None:
-        if not first_at_once:
-            await asyncio.sleep(every)
         while True:
             activity.heartbeat(details())
             await asyncio.sleep(every)
 
-    task = asyncio.create_task(beat())
+    def start() -> None:
+        nonlocal beating
+        beating = loop.create_task(beat())  # in the activity's context, which the handle carries
+
+    # Until the first beat is due, a timer handle, not a task: most activities end sooner, and a task
+    # to create, cancel and wait for was a cost of every one of them.
+    first = None if first_at_once else loop.call_later(every, start)
+    if first_at_once:
+        start()
     try:
         yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        if first is not None:
+            first.cancel()
+        if beating is not None:
+            beating.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beating

@@ -46,9 +46,9 @@ if not os.path.isdir(os.path.join(__path__[0], "workflows")) and os.path.isfile(
 # before it, another checkout's editable install would answer; ``tests/test_namespace.py``).
 from agent_worker.schemas.lazy import lazy_exports  # noqa: E402
 
-# The package's version (pyproject.toml's, which a test keeps equal). Its release line (0.3) is what a
+# The package's version (pyproject.toml's, which a test keeps equal). Its release line (0.4) is what a
 # task started by this package's client begins on (``schemas.tasks.CURRENT_RELEASE``, docs/upgrading.md).
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 # Each public name and the module that defines it. Importing ``agent_worker`` (or its client) loads none
 # of them: a name is imported on first use (PEP 562), so a process that only starts and decides tasks

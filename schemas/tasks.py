@@ -621,9 +621,9 @@ class TaskState(BaseModel):
 # brought (``workflows.patches.on_line``); an input that names no release began on 0.1 (every history
 # recorded before 0.2.0 has such an input), and its run asks each patch as it always did.
 # docs/upgrading.md says what this means for an upgrade.
-Release = Literal["0.1", "0.2", "0.3"]
+Release = Literal["0.1", "0.2", "0.3", "0.4"]
 FIRST_RELEASE: Release = "0.1"
-CURRENT_RELEASE: Release = "0.3"
+CURRENT_RELEASE: Release = "0.4"
 
 
 class TaskInput(BaseModel):
@@ -640,11 +640,12 @@ class TaskInput(BaseModel):
         # (a 0.1 worker, which knows no such field, still reads them).
         exclude_if=lambda release: release is None,
         description="The release line the task begins on; its continue-as-new runs and sub-tasks keep "
-        "it. '0.3' (what agent-worker's client, CLI and API send): every behaviour of 0.3.0 is the "
-        "base, with no patch markers in the history, and a change between working phases published once "
-        "it settles; '0.2' the same as of 0.2.0. Omitted (a raw start with the bare TaskSpec or "
-        "{\"spec\": ...}): '0.1', each change since 0.1.0 recorded as a patch marker, as 0.1.x workers "
-        "did. A worker refuses a line newer than its own (docs/upgrading.md).",
+        "it. '0.4' (what agent-worker's client, CLI and API send): every behaviour of 0.4.0 is the "
+        "base, with no patch markers in the history, a change to running published at once and one to "
+        "another working phase once it settles; '0.3' and '0.2' the same as of 0.3.0 and 0.2.0. "
+        "Omitted (a raw start with the bare TaskSpec or {\"spec\": ...}): '0.1', each change since "
+        "0.1.0 recorded as a patch marker, as 0.1.x workers did. A worker refuses a line newer than "
+        "its own (docs/upgrading.md).",
     )
 
 

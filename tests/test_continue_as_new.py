@@ -24,7 +24,7 @@ from agent_worker.schemas.tasks import (
 )
 from agent_worker.schemas.validation import InvalidPayload, parse_task_input
 from agent_worker.workflows import AgentTaskWorkflow
-from agent_worker.workflows.patches import AFTER_0_3
+from agent_worker.workflows.patches import AFTER_0_4
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
@@ -116,9 +116,9 @@ async def test_a_task_that_asks_waits_for_its_approver_in_a_short_run(env: TaskE
     assert before.events[-1].HasField("workflow_execution_continued_as_new_event_attributes")
     # Started, one workflow task, the search attributes published again, the deadline's timer.
     assert len(kinds) < MIN_EVENTS_BEFORE_WAIT and kinds[-1] == "TIMER_STARTED", kinds
-    # No activity; a marker only for each patch declared after 0.3.0 (each run asks it at its start).
+    # No activity; a marker only for each patch declared after 0.4.0 (each run asks it at its start).
     assert not [k for k in kinds if k.startswith("ACTIVITY")], kinds
-    assert kinds.count("MARKER_RECORDED") == len(AFTER_0_3), kinds
+    assert kinds.count("MARKER_RECORDED") == len(AFTER_0_4), kinds
     # Stale decisions during the wait grow the run past the limit, and make it continue no further.
     stale = {"request_id": request.request_id, "version": "sha256:stale", "decision": "approve",
              "principal": "finance-lead"}  # fmt: skip

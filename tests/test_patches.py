@@ -82,17 +82,25 @@ def test_release_0_2_folds_every_patch_declared_by_0_2_0_and_later_ones_are_aske
     assert patches.FOLDED["0.1"] == frozenset() and patches.FOLDED["0.2"] == patches.FOLDED_AT_0_2
 
 
-def test_release_0_3_folds_every_patch_declared_by_0_3_0() -> None:
-    """0.3 folds what 0.2 folded and every patch declared after it (``short-wait-by-default``); a
-    patch declared after 0.3.0 goes to ``AFTER_0_3`` (none yet), so every declared id is folded by
-    0.3 or asked after it, never both. The lines are in order, and a run on a line has what that line
-    and every earlier one brought (``on_line``), and nothing a later one brought."""
+def test_release_0_4_folds_every_patch_declared_by_0_4_0() -> None:
+    """0.3 folds what 0.2 folded and every patch declared after it (``short-wait-by-default``); 0.4
+    folds what 0.3 did (none was declared between them); a patch declared after 0.4.0 goes to
+    ``AFTER_0_4`` (none yet), so every declared id is folded by 0.4 or asked after it, never both.
+    The lines are in order, and a run on a line has what that line and every earlier one brought
+    (``on_line``), and nothing a later one brought."""
     declared = {vars(patches)[name] for name in patches.__all__ if name.endswith("_PATCH")}
     assert patches.FOLDED_AT_0_3 == patches.FOLDED_AT_0_2 | {patches.SHORT_WAIT_PATCH}
-    assert patches.FOLDED_AT_0_3 | patches.AFTER_0_3 == declared
-    assert not patches.FOLDED_AT_0_3 & patches.AFTER_0_3
-    assert patches.FOLDED == {"0.1": frozenset(), "0.2": patches.FOLDED_AT_0_2, "0.3": patches.FOLDED_AT_0_3}
-    assert patches.LINES == ("0.1", "0.2", "0.3")
-    line = patches.SETTLED_VISIBILITY_LINE
-    assert [patches.on_line(line, release=r) for r in patches.LINES] == [False, False, True]
+    assert patches.FOLDED_AT_0_4 == patches.FOLDED_AT_0_3 and not patches.AFTER_0_3
+    assert patches.FOLDED_AT_0_4 | patches.AFTER_0_4 == declared
+    assert not patches.FOLDED_AT_0_4 & patches.AFTER_0_4
+    assert patches.FOLDED == {
+        "0.1": frozenset(),
+        "0.2": patches.FOLDED_AT_0_2,
+        "0.3": patches.FOLDED_AT_0_3,
+        "0.4": patches.FOLDED_AT_0_4,
+    }
+    assert patches.LINES == ("0.1", "0.2", "0.3", "0.4")
+    settled, running = patches.SETTLED_VISIBILITY_LINE, patches.RUNNING_AT_ONCE_LINE
+    assert [patches.on_line(settled, release=r) for r in patches.LINES] == [False, False, True, True]
+    assert [patches.on_line(running, release=r) for r in patches.LINES] == [False, False, False, True]
     assert all(patches.on_line("0.1", release=r) for r in patches.LINES)

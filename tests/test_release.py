@@ -1,8 +1,9 @@
-"""Release lines: a task our client starts begins on the current line (0.3) and takes every patch it
+"""Release lines: a task our client starts begins on the current line (0.4) and takes every patch it
 folded as base behaviour, so its history holds no marker of them (and no ``TemporalChangeVersion``
 upsert for them), through its continue-as-new runs and its sub-tasks: only the patches declared after
-the line (``AFTER_0_3``, none yet) would record theirs. A start on 0.2 still runs as 0.2 did (the
-marker of ``short-wait-by-default``, every phase published at once); a raw start that names no
+the line (``AFTER_0_4``, none yet) would record theirs. A start on 0.2 still runs as 0.2 did (the
+marker of ``short-wait-by-default``, every phase published at once; ``test_visibility.py`` runs the
+phases of 0.3 and 0.4 side by side); a raw start that names no
 release runs as on 0.1, asking each patch. The committed histories of earlier lines replay in
 ``test_replay.py``."""
 
@@ -64,7 +65,7 @@ def recorded_patches(history: WorkflowHistory) -> list[str]:
     ]
 
 
-def only_later_patches(history: WorkflowHistory, after: frozenset[str] = patches.AFTER_0_3) -> bool:
+def only_later_patches(history: WorkflowHistory, after: frozenset[str] = patches.AFTER_0_4) -> bool:
     """Whether a run's history records the patches declared after its line (``after``) and nothing its
     line folded: one marker and one ``TemporalChangeVersion`` upsert for each of ``after``."""
     later = sorted(after)
@@ -89,12 +90,12 @@ async def approved_history(env: TaskEnv, handle: WorkflowHandle[Any, TaskResult]
     return await handle.fetch_history()
 
 
-def test_the_package_is_version_0_3_0_and_its_client_starts_release_line_0_3() -> None:
-    """pyproject.toml and ``agent_worker.__version__`` say 0.3.0, the release line a client starts
+def test_the_package_is_version_0_4_0_and_its_client_starts_release_line_0_4() -> None:
+    """pyproject.toml and ``agent_worker.__version__`` say 0.4.0, the release line a client starts
     is its major.minor, and ``workflows.patches.FOLDED`` knows every release line an input may name."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    assert project["version"] == agent_worker.__version__ == "0.3.0"
-    assert CURRENT_RELEASE == "0.3" == ".".join(agent_worker.__version__.split(".")[:2])
+    assert project["version"] == agent_worker.__version__ == "0.4.0"
+    assert CURRENT_RELEASE == "0.4" == ".".join(agent_worker.__version__.split(".")[:2])
     assert set(patches.FOLDED) == set(get_args(Release)) and FIRST_RELEASE == "0.1"
 
 
@@ -107,14 +108,15 @@ def test_an_input_without_a_release_is_0_1_and_an_unknown_release_is_refused_by_
     assert "release" not in parse_task_input({"spec": spec}).model_dump(mode="json")
     assert parse_task_input({"spec": spec, "release": "0.2"}).release == "0.2"
     assert parse_task_input({"spec": spec, "release": "0.3"}).release == "0.3"
+    assert parse_task_input({"spec": spec, "release": "0.4"}).release == "0.4"
     with pytest.raises(InvalidPayload, match="release"):
-        parse_task_input({"spec": spec, "release": "0.4"})
+        parse_task_input({"spec": spec, "release": "0.5"})
 
 
 async def test_the_example_task_started_by_the_client_records_no_folded_patch_marker(env: TaskEnv) -> None:
-    """The example task, started and approved through ``AgentWorkerClient``, begins on 0.3, completes
+    """The example task, started and approved through ``AgentWorkerClient``, begins on 0.4, completes
     with its evidence, and its history has no marker and no ``TemporalChangeVersion`` upsert of a
-    patch 0.3 folded, only those of the patches after it (none yet); it replays."""
+    patch 0.4 folded, only those of the patches after it (none yet); it replays."""
     client = AgentWorkerClient(env.client, env.task_queue)
     ref = await client.start(example_spec())
     request = await client.next_request(ref.task_id)
@@ -122,7 +124,7 @@ async def test_the_example_task_started_by_the_client_records_no_folded_patch_ma
     result: TaskResult = await asyncio.wait_for(client.handle(ref.task_id).result(), 60)
     assert result.phase is TaskPhase.COMPLETED and result.evidence.missing == []
     history = await client.handle(ref.task_id).fetch_history()
-    assert started_input(history).release == "0.3"
+    assert started_input(history).release == "0.4"
     assert only_later_patches(history), recorded_patches(history)
     await assert_replays(env.client, ref.task_id)
 
@@ -130,7 +132,7 @@ async def test_the_example_task_started_by_the_client_records_no_folded_patch_ma
 async def test_a_start_on_0_2_still_runs_as_0_2(env: TaskEnv) -> None:
     """The example started on 0.2 (what a 0.2 client sends, and every 0.2 task in flight) records the
     marker of each patch declared after 0.2.0 in each run, as before 0.3.0, and completes the same
-    way; the check fails on a 0.3 run's history (no such marker)."""
+    way; the check fails on a 0.4 run's history (no such marker)."""
     handle = await env.start(example_spec(), release="0.2")
     history = await approved_history(env, handle)
     assert started_input(history).release == "0.2"
@@ -160,9 +162,9 @@ async def test_a_raw_start_without_a_release_asks_its_patches_as_on_0_1(env: Tas
         await asyncio.sleep(0.5)
 
 
-async def test_continue_as_new_runs_and_sub_tasks_of_a_0_3_task_stay_on_0_3(env: TaskEnv) -> None:
-    """A 0.3 task's continue-as-new runs and a 0.3 task's sub-task each begin on 0.3 and record no
-    marker of a patch 0.3 folded."""
+async def test_continue_as_new_runs_and_sub_tasks_of_a_0_4_task_stay_on_0_4(env: TaskEnv) -> None:
+    """A 0.4 task's continue-as-new runs and a 0.4 task's sub-task each begin on 0.4 and record no
+    marker of a patch 0.4 folded."""
     counting = await env.start(
         {"agent": "counter", "prompt": "count to 12", "continue_as_new_after_events": 50}
     )
@@ -179,7 +181,7 @@ async def test_continue_as_new_runs_and_sub_tasks_of_a_0_3_task_stay_on_0_3(env:
         (delegation.task_id, None),
     ]:
         history = await env.client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
-        assert started_input(history).release == "0.3", (workflow_id, run_id)
+        assert started_input(history).release == "0.4", (workflow_id, run_id)
         assert only_later_patches(history), (workflow_id, run_id, recorded_patches(history))
     await assert_replays(env.client, counting.id)
     await assert_replays(env.client, parent.id)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from agent_worker.schemas.visibility import WORKFLOW_TYPE
-from agent_worker.workflows.patches import FOLDED_AT_0_2, FOLDED_AT_0_3
+from agent_worker.workflows.patches import FOLDED_AT_0_2, FOLDED_AT_0_3, FOLDED_AT_0_4
 
 from tests.helpers.matrix import Record, record
 from tests.helpers.support import HISTORY_IDS, replay_committed
@@ -49,6 +49,7 @@ def test_the_committed_histories_are_all_there() -> None:
         HISTORIES / "pre-lean-evidence",
         HISTORIES / "pre-release-0.2",
         HISTORIES / "pre-release-0.3",
+        HISTORIES / "pre-release-0.4",
     ):
         assert EXPECTED <= {p.stem for p in folder.glob("*.json")}, folder
 
@@ -117,22 +118,24 @@ def is_task(history_file: Path) -> bool:
     return started["workflowType"]["name"] == WORKFLOW_TYPE
 
 
-def test_histories_of_the_current_code_are_0_3_runs_without_a_folded_patch_s_marker() -> None:
-    """The histories at the top of tests/histories/ are runs begun on 0.3 (what ``make histories``
-    records now) that carry no marker of a patch 0.3 folded; those recorded on 0.2
-    (``pre-release-0.3/``) name 0.2 and carry only the markers of the patches after 0.2.0; those
-    recorded before 0.2.0 (``pre-release-0.2/``, the 0.1.x runs) name no release and carry the markers
-    they always did. All replay below as they are."""
+def test_histories_of_the_current_code_are_0_4_runs_without_a_folded_patch_s_marker() -> None:
+    """The histories at the top of tests/histories/ are runs begun on 0.4 (what ``make histories``
+    records now) that carry no marker of a patch 0.4 folded; those recorded on 0.3
+    (``pre-release-0.4/``) and on 0.2 (``pre-release-0.3/``) name their line and carry only the
+    markers of the patches after it; those recorded before 0.2.0 (``pre-release-0.2/``, the 0.1.x runs)
+    name no release and carry the markers they always did. All replay below as they are."""
     current = [p for p in HISTORY_FILES if p.parent == HISTORIES and is_task(p)]
     assert len(current) >= len(EXPECTED)
     for path in current:
-        assert started_release(path) == "0.3", path.name
-        assert not patch_ids(path) & FOLDED_AT_0_3, path.name
-    on_0_2 = [p for p in HISTORY_FILES if p.parent.name == "pre-release-0.3" and is_task(p)]
-    assert len(on_0_2) >= len(EXPECTED)
-    for path in on_0_2:
-        assert started_release(path) == "0.2", path.name
-        assert not patch_ids(path) & FOLDED_AT_0_2, path.name
+        assert started_release(path) == "0.4", path.name
+        assert not patch_ids(path) & FOLDED_AT_0_4, path.name
+    lines = (("pre-release-0.4", "0.3", FOLDED_AT_0_3), ("pre-release-0.3", "0.2", FOLDED_AT_0_2))
+    for folder, line, folded in lines:
+        earlier = [p for p in HISTORY_FILES if p.parent.name == folder and is_task(p)]
+        assert len(earlier) >= len(EXPECTED), folder
+        for path in earlier:
+            assert started_release(path) == line, path.name
+            assert not patch_ids(path) & folded, path.name
     before = [p for p in HISTORY_FILES if p.parent.name == "pre-release-0.2" and is_task(p)]
     assert before and all(started_release(p) is None for p in before)
     assert all(patch_ids(p) for p in before), "every 0.1.x run asked its patches"

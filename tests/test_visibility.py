@@ -171,17 +171,44 @@ def upserts(history: WorkflowHistory) -> list[tuple[str, dict[str, Any]]]:
     return found
 
 
-async def test_a_phase_that_lasts_is_published_when_it_settles_and_a_short_one_never(env: TaskEnv) -> None:
-    """On release 0.3 a working phase is published by its settle timer once it has lasted
-    ``SETTLE_SECONDS``: the notes agent's turn (seven model calls of 0.4 s) shows as ``running``
-    while it runs, ``initializing`` (milliseconds) is never upserted, and every upsert is the run's
-    first, a settled one, or the end. The same task on 0.2 upserts every phase at once (so the check
-    can fail)."""
-    settled = await env.start({"agent": "notes", "prompt": "take your notes"})
+def settle_timers(history: WorkflowHistory) -> dict[str, str]:
+    """How each settle timer of a history ended, by timer id: ``fired``, ``cancelled``, or
+    ``running`` (still so when the run closed)."""
+    timers: dict[str, str] = {}
+    for event in history.events:
+        if event.event_type == EventType.EVENT_TYPE_TIMER_STARTED:
+            summary = event.user_metadata.summary.data if event.user_metadata.HasField("summary") else b""
+            if json.loads(summary or b"null") == SETTLE_SUMMARY:
+                timers[event.timer_started_event_attributes.timer_id] = "running"
+        elif event.event_type == EventType.EVENT_TYPE_TIMER_FIRED:
+            timer_id = event.timer_fired_event_attributes.timer_id
+            if timer_id in timers:
+                timers[timer_id] = "fired"
+        elif event.event_type == EventType.EVENT_TYPE_TIMER_CANCELED:
+            timer_id = event.timer_canceled_event_attributes.timer_id
+            if timer_id in timers:
+                timers[timer_id] = "cancelled"
+    return timers
+
+
+async def test_running_shows_at_once_and_the_short_phases_settle(env: TaskEnv) -> None:
+    """On release 0.4 a change to ``running`` is published at once and only the short phases settle:
+    the notes agent (a turn of seven model calls of 0.4 s) upserts ``received``, ``running`` and
+    ``completed``, never ``initializing``, and no settle timer runs on into the turns (the change to
+    ``running`` cancels the one ``initializing`` asked for; 0.3's fired during the turn, and one that
+    fires while the task's last workflow task is open makes the server refuse the completion). On 0.3 the
+    same task publishes ``running`` by its settle timer once it has lasted ``SETTLE_SECONDS``; on 0.2
+    every phase at once (so each check can fail)."""
+    current = await env.start({"agent": "notes", "prompt": "take your notes"})
+    settled = await env.start({"agent": "notes", "prompt": "take your notes"}, release="0.3")
     at_once = await env.start({"agent": "notes", "prompt": "take your notes"}, release="0.2")
-    for handle in (settled, at_once):
+    for handle in (current, settled, at_once):
         result: TaskResult = await asyncio.wait_for(handle.result(), 90)
         assert result.phase is TaskPhase.COMPLETED, result.reason
+    history = await current.fetch_history()
+    published = [(why, values.get(visibility.PHASE.name)) for why, values in upserts(history)]
+    assert published == [("first", "received"), ("at once", "running"), ("ended", "completed")], published
+    assert set(settle_timers(history).values()) <= {"cancelled"}, settle_timers(history)
     found = upserts(await settled.fetch_history())
     assert {why for why, _ in found} <= {"first", "settled", "ended"}, found
     phases = [values.get(visibility.PHASE.name) for _, values in found]
@@ -192,17 +219,19 @@ async def test_a_phase_that_lasts_is_published_when_it_settles_and_a_short_one_n
         "received", "initializing", "running", "completed"
     ]  # fmt: skip
     assert {why for why, _ in old} == {"first", "at once", "ended"}
-    await assert_replays(env.client, settled.id)
-    await assert_replays(env.client, at_once.id)
+    for handle in (current, settled, at_once):
+        await assert_replays(env.client, handle.id)
 
 
-async def test_a_decided_task_leaves_the_awaiting_list_at_once_and_its_working_phases_settle(
+async def test_a_decided_task_leaves_the_awaiting_list_at_once_and_no_settle_timer_outlives_its_write(
     env: TaskEnv,
 ) -> None:
     """Approved, the example task shows its wait at once (``AWAITING_QUERY`` lists it) and its end at
     once (the decision's own workflow task upserts ``AgentAwaitingApproval`` false, so a decided task
-    leaves the list even if no worker takes its next step); the working phases after it are upserted
-    only once they settle, and the end at once. Visibility then lists it no more."""
+    leaves the list even if no worker takes its next step). Its write (``committing``) starts a settle
+    timer, which the change back to ``running`` cancels before the last turn: nothing is upserted
+    between the decision and the end, and no timer can fire while the task ends. Visibility then lists
+    it no more."""
     client = AgentWorkerClient(env.client, env.task_queue)
     ref = await client.start(example_spec())
     request = await client.next_request(ref.task_id)
@@ -214,8 +243,8 @@ async def test_a_decided_task_leaves_the_awaiting_list_at_once_and_its_working_p
     found_upserts = upserts(history)  # the newest run's: the one that waited
     phases = [values.get(visibility.PHASE.name) for _, values in found_upserts]
     after = found_upserts[phases.index("awaiting_approval") + 1 :]
-    assert len(after) >= 2 and after[-1][0] == "ended", after
-    assert after[0][0] == "at once" and after[0][1][visibility.AWAITING_APPROVAL.name] is False, after
-    assert all(why == "settled" for why, _ in after[1:-1]), after
+    assert [why for why, _ in after] == ["at once", "ended"], after
+    assert after[0][1][visibility.AWAITING_APPROVAL.name] is False, after
+    assert set(settle_timers(history).values()) == {"cancelled"}, settle_timers(history)
     await until_listed(env, AWAITING_QUERY, ref.task_id, listed=False)
     await assert_replays(env.client, ref.task_id)

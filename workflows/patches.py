@@ -232,13 +232,17 @@ FOLDED_AT_0_2 = frozenset(
 # The patches declared after 0.2.0 and before 0.3.0 (a 0.2 run asks each with a marker). Frozen.
 AFTER_0_2: frozenset[str] = frozenset({SHORT_WAIT_PATCH})
 # Every patch id declared by release 0.3.0: a run begun on 0.3 takes each one's branch, with no marker.
-# Frozen: a patch declared after 0.3.0 goes to ``AFTER_0_3`` (``tests/test_patches.py`` pins it).
+# Frozen: a patch declared after 0.3.0 went to ``AFTER_0_3`` (``tests/test_patches.py`` pins it).
 FOLDED_AT_0_3 = FOLDED_AT_0_2 | AFTER_0_2
-# The patches declared after 0.3.0 (asked with a marker by every run, until a later release folds them).
+# The patches declared after 0.3.0 and before 0.4.0 (none). Frozen.
 AFTER_0_3: frozenset[str] = frozenset()
+# Every patch id declared by release 0.4.0. Frozen: a patch declared after 0.4.0 goes to ``AFTER_0_4``.
+FOLDED_AT_0_4 = FOLDED_AT_0_3 | AFTER_0_3
+# The patches declared after 0.4.0 (asked with a marker by every run, until a later release folds them).
+AFTER_0_4: frozenset[str] = frozenset()
 # What each release takes without asking: its own folded patches and those of every release before it.
 FOLDED: Mapping[str, frozenset[str]] = MappingProxyType(
-    {FIRST_RELEASE: frozenset(), "0.2": FOLDED_AT_0_2, "0.3": FOLDED_AT_0_3}
+    {FIRST_RELEASE: frozenset(), "0.2": FOLDED_AT_0_2, "0.3": FOLDED_AT_0_3, "0.4": FOLDED_AT_0_4}
 )
 # The release lines in order (``on_line`` compares them).
 LINES: tuple[str, ...] = tuple(FOLDED)
@@ -248,6 +252,10 @@ LINES: tuple[str, ...] = tuple(FOLDED)
 # event and a ``TemporalChangeVersion`` upsert in every run.
 # Phase changes are published once they settle (``workflows.visibility``): 0.3.0, 2026-12-07.
 SETTLED_VISIBILITY_LINE = "0.3"
+# A change to ``running`` is published at once, so no settle timer is left running while the task works
+# (one that fired during a task's last workflow task made the server refuse the completion and the
+# worker replay the whole run: ``workflows.visibility``): 0.4.0, 2026-12-08.
+RUNNING_AT_ONCE_LINE = "0.4"
 
 
 def run_release() -> str:
@@ -300,6 +308,7 @@ __all__ = [
     "APPROVAL_SLA_PATCH",
     "AFTER_0_2",
     "AFTER_0_3",
+    "AFTER_0_4",
     "ARCHIVE_EVIDENCE_PATCH",
     "BOUNDED_PATCH",
     "BUDGET_TREE_PATCH",
@@ -310,6 +319,7 @@ __all__ = [
     "FOLDED",
     "FOLDED_AT_0_2",
     "FOLDED_AT_0_3",
+    "FOLDED_AT_0_4",
     "FORK_PATCH",
     "INTERRUPT_PATCH",
     "LEAN_EVIDENCE_PATCH",
@@ -326,6 +336,7 @@ __all__ = [
     "REBUILD_SANDBOX_PATCH",
     "REOPEN_WITHOUT_REVOKED_PATCH",
     "ROLE_QUEUES_PATCH",
+    "RUNNING_AT_ONCE_LINE",
     "RUN_CHAIN_PATCH",
     "SANDBOX_HOME_PATCH",
     "SETTLE_CANCELLED_WRITE_PATCH",

@@ -7,6 +7,14 @@ is published once it settles: after ``SETTLE_SECONDS``, or with the next change 
 (a wait for a person begins or ends, the task ends), whichever comes first. Each upsert is a
 visibility write on the server, the costliest thing an approval asks of it, and most such phases
 last milliseconds (bench/findings.md). The current details are set at once: they cost nothing.
+
+On 0.4 a change to ``running`` shows at once too; only the phases around a write, a lookup or the
+start (``committing``, ``reconciling``, ``initializing``) settle. On 0.3 the settle timer of a change to
+``running`` was left running through the work that followed, often the task's last turn: when it fired
+while the task's last workflow task was open (a local activity delivers the events there), the server
+refused the completion (a new event arrived) and the worker replayed the whole run. In a burst of
+approvals, four tasks in ten did (bench/findings.md). On 0.4 a timer runs only while a short phase
+lasts (``SHORT_PHASE_SECONDS``), and a change to ``running`` cancels it.
 """
 
 from __future__ import annotations
@@ -29,6 +37,9 @@ from agent_worker.workflows.context import Emit
 # How long a change that leaves nobody waiting may go unpublished (release 0.3): a phase that lasts
 # longer is published by a timer; a shorter one is published with the change after it.
 SETTLE_SECONDS = 2.0
+# The same on 0.4, where only the short phases settle: one that lasts this long is stuck (a business
+# system that does not answer, say). In a burst a write waits seconds for a worker; 2 s published it.
+SHORT_PHASE_SECONDS = 10.0
 # The settle timer's summary (the UI shows it beside the timer).
 SETTLE_SUMMARY = "publish the phase"
 
@@ -55,8 +66,11 @@ class TaskVisibility:
         self.threaded = False
         # What the search attributes were last set to (``publish``): only changes are upserted.
         self.published: dict[str, Any] = {}
-        # Decided in ``AgentTaskWorkflow.run``: whether a phase is published once it settles (0.3).
+        # Decided in ``AgentTaskWorkflow.run``: whether a phase is published once it settles (0.3), and
+        # whether ``running`` is published at once all the same (0.4).
         self.settled = False
+        self.running_at_once = False
+        self.settle_seconds = SETTLE_SECONDS
         # The timer that publishes a change that has not settled yet.
         self.settling: asyncio.Task[None] | None = None
 
@@ -85,7 +99,7 @@ class TaskVisibility:
 
     def publish(self) -> None:
         """Keep search attributes and the UI's current details in step with the state (on a settled
-        run, a change between working phases once it settles)."""
+        run, a change between working phases once it settles, unless ``at_once``)."""
         pending = self.pending()
         self.show_details(pending)
         if self.settled and self.published and not self.at_once():
@@ -101,14 +115,16 @@ class TaskVisibility:
     def at_once(self) -> bool:
         """Whether the state must be visible now: the task begins or ends a wait for a person (what
         the inbox and ``AWAITING_QUERY`` list it by: a decided task must leave the list even when no
-        worker takes its next step for a while), or has ended."""
+        worker takes its next step for a while), has ended, or (on 0.4) goes back to ``running``."""
         waited = self.published.get(visibility.AWAITING_APPROVAL.name) is True
-        return self.state.phase.terminal or self.state.phase is TaskPhase.AWAITING_APPROVAL or waited
+        phase = self.state.phase
+        running = self.running_at_once and phase is TaskPhase.RUNNING
+        return phase.terminal or phase is TaskPhase.AWAITING_APPROVAL or waited or running
 
     async def settle(self) -> None:
-        """Publish the state once it has had ``SETTLE_SECONDS`` to settle."""
+        """Publish the state once it has had ``settle_seconds`` to settle."""
         try:
-            await workflow.sleep(SETTLE_SECONDS, summary=SETTLE_SUMMARY)
+            await workflow.sleep(self.settle_seconds, summary=SETTLE_SUMMARY)
         except asyncio.CancelledError:
             return
         self.settling = None
