@@ -130,6 +130,10 @@ def test_redact_masks_url_credentials_dsn_passwords_bearer_tokens_key_shapes_and
         "key sk-proj-abcdefghijklmnop0123 refused": "key *** refused",
         "e2b e2b_0123456789abcdef0123 refused": "e2b *** refused",
         "key-without-a-known-shape-1 leaked": "*** leaked",
+        # Any case: the quick test that passes most text unsearched must not miss these.
+        "SET PWD=Hunter-22 NOW": "SET PWD=*** NOW",
+        "AUTHORIZATION: BEARER abcdef0123": "AUTHORIZATION: BEARER ***",
+        "HTTPS://ALICE:PW-1234@HOST.EXAMPLE/": "HTTPS://ALICE:***@HOST.EXAMPLE/",
     }
     plain = "http://127.0.0.1:8080/v1 and user@example.com are fine"
     assert redact(plain) == plain
