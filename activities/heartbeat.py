@@ -73,9 +73,11 @@ async def heartbeating(
 
     # Until the first beat is due, a timer handle, not a task: most activities end sooner, and a task
     # to create, cancel and wait for was a cost of every one of them.
-    first = None if first_at_once else loop.call_later(every, start)
+    first = None
     if first_at_once:
         start()
+    else:
+        first = loop.call_later(every, start)
     try:
         yield
     finally:

@@ -17,6 +17,7 @@ from agent_worker.schemas.tasks import MIN_EVENTS_BEFORE_WAIT, TaskPhase, TaskRe
 from agent_worker.schemas.visibility import AWAITING_QUERY
 from agent_worker.workflows.visibility import SETTLE_SUMMARY
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import WorkflowHistory
 
@@ -136,6 +137,18 @@ async def test_inbox_lists_a_task_whose_worker_is_gone(
         await env.cancel(handle)
 
 
+def settle_timer_id(event: HistoryEvent) -> str | None:
+    """The timer id of a ``TIMER_STARTED`` event that starts a settle timer (by its summary), else None."""
+    if event.event_type != EventType.EVENT_TYPE_TIMER_STARTED:
+        return None
+    summary = event.user_metadata.summary.data if event.user_metadata.HasField("summary") else b""
+    return (
+        event.timer_started_event_attributes.timer_id
+        if json.loads(summary or b"null") == SETTLE_SUMMARY
+        else None
+    )
+
+
 def upserts(history: WorkflowHistory) -> list[tuple[str, dict[str, Any]]]:
     """Each search-attribute upsert of a history (but a patch marker's), with what set it off:
     ``first`` (the run's first), ``settled`` (the first workflow task after a settle timer fired),
@@ -145,10 +158,8 @@ def upserts(history: WorkflowHistory) -> list[tuple[str, dict[str, Any]]]:
     settle_timers: set[str] = set()
     fired = False
     for event in history.events:
-        if event.event_type == EventType.EVENT_TYPE_TIMER_STARTED:
-            summary = event.user_metadata.summary.data if event.user_metadata.HasField("summary") else b""
-            if json.loads(summary or b"null") == SETTLE_SUMMARY:
-                settle_timers.add(event.timer_started_event_attributes.timer_id)
+        if (timer_id := settle_timer_id(event)) is not None:
+            settle_timers.add(timer_id)
         elif event.event_type == EventType.EVENT_TYPE_TIMER_FIRED:
             fired = fired or event.timer_fired_event_attributes.timer_id in settle_timers
         elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
@@ -176,10 +187,8 @@ def settle_timers(history: WorkflowHistory) -> dict[str, str]:
     ``running`` (still so when the run closed)."""
     timers: dict[str, str] = {}
     for event in history.events:
-        if event.event_type == EventType.EVENT_TYPE_TIMER_STARTED:
-            summary = event.user_metadata.summary.data if event.user_metadata.HasField("summary") else b""
-            if json.loads(summary or b"null") == SETTLE_SUMMARY:
-                timers[event.timer_started_event_attributes.timer_id] = "running"
+        if (started := settle_timer_id(event)) is not None:
+            timers[started] = "running"
         elif event.event_type == EventType.EVENT_TYPE_TIMER_FIRED:
             timer_id = event.timer_fired_event_attributes.timer_id
             if timer_id in timers:

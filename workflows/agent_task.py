@@ -76,7 +76,7 @@ from agent_worker.workflows.placement import Placement
 from agent_worker.workflows.sla import ApprovalClock
 from agent_worker.workflows.start import TaskStart
 from agent_worker.workflows.turns import TurnRunner
-from agent_worker.workflows.visibility import SHORT_PHASE_SECONDS, TaskVisibility
+from agent_worker.workflows.visibility import TaskVisibility
 
 # What ``status`` shows of the prompt.
 STATUS_PROMPT_CHARS = 500
@@ -192,9 +192,7 @@ class AgentTaskWorkflow:
         self.forking = spec.fork is not None and patched(FORK_PATCH)
         self.visibility.lean, self.visibility.threaded = self.lean, self.threaded
         self.visibility.settled = on_line(SETTLED_VISIBILITY_LINE)
-        if on_line(RUNNING_AT_ONCE_LINE):
-            self.visibility.running_at_once = True
-            self.visibility.settle_seconds = SHORT_PHASE_SECONDS
+        self.visibility.running_at_once = on_line(RUNNING_AT_ONCE_LINE)
         if self.state.phase is TaskPhase.RECEIVED:
             self.state.started_at = workflow.now()
             self.events.emit(EventType.TASK_STARTED, agent=spec.agent, tenant=spec.tenant)

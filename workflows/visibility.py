@@ -70,7 +70,6 @@ class TaskVisibility:
         # whether ``running`` is published at once all the same (0.4).
         self.settled = False
         self.running_at_once = False
-        self.settle_seconds = SETTLE_SECONDS
         # The timer that publishes a change that has not settled yet.
         self.settling: asyncio.Task[None] | None = None
 
@@ -120,6 +119,11 @@ class TaskVisibility:
         phase = self.state.phase
         running = self.running_at_once and phase is TaskPhase.RUNNING
         return phase.terminal or phase is TaskPhase.AWAITING_APPROVAL or waited or running
+
+    @property
+    def settle_seconds(self) -> float:
+        """How long a change may go unpublished: on 0.4 only a short phase settles, and longer."""
+        return SHORT_PHASE_SECONDS if self.running_at_once else SETTLE_SECONDS
 
     async def settle(self) -> None:
         """Publish the state once it has had ``settle_seconds`` to settle."""
